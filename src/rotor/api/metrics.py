@@ -1,0 +1,53 @@
+"""Prometheus metrics (prefix `rotor_`), one registry per app."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+# Buckets fit for LLM latencies: from a fast TTFT to a long generation.
+_TTFT = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_ITL = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+_DURATION = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class _EngineCollector:
+    """Engine state (queue sizes, active requests) read at scrape time."""
+
+    def __init__(self, state) -> None:  # noqa: ANN001 - a callable returning a dict
+        self._state = state
+
+    def collect(self):  # noqa: ANN201
+        for key, value in sorted(self._state().items()):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                yield GaugeMetricFamily(f"rotor_engine_{key}", f"engine state: {key}", value=value)
+
+
+class Metrics:
+    def __init__(self, engine_state=None) -> None:  # noqa: ANN001
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "rotor_requests", "Requests by outcome", ["model", "endpoint", "stream", "status"], registry=r
+        )
+        self.in_flight = Gauge("rotor_requests_in_flight", "Requests running", ["model"], registry=r)
+        self.ttft = Histogram(
+            "rotor_time_to_first_token_seconds", "Time to first token", ["model"], buckets=_TTFT, registry=r
+        )
+        self.itl = Histogram(
+            "rotor_inter_token_latency_seconds", "Time between chunks", ["model"], buckets=_ITL, registry=r
+        )
+        self.duration = Histogram(
+            "rotor_request_duration_seconds", "Whole request", ["model"], buckets=_DURATION, registry=r
+        )
+        self.prompt_tokens = Counter("rotor_prompt_tokens", "Prompt tokens", ["model"], registry=r)
+        self.completion_tokens = Counter(
+            "rotor_completion_tokens", "Completion tokens", ["model"], registry=r
+        )
+        self.disconnected = Counter(
+            "rotor_disconnected_clients", "Clients that left mid-request", ["model"], registry=r
+        )
+        if engine_state is not None:
+            r.register(_EngineCollector(engine_state))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,135 @@
+"""The `rotor` command. Parsing only: what runs lives in rotor.launch."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+USAGE = """\
+rotor run [in=INPUT] [out=ENGINE] [flags]
+
+  in=http            serve the HTTP API (default) on --host/--port
+  in=text            interactive chat in the terminal
+  in=stdin           read stdin as one user message, print the answer, exit
+  in=batch:FILE      one request per JSONL line → FILE.out.jsonl (or --output)
+
+  out=echo           echo the last user message back (default; alias echo_full)
+  out=mocker         a simulated vLLM-like engine (--model-path or a built-in test model)
+
+Every flag also reads an environment variable: --model-path ↔ ROTOR_MODEL_PATH,
+in=/out= ↔ ROTOR_IN/ROTOR_OUT. The echo engine's pace is ROTOR_ECHO_DELAY_MS
+(default 10 ms per character; 0 = as fast as possible).
+"""
+
+
+@dataclass
+class Flag:
+    name: str
+    help: str
+    type: Any = str
+    default: Any = None
+    action: str | None = None
+
+
+FLAGS = [
+    Flag("--host", "address to bind (in=http)", str, "127.0.0.1"),
+    Flag("--port", "port to bind (in=http)", int, 8000),
+    Flag("--model-path", "a Hugging Face style model directory"),
+    Flag("--model-name", "served model name (default: the directory's name, or echo / mock-model)"),
+    Flag("--tool-call-parser", "tool-call family (hermes, llama3_json, mistral, ...)"),
+    Flag("--reasoning-parser", "reasoning parser (think, qwen3, deepseek_r1, mistral, ...)"),
+    Flag("--reasoning-field", "name of the reasoning field in responses", str, "reasoning_content"),
+    Flag("--chat-template", "a Jinja chat template file that replaces the model's"),
+    Flag("--max-model-len", "context length (at most the model's)", int),
+    Flag("--api-key", "require 'Authorization: Bearer KEY' on /v1/*"),
+    Flag("--log-level", "debug, info, warning, error", str, "warning"),
+    Flag("--output", "batch mode: where to write the answers (default FILE.out.jsonl)"),
+    Flag("--max-tokens", "text/stdin/batch modes: max tokens per answer", int),
+    # mocker
+    Flag("--max-num-seqs", "mocker: most sequences running at once", int, 256),
+    Flag("--max-num-batched-tokens", "mocker: token budget of one step", int, 8192),
+    Flag("--block-size", "mocker: KV cache block size in tokens", int, 16),
+    Flag("--num-kv-blocks", "mocker: KV cache size in blocks", int, 8192),
+    Flag("--speedup-ratio", "mocker: divide simulated time (0 = never sleep)", float, 1.0),
+    Flag("--no-structural-tags", "mocker: do not accept structural-tag constraints", action="store_true"),
+]
+
+
+def env_name(flag: str) -> str:
+    return "ROTOR_" + flag.lstrip("-").replace("-", "_").upper()
+
+
+def _env_default(flag: Flag) -> Any:
+    raw = os.environ.get(env_name(flag.name))
+    if raw is None:
+        return flag.default
+    if flag.action == "store_true":
+        return raw.lower() in ("1", "true", "yes", "on")
+    try:
+        return flag.type(raw)
+    except ValueError:
+        raise SystemExit(f"rotor: {env_name(flag.name)}={raw!r} is not a valid {flag.type.__name__}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rotor", description="rotor: an LLM serving frontend")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser(
+        "run",
+        help="run a whole system in one process",
+        description=USAGE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("io", nargs="*", metavar="in=INPUT out=ENGINE", help="input and engine")
+    for flag in FLAGS:
+        help_text = f"{flag.help} [{env_name(flag.name)}]"
+        if flag.action:
+            run.add_argument(flag.name, action=flag.action, default=_env_default(flag), help=help_text)
+        else:
+            run.add_argument(flag.name, type=flag.type, default=_env_default(flag), help=help_text)
+    return parser
+
+
+INPUTS = ("http", "text", "stdin", "batch")
+ENGINES = {"echo": "echo", "echo_full": "echo", "mocker": "mocker"}
+
+
+def parse_io(items: list[str]) -> tuple[str, str | None, str]:
+    """(input kind, batch file, engine) from `in=...` / `out=...` words."""
+    inp = os.environ.get("ROTOR_IN", "http")
+    out = os.environ.get("ROTOR_OUT", "echo")
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in ("in", "out") or not value:
+            raise SystemExit(f"rotor run: expected in=INPUT or out=ENGINE, got {item!r}")
+        if key == "in":
+            inp = value
+        else:
+            out = value
+    kind, _, path = inp.partition(":")
+    if kind not in INPUTS:
+        raise SystemExit(f"rotor run: unknown input {inp!r}; valid: http, text, stdin, batch:FILE")
+    if kind == "batch" and not path:
+        raise SystemExit("rotor run: in=batch needs a file: in=batch:FILE.jsonl")
+    if kind != "batch" and path:
+        raise SystemExit(f"rotor run: in={kind} takes no file")
+    if out not in ENGINES:
+        raise SystemExit(f"rotor run: unknown engine {out!r}; valid: {', '.join(ENGINES)}")
+    return kind, path or None, ENGINES[out]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        kind, path, engine = parse_io(args.io)
+        from rotor.launch import run
+
+        return run(args, kind, path, engine)
+    return 2  # pragma: no cover - argparse requires a command
+
+
+if __name__ == "__main__":
+    sys.exit(main())

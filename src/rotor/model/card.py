@@ -1,0 +1,63 @@
+"""ModelCard: everything the frontend needs to know about a served model.
+
+A card is built from a Hugging Face style directory (`load_card`) or is one of
+rotor's built-ins (the echo card). Workers publish it; the frontend reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Capabilities:
+    """What the engine behind the card can do."""
+
+    structural_tags: bool = False  # enforces guided / structural-tag constraints
+    logprobs: bool = False
+    text_out: bool = False  # sends text instead of token ids (echo without a tokenizer)
+    mock_scripts: bool = False  # honours the `mock` request extension
+
+
+@dataclass(slots=True)
+class ModelCard:
+    name: str
+    path: str | None = None  # model directory; None for built-ins without files
+    context_length: int = 8192
+    eos_token_ids: list[int] = field(default_factory=list)
+    bos_token: str | None = None
+    eos_token: str | None = None
+    unk_token: str | None = None
+    pad_token: str | None = None
+    # Named chat templates ("default", "tool_use", ...); empty = no template.
+    chat_templates: dict[str, str] = field(default_factory=dict)
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    generation_defaults: dict[str, Any] = field(default_factory=dict)
+    capabilities: Capabilities = field(default_factory=Capabilities)
+    created: int = 0
+
+    def chat_template(self, with_tools: bool) -> str | None:
+        """Pick `tool_use` when tools are present, else `default` (as transformers does)."""
+        if with_tools and "tool_use" in self.chat_templates:
+            return self.chat_templates["tool_use"]
+        if "default" in self.chat_templates:
+            return self.chat_templates["default"]
+        return next(iter(self.chat_templates.values()), None)
+
+
+ECHO_MODEL_NAME = "echo"
+# The text-out echo engine has no vocabulary; it names this id when it ends at
+# "model EOS", so the decoder can confirm the EOS like any other.
+ECHO_EOS_ID = 0
+
+
+def echo_card(name: str = ECHO_MODEL_NAME) -> ModelCard:
+    """The built-in card of the echo engine: no tokenizer, text out."""
+    return ModelCard(
+        name=name,
+        context_length=1 << 20,
+        eos_token_ids=[ECHO_EOS_ID],
+        capabilities=Capabilities(text_out=True),
+    )

@@ -1,0 +1,137 @@
+"""What a parser emits and the two parser interfaces (tool calls, reasoning).
+
+A parser is one small state machine per choice. `feed` takes the next text
+delta and returns message pieces; `finish` flushes at the end of the choice.
+Any split of the same text into deltas must produce the same pieces once
+merged (adjacent Content / Reasoning joined) — the property tests check that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+@dataclass(slots=True)
+class Content:
+    text: str
+
+
+@dataclass(slots=True)
+class Reasoning:
+    text: str
+
+
+@dataclass(slots=True)
+class ToolCall:
+    name: str
+    arguments: str  # a JSON object, serialised
+    id: str | None = None  # only families that carry their own id (kimi_k2) set it
+
+
+Piece = Content | Reasoning | ToolCall
+
+
+class ParseError(Exception):
+    """Output that the request's grammar forbids (Beam under its turn grammar only).
+
+    Other families never raise: malformed markup falls back to content."""
+
+
+class Tools:
+    """The tools a request declared: name → JSON schema of its parameters."""
+
+    __slots__ = ("schemas",)
+
+    def __init__(self, schemas: dict[str, dict[str, Any]] | None = None) -> None:
+        self.schemas: dict[str, dict[str, Any]] = schemas or {}
+
+    @classmethod
+    def from_openai(cls, tools: list[dict[str, Any]] | None) -> Tools:
+        """From OpenAI `tools` (`{"type":"function","function":{name, parameters}}`)."""
+        schemas: dict[str, dict[str, Any]] = {}
+        for tool in tools or []:
+            fn = tool.get("function", tool)
+            schemas[fn["name"]] = fn.get("parameters") or {}
+        return cls(schemas)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.schemas
+
+    def __bool__(self) -> bool:
+        return bool(self.schemas)
+
+    def param_schema(self, tool: str, param: str) -> dict[str, Any] | None:
+        """The JSON schema of one parameter, or None when undeclared."""
+        props = self.schemas.get(tool, {}).get("properties")
+        if isinstance(props, dict):
+            schema = props.get(param)
+            if isinstance(schema, dict):
+                return schema
+        return None
+
+
+class ToolParser:
+    """Turns a choice's text into content and complete tool calls.
+
+    Class attributes tell preprocess what the family needs from the decoder.
+    """
+
+    name: ClassVar[str] = ""
+    # Markers are special tokens: decode with skip_special_tokens=False by default.
+    needs_special_tokens: ClassVar[bool] = False
+    # Token texts that end generation but must still reach the parser when tools
+    # are active (harmony / beam `<|call|>`).
+    visible_stop_markers: ClassVar[tuple[str, ...]] = ()
+    # Hand the EOS token's text to the parser on confirmed MODEL_EOS.
+    wants_eos_text: ClassVar[bool] = False
+    # The family parses reasoning itself (harmony, beam): no reasoning parser runs.
+    handles_reasoning: ClassVar[bool] = False
+
+    def __init__(self, tools: Tools) -> None:
+        self.tools = tools
+
+    def feed(self, text: str) -> list[Piece]:
+        raise NotImplementedError
+
+    def finish(self) -> list[Piece]:
+        """Lenient end: unterminated-but-complete calls are recovered, other
+        leftover markup is released as content."""
+        raise NotImplementedError
+
+    def finish_at_eos(self) -> list[Piece]:
+        """Strict end, only under confirmed model EOS with a turn grammar installed."""
+        return self.finish()
+
+
+class ReasoningParser:
+    """Splits a choice's text into reasoning and content."""
+
+    name: ClassVar[str] = ""
+    start_tag: ClassVar[str] = ""
+    # The model begins inside reasoning even when the prompt does not end with
+    # the start tag (its template opens the block for it).
+    starts_inside: ClassVar[bool] = False
+
+    def __init__(self, inside: bool) -> None:
+        self.inside = inside
+
+    def feed(self, text: str) -> list[Piece]:
+        raise NotImplementedError
+
+    def finish(self) -> list[Piece]:
+        raise NotImplementedError
+
+
+def partial_marker_len(text: str, markers: tuple[str, ...]) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of a marker.
+
+    That suffix is held back: it might still become a marker."""
+    best = 0
+    for marker in markers:
+        upto = min(len(marker) - 1, len(text))
+        for n in range(upto, best, -1):
+            if text.endswith(marker[:n]):
+                best = n
+                break
+    return best

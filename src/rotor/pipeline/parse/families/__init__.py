@@ -1,0 +1,1 @@
+"""Tool-call families: one file each, one line each in pipeline/parse/tools.py."""

@@ -1,0 +1,105 @@
+"""The token-in/token-out contract between the frontend and every engine.
+
+Plain dataclasses so they cross a process boundary as msgpack/JSON (`to_dict` /
+`from_dict`) and cost nothing to build in-process. Engines never see text
+semantics (no stop strings, no parsing); the frontend never trusts an engine to
+stop on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Finish = Literal["eos", "length", "stop", "cancelled", "error"]
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    # A decoding constraint: {"type": "json_schema" | "regex" | "choice" |
+    # "structural_tag", ...}. None = unconstrained.
+    guided: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class StopParams:
+    max_tokens: int = 16
+    min_tokens: int = 0
+    stop_token_ids: list[int] = field(default_factory=list)  # the user's
+    eos_token_ids: list[int] = field(default_factory=list)  # the model's
+    visible_stop_token_ids: list[int] = field(default_factory=list)  # set by preprocess
+    ignore_eos: bool = False
+
+
+@dataclass(slots=True)
+class OutputParams:
+    logprobs: bool = False
+    top_logprobs: int = 0
+    skip_special_tokens: bool = True
+
+
+@dataclass(slots=True)
+class EngineRequest:
+    request_id: str
+    model: str
+    token_ids: list[int]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop: StopParams = field(default_factory=StopParams)
+    output: OutputParams = field(default_factory=OutputParams)
+    n: int = 1
+    # Engine-specific extras: "echo_text" for the text-out echo engine,
+    # "mock" for the mocker's scripted output.
+    annotations: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EngineRequest:
+        data = dict(data)
+        data["sampling"] = SamplingParams(**data.get("sampling", {}))
+        data["stop"] = StopParams(**data.get("stop", {}))
+        data["output"] = OutputParams(**data.get("output", {}))
+        return cls(**data)
+
+
+@dataclass(slots=True)
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class EngineOutput:
+    """One item of an engine's stream, for one choice."""
+
+    index: int = 0
+    token_ids: list[int] = field(default_factory=list)
+    text: str | None = None  # text-out engines (echo) send text; one output = one token
+    logprobs: list[TokenLogprob] | None = None
+    finish: Finish | None = None
+    matched: int | str | None = None  # the EOS/stop id (or string) that ended it
+    cached_tokens: int | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EngineOutput:
+        data = dict(data)
+        if data.get("logprobs") is not None:
+            data["logprobs"] = [
+                TokenLogprob(lp["token_id"], lp["logprob"], [tuple(t) for t in lp.get("top", [])])
+                for lp in data["logprobs"]
+            ]
+        return cls(**data)

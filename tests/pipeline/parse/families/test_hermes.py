@@ -1,0 +1,81 @@
+"""hermes, from its format: one `<tool_call>` JSON object per call."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from support.parsing import Case, assert_message, check_case, declared_tools, parse_chunks, splits
+
+FAMILY = "hermes"
+
+CASES = [
+    Case(
+        "one_call",
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+        None,
+        [("get_weather", {"city": "Paris"})],
+    ),
+    Case(
+        "parallel",
+        '<tool_call>{"name": "a", "arguments": {"x": 1}}</tool_call>\n'
+        '<tool_call>{"name": "b", "arguments": {"y": [1, 2]}}</tool_call>',
+        None,
+        [("a", {"x": 1}), ("b", {"y": [1, 2]})],
+    ),
+    Case(
+        "text_around",
+        'Let me check.\n<tool_call>{"name": "f", "arguments": {}}</tool_call>\nDone.',
+        "Let me check.\n\nDone.",
+        [("f", {})],
+    ),
+    Case(
+        "nested_unicode",
+        '<tool_call>{"name": "f", "arguments": {"q": {"city": "Montréal", "tags": ["東京", "🙂"]}}}</tool_call>',
+        None,
+        [("f", {"q": {"city": "Montréal", "tags": ["東京", "🙂"]}})],
+    ),
+    Case(
+        "empty_args_parameters_key",
+        '<tool_call>{"name": "ping", "parameters": {}}</tool_call>',
+        None,
+        [("ping", {})],
+    ),
+    Case(
+        "malformed_is_content",
+        "<tool_call>{not json}</tool_call> after",
+        "<tool_call>{not json}</tool_call> after",
+    ),
+    Case(
+        "cut_off_incomplete_is_content",
+        'Sure <tool_call>{"name": "f", "argu',
+        'Sure <tool_call>{"name": "f", "argu',
+    ),
+    Case(
+        "cut_off_complete_body_recovered",
+        '<tool_call>{"name": "f", "arguments": {"a": "b"}}',
+        None,
+        [("f", {"a": "b"})],
+    ),
+    Case("plain_text", "Just text with a < sign and <tool", "Just text with a < sign and <tool"),
+    Case(
+        "undeclared_name_still_returned",
+        '<tool_call>{"name": "other", "arguments": {"k": true}}</tool_call>',
+        None,
+        [("other", {"k": True})],
+        tools={"declared": {}},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_case(case: Case) -> None:
+    check_case(FAMILY, case)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), case=st.sampled_from(CASES))
+def test_any_split_gives_the_same_message(data: st.DataObject, case: Case) -> None:
+    chunks = data.draw(splits(case.output))
+    assert_message(parse_chunks(FAMILY, chunks, declared_tools(case)), case)

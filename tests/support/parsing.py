@@ -1,0 +1,99 @@
+"""Shared harness for parser tests: cases written once from a family's format,
+run whole, one character at a time and split at random (hypothesis), through
+the same MessageParser the pipeline uses. The HTTP tests reuse the cases."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import strategies as st
+
+from rotor.pipeline.parse.base import Content, Piece, Reasoning, ToolCall, Tools
+from rotor.pipeline.parse.message import MessageParser
+from rotor.pipeline.parse.reasoning import reasoning_parser
+from rotor.pipeline.parse.tools import tool_parser
+
+
+@dataclass
+class Case:
+    id: str
+    output: str  # what the model wrote
+    content: str | None  # expected content (None: no content)
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    reasoning: str | None = None
+    # name → parameters JSON schema; None declares every called name without a schema
+    tools: dict[str, dict[str, Any]] | None = None
+
+
+@dataclass
+class Message:
+    content: str | None
+    reasoning: str | None
+    calls: list[tuple[str, dict[str, Any]]]
+    raw_calls: list[ToolCall]
+
+
+def declared_tools(case: Case) -> Tools:
+    if case.tools is not None:
+        return Tools(case.tools)
+    return Tools({name: {} for name, _ in case.calls} or {"unused_tool": {}})
+
+
+def make_parser(
+    family: str | None, tools: Tools, reasoning: str | None = None, inside: bool = False
+) -> MessageParser:
+    return MessageParser(
+        reasoning=reasoning_parser(reasoning)(inside) if reasoning else None,
+        tools=tool_parser(family)(tools) if family else None,
+    )
+
+
+def fold(pieces: list[Piece]) -> Message:
+    content = "".join(p.text for p in pieces if isinstance(p, Content))
+    reasoning = "".join(p.text for p in pieces if isinstance(p, Reasoning))
+    raw = [p for p in pieces if isinstance(p, ToolCall)]
+    calls = [(c.name, json.loads(c.arguments)) for c in raw]
+    return Message(content or None, reasoning or None, calls, raw)
+
+
+def parse_chunks(
+    family: str | None,
+    chunks: list[str],
+    tools: Tools,
+    reasoning: str | None = None,
+    inside: bool = False,
+) -> Message:
+    parser = make_parser(family, tools, reasoning, inside)
+    pieces: list[Piece] = []
+    for chunk in chunks:
+        pieces.extend(parser.feed(chunk))
+    pieces.extend(parser.finish())
+    return fold(pieces)
+
+
+def assert_message(msg: Message, case: Case) -> None:
+    assert msg.content == case.content, f"{case.id}: content {msg.content!r} != {case.content!r}"
+    assert msg.reasoning == case.reasoning, f"{case.id}: reasoning {msg.reasoning!r}"
+    assert msg.calls == case.calls, f"{case.id}: calls {msg.calls!r} != {case.calls!r}"
+    for call in msg.raw_calls:
+        assert call.id, call
+        json.loads(call.arguments)
+
+
+def check_case(family: str, case: Case, reasoning: str | None = None) -> None:
+    """The case whole and one character at a time."""
+    tools = declared_tools(case)
+    assert_message(parse_chunks(family, [case.output], tools, reasoning), case)
+    assert_message(parse_chunks(family, list(case.output), tools, reasoning), case)
+
+
+@st.composite
+def splits(draw: st.DrawFn, text: str) -> list[str]:
+    """`text` cut at random places (inside markers and multi-byte-heavy text alike)."""
+    if not text:
+        return [text]
+    cuts = draw(st.lists(st.integers(0, len(text)), max_size=min(len(text), 40)))
+    points = sorted(set(cuts) | {0, len(text)})
+    return [text[a:b] for a, b in zip(points, points[1:], strict=False)]

@@ -1,0 +1,314 @@
+"""HF-compatible chat templates, rendered in a sandbox.
+
+A model's chat template is Jinja code shipped with its weights. The model was
+trained on exactly the text `transformers.apply_chat_template` produces, so
+rotor renders with the same environment options, globals and filters. The
+template is also untrusted code, so it runs in jinja2's immutable sandbox, and
+every way it can fail becomes one `TemplateError` the API turns into a 400.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, NoReturn
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+from jinja2.exceptions import SecurityError
+from jinja2.parser import Parser
+from jinja2.runtime import Macro
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+# Variables rotor sets itself; `chat_template_kwargs` cannot replace them.
+_RESERVED = frozenset(
+    {
+        "messages",
+        "tools",
+        "documents",
+        "add_generation_prompt",
+        "bos_token",
+        "eos_token",
+        "unk_token",
+        "pad_token",
+    }
+)
+
+
+class TemplateError(ValueError):
+    """A template failed to render; str(e) is a message fit for a 400 response
+    (for raise_exception, exactly the template's own message)."""
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """`{% generation %}...{% endgeneration %}`: renders its body unchanged.
+
+    transformers uses the tag to mask assistant tokens for training; serving
+    needs none of that, but templates that use it must still compile. The body
+    is a call block, as in transformers, so `set` inside it stays local.
+    """
+
+    tags = {"generation"}
+
+    def parse(self, parser: Parser) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        call = self.call_method("_body")
+        return jinja2.nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+    def _body(self, caller: Macro) -> str:
+        return str(caller())
+
+
+class _Sandbox(ImmutableSandboxedEnvironment):
+    """The immutable sandbox, but unsafe attribute access fails at once.
+
+    jinja2's own sandbox answers `''.__class__` with an undefined value that
+    prints as ''; a template probing for an escape should fail loudly instead
+    of rendering a prompt that silently lacks text.
+    """
+
+    def unsafe_undefined(self, obj: Any, attribute: str) -> NoReturn:
+        raise SecurityError(
+            f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe"
+        )
+
+
+def _raise_exception(message: str) -> NoReturn:
+    """The `raise_exception` global: the template's message becomes the 400 message."""
+    raise TemplateError(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    """The `strftime_now` global (Llama 3.2, gpt-oss put today's date in the prompt)."""
+    return datetime.now().strftime(fmt)
+
+
+def _tojson(
+    value: Any,
+    indent: int | None = None,
+    separators: Sequence[str] | None = None,
+    sort_keys: bool = False,
+    ensure_ascii: bool = False,
+) -> str:
+    """transformers' `tojson`: no HTML escaping, key order kept, non-ASCII kept.
+
+    jinja2's built-in filter escapes `<>&'` and sorts keys, which would change
+    the prompt the model was trained on.
+    """
+    return json.dumps(
+        value,
+        ensure_ascii=ensure_ascii,
+        indent=indent,
+        separators=tuple(separators) if separators is not None else None,
+        sort_keys=sort_keys,
+    )
+
+
+_ENV = _Sandbox(
+    trim_blocks=True,
+    lstrip_blocks=True,
+    extensions=[_GenerationTag, jinja2.ext.loopcontrols],
+)
+_ENV.filters["tojson"] = _tojson
+_ENV.globals["raise_exception"] = _raise_exception
+_ENV.globals["strftime_now"] = _strftime_now
+
+
+@functools.lru_cache(maxsize=64)
+def _compile(source: str) -> jinja2.Template:
+    """Compile once per distinct source: every request of a model shares it."""
+    try:
+        return _ENV.from_string(source)
+    except jinja2.TemplateSyntaxError as e:
+        raise TemplateError(f"chat template does not compile: {e.message} (line {e.lineno})") from e
+
+
+class ChatTemplate:
+    """One model's chat template, compiled, with the model's special tokens."""
+
+    def __init__(
+        self,
+        source: str,
+        *,
+        bos_token: str | None = None,
+        eos_token: str | None = None,
+        unk_token: str | None = None,
+        pad_token: str | None = None,
+    ) -> None:
+        self.source = source
+        self._template = _compile(source)
+        # Unset tokens stay undefined (render as ''), as in transformers; None would print "None".
+        tokens = {
+            "bos_token": bos_token,
+            "eos_token": eos_token,
+            "unk_token": unk_token,
+            "pad_token": pad_token,
+        }
+        self._tokens = {name: value for name, value in tokens.items() if value is not None}
+
+    def render(
+        self,
+        messages: list[dict],
+        *,
+        tools: list[dict] | None = None,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        documents: list[dict] | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """Render the prompt; extra kwargs (chat_template_kwargs) become template variables."""
+        final_text = None
+        if continue_final_message:
+            if add_generation_prompt:
+                raise TemplateError(
+                    "continue_final_message and add_generation_prompt cannot both be true"
+                )
+            final_text = _final_text(messages)
+
+        variables = {name: value for name, value in kwargs.items() if name not in _RESERVED}
+        variables.update(self._tokens)
+        variables["messages"] = _prepare_messages(messages)
+        variables["tools"] = _prepare_tools(tools)
+        variables["documents"] = _prepare_documents(documents)
+        variables["add_generation_prompt"] = add_generation_prompt
+
+        try:
+            rendered = self._template.render(variables)
+        except TemplateError:
+            raise
+        except Exception as e:  # untrusted code: any failure is the request's 400
+            raise TemplateError(_describe(e)) from e
+
+        if final_text is not None:
+            rendered = _cut_after(rendered, final_text)
+        return rendered
+
+
+def _prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Shallow copies, with assistant tool-call arguments parsed as transformers expects.
+
+    OpenAI clients send `arguments` as a JSON string; HF templates expect an
+    object (they `tojson` it or iterate its items). The caller's dicts are
+    never modified.
+    """
+    prepared = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise TemplateError(f"messages[{i}] must be an object")
+        copy = dict(message)
+        tool_calls = copy.get("tool_calls")
+        if copy.get("role") == "assistant" and isinstance(tool_calls, (list, tuple)):
+            copy["tool_calls"] = [_prepare_tool_call(call) for call in tool_calls]
+        prepared.append(copy)
+    return prepared
+
+
+def _prepare_tool_call(call: Any) -> Any:
+    if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
+        return call
+    function = dict(call["function"])
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            parsed = None
+        # Only a JSON object is "arguments"; anything else stays the client's string.
+        if isinstance(parsed, dict):
+            function["arguments"] = parsed
+    return {**call, "function": function}
+
+
+def _prepare_tools(tools: Sequence[Mapping[str, Any]] | None) -> list[Mapping[str, Any]] | None:
+    """OpenAI-shaped tools pass through; bare function dicts are wrapped into that shape.
+
+    HF templates read `tool.function.name` (the shape `get_json_schema` makes).
+    An empty list is None, so templates testing `tools is not none` do not
+    announce an empty tool set.
+    """
+    if not tools:
+        return None
+    prepared: list[Mapping[str, Any]] = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, Mapping):
+            raise TemplateError(f"tools[{i}] must be an object")
+        if "type" in tool or "function" in tool:
+            prepared.append(tool)
+        else:
+            prepared.append({"type": "function", "function": tool})
+    return prepared
+
+
+def _prepare_documents(
+    documents: Sequence[Mapping[str, Any]] | None,
+) -> Sequence[Mapping[str, Any]] | None:
+    if documents is None:
+        return None
+    for i, document in enumerate(documents):
+        if not isinstance(document, Mapping):
+            raise TemplateError(f"documents[{i}] must be an object")
+    return documents
+
+
+def _final_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The text the model is asked to continue: the final assistant message's (last) text."""
+    final = messages[-1] if messages else None
+    if not isinstance(final, Mapping) or final.get("role") != "assistant":
+        raise TemplateError(
+            "continue_final_message requires the final message to be an assistant message"
+        )
+    content = final.get("content")
+    text = ""
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, (list, tuple)):
+        for part in reversed(content):
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                text = part["text"]
+                break
+    if not text.strip():
+        raise TemplateError(
+            "continue_final_message requires text in the final assistant message to continue"
+        )
+    return text
+
+
+def _cut_after(rendered: str, text: str) -> str:
+    """Cut the prompt right after the last occurrence of the final message's text.
+
+    Templates often `trim` content, so the text is looked up stripped; its
+    trailing whitespace is kept only where the template kept it.
+    """
+    stripped = text.strip()
+    at = rendered.rfind(stripped)
+    if at < 0:
+        raise TemplateError(
+            "continue_final_message: the final message's text does not appear in the "
+            "rendered prompt (the chat template changed or dropped it)"
+        )
+    unled = text.lstrip()
+    if rendered.startswith(unled, at):
+        return rendered[: at + len(unled)]
+    return rendered[: at + len(stripped)]
+
+
+def _describe(error: Exception) -> str:
+    """A 400-worthy message: what went wrong and, when known, on which template line."""
+    message = f"chat template error: {str(error) or type(error).__name__}"
+    line = _template_line(error)
+    return f"{message} (line {line})" if line is not None else message
+
+
+def _template_line(error: Exception) -> int | None:
+    """The deepest template line in the traceback (jinja2 rewrites frames to template lines)."""
+    line = None
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line

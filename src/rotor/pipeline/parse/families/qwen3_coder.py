@@ -1,0 +1,95 @@
+"""qwen3_coder — Qwen3-Coder, Nemotron-Nano:
+
+    <tool_call>
+    <function=f>
+    <parameter=a>
+    1
+    </parameter>
+    </function>
+    </tool_call>
+
+The template puts each value on its own lines, so one newline after the
+parameter tag and one before its end belong to the markup, not the value.
+Values are text, typed by the tool's schema. As the model's reference parser
+does, a parameter the model forgot to close ends at the next `<parameter=` or
+at `</function>`; the function itself must be closed.
+"""
+
+from __future__ import annotations
+
+from rotor.pipeline.parse.base import ToolCall
+from rotor.pipeline.parse.families._xml import (
+    plain_name,
+    skip_ws,
+    tag_head,
+    trim_partial,
+    typed_arguments,
+)
+from rotor.pipeline.parse.marker import MarkerToolParser
+
+_FUNCTION = "<function="
+_FUNCTION_END = "</function>"
+_PARAM = "<parameter="
+_PARAM_END = "</parameter>"
+
+
+class Qwen3CoderParser(MarkerToolParser):
+    name = "qwen3_coder"
+    start_markers = ("<tool_call>",)
+    end_marker = "</tool_call>"
+
+    def parse_section(self, body: str) -> list[ToolCall] | None:
+        calls: list[ToolCall] = []
+        i = skip_ws(body, 0)
+        while i < len(body):
+            head = tag_head(body, i, _FUNCTION)
+            if head is None:
+                return None
+            name = plain_name(head[0])
+            end = body.find(_FUNCTION_END, head[1])
+            if name is None or end < 0:
+                return None
+            pairs = _parameters(body[head[1] : end])
+            if pairs is None:
+                return None
+            calls.append(ToolCall(name=name, arguments=typed_arguments(self.tools, name, pairs)))
+            i = skip_ws(body, end + len(_FUNCTION_END))
+        return calls or None
+
+    def unterminated(self, body: str) -> list[ToolCall] | None:
+        return self.parse_section(trim_partial(body, "</tool_call>"))
+
+
+def _parameters(inner: str) -> list[tuple[str, str]] | None:
+    """The (name, raw value) pairs of one function body; None when it holds
+    anything but parameters."""
+    pairs: list[tuple[str, str]] = []
+    i = skip_ws(inner, 0)
+    while i < len(inner):
+        head = tag_head(inner, i, _PARAM)
+        if head is None:
+            return None
+        name = plain_name(head[0])
+        if name is None:
+            return None
+        start = head[1]
+        close = inner.find(_PARAM_END, start)
+        nxt = inner.find(_PARAM, start)
+        if close >= 0 and (nxt < 0 or close < nxt):
+            value, i = inner[start:close], close + len(_PARAM_END)
+        elif nxt >= 0:
+            value, i = inner[start:nxt], nxt
+        else:
+            value, i = inner[start:], len(inner)
+        pairs.append((name, _unwrap(value)))
+        i = skip_ws(inner, i)
+    return pairs
+
+
+def _unwrap(value: str) -> str:
+    """Drop the one newline on each side that the template wraps a value in."""
+    if value.startswith("\n"):
+        value = value[1:]
+    if value.endswith("\n"):
+        value = value[:-1]
+    return value

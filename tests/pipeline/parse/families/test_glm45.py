@@ -1,0 +1,171 @@
+"""glm45, from its format: `<tool_call>` with the name first, then
+`<arg_key>`/`<arg_value>` pairs (one per line in 4.5/4.6, run together in 4.7)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rotor.pipeline.parse.base import Content, Tools
+from rotor.pipeline.parse.tools import tool_parser
+
+from support.parsing import Case, assert_message, check_case, declared_tools, parse_chunks, splits
+
+FAMILY = "glm45"
+
+WEATHER = {
+    "get_weather": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+    }
+}
+TYPED = {
+    "set": {
+        "type": "object",
+        "properties": {
+            "ratio": {"type": "number"},
+            "on": {"type": "boolean"},
+            "ids": {"type": "array"},
+            "note": {"type": ["string", "null"]},
+            "text": {"type": "string"},
+        },
+    }
+}
+
+
+def call(name: str, *pairs: tuple[str, str]) -> str:
+    """One call the way GLM 4.5's template writes it."""
+    args = "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>\n" for k, v in pairs)
+    return f"<tool_call>{name}\n{args}</tool_call>"
+
+
+CASES = [
+    Case(
+        "one_call_typed_by_schema",
+        call("get_weather", ("city", "Paris"), ("days", "3")),
+        None,
+        [("get_weather", {"city": "Paris", "days": 3})],
+        tools=WEATHER,
+    ),
+    Case(
+        "glm47_compact",
+        "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value>"
+        "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>",
+        None,
+        [("get_weather", {"city": "Paris", "days": 3})],
+        tools=WEATHER,
+    ),
+    Case(
+        "parallel",
+        call("get_weather", ("city", "Paris")) + "\n" + call("get_weather", ("city", "Oslo")),
+        None,
+        [("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Oslo"})],
+        tools=WEATHER,
+    ),
+    Case(
+        "text_around",
+        "I will look.\n" + call("f", ("q", "x")) + "\nDone.",
+        "I will look.\n\nDone.",
+        [("f", {"q": "x"})],
+    ),
+    Case(
+        "nested_unicode",
+        call("f", ("q", '{"city": "Montréal", "tags": ["東京", "🙂"]}'), ("label", "naïve ☕")),
+        None,
+        [("f", {"q": {"city": "Montréal", "tags": ["東京", "🙂"]}, "label": "naïve ☕"})],
+        tools={"f": {"properties": {"q": {"type": "object"}, "label": {"type": "string"}}}},
+    ),
+    Case("no_args", "<tool_call>ping\n</tool_call>", None, [("ping", {})]),
+    Case("no_args_glm47", "<tool_call>ping</tool_call>", None, [("ping", {})]),
+    Case(
+        "without_schema_values_stay_strings",
+        call("f", ("n", "5"), ("obj", '{"a": 1}')),
+        None,
+        [("f", {"n": "5", "obj": '{"a": 1}'})],
+    ),
+    Case(
+        "typed_values_and_verbatim_strings",
+        call(
+            "set",
+            ("ratio", "2.5"),
+            ("on", "false"),
+            ("ids", "[1, 2]"),
+            ("note", "null"),
+            ("text", "line one\n  line two\n"),
+        ),
+        None,
+        [
+            (
+                "set",
+                {
+                    "ratio": 2.5,
+                    "on": False,
+                    "ids": [1, 2],
+                    "note": None,
+                    "text": "line one\n  line two\n",
+                },
+            )
+        ],
+        tools=TYPED,
+    ),
+    Case(
+        "malformed_key_without_value_is_content",
+        "<tool_call>f\n<arg_key>a</arg_key>\n</tool_call> after",
+        "<tool_call>f\n<arg_key>a</arg_key>\n</tool_call> after",
+    ),
+    Case(
+        "malformed_json_body_is_content",
+        '<tool_call>{"name": "f", "arguments": {}}</tool_call>',
+        '<tool_call>{"name": "f", "arguments": {}}</tool_call>',
+    ),
+    Case(
+        "cut_off_in_the_name_is_content",
+        "Sure <tool_call>get_wea",
+        "Sure <tool_call>get_wea",
+    ),
+    Case(
+        "cut_off_in_a_value_is_content",
+        "Sure <tool_call>f\n<arg_key>a</arg_key>\n<arg_value>1",
+        "Sure <tool_call>f\n<arg_key>a</arg_key>\n<arg_value>1",
+    ),
+    Case(
+        "cut_off_complete_body_recovered",
+        "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>b</arg_value>\n</tool",
+        None,
+        [("f", {"a": "b"})],
+    ),
+    Case("plain_text", "x <arg_key> y <tool", "x <arg_key> y <tool"),
+    Case(
+        "undeclared_name_still_returned",
+        call("other", ("k", "v")),
+        None,
+        [("other", {"k": "v"})],
+        tools={"declared": {}},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_case(case: Case) -> None:
+    check_case(FAMILY, case)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), case=st.sampled_from(CASES))
+def test_any_split_gives_the_same_message(data: st.DataObject, case: Case) -> None:
+    chunks = data.draw(splits(case.output))
+    assert_message(parse_chunks(FAMILY, chunks, declared_tools(case)), case)
+
+
+def test_plain_text_takes_the_fast_path() -> None:
+    parser = tool_parser(FAMILY)(Tools({"f": {}}))
+    assert parser.feed("no markup here") == [Content("no markup here")]
+
+
+def test_text_is_released_once_it_cannot_be_a_marker() -> None:
+    parser = tool_parser(FAMILY)(Tools({"f": {}}))
+    assert parser.feed("Hi <tool") == [Content("Hi ")]
+    assert parser.feed("box") == [Content("<toolbox")]
+    assert parser.feed(" <tool_call>f") == [Content(" ")]
+    assert parser.finish() == [Content("<tool_call>f")]

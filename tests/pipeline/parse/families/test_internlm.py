@@ -1,0 +1,111 @@
+"""internlm, from its format: `<|action_start|><|plugin|>`, a newline, one JSON
+object with `name` and `parameters`, then `<|action_end|>`."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rotor.pipeline.parse.base import Content, Tools
+from rotor.pipeline.parse.tools import tool_parser
+
+from support.parsing import Case, assert_message, check_case, declared_tools, parse_chunks, splits
+
+FAMILY = "internlm"
+
+START = "<|action_start|><|plugin|>\n"
+END = "<|action_end|>"
+
+CASES = [
+    Case(
+        "one_call",
+        START + '{"name": "get_weather", "parameters": {"city": "Paris"}}' + END,
+        None,
+        [("get_weather", {"city": "Paris"})],
+    ),
+    Case(
+        "two_actions",
+        START
+        + '{"name": "a", "parameters": {"x": 1}}'
+        + END
+        + "\n"
+        + START
+        + '{"name": "b", "parameters": {"y": [1, 2]}}'
+        + END,
+        None,
+        [("a", {"x": 1}), ("b", {"y": [1, 2]})],
+    ),
+    Case(
+        "text_around",
+        "I will look it up.\n" + START + '{"name": "f", "parameters": {}}' + END + "\nDone.",
+        "I will look it up.\n\nDone.",
+        [("f", {})],
+    ),
+    Case(
+        "nested_unicode",
+        START
+        + '{"name": "f", "parameters": {"q": {"city": "Montréal", "tags": ["東京", "🙂"]}}}'
+        + END,
+        None,
+        [("f", {"q": {"city": "Montréal", "tags": ["東京", "🙂"]}})],
+    ),
+    Case(
+        "empty_args_arguments_key",
+        START + '{"name": "ping", "arguments": {}}' + END,
+        None,
+        [("ping", {})],
+    ),
+    Case(
+        "malformed_is_content",
+        "Hi " + START + "{not json}" + END + " after",
+        "Hi " + START + "{not json}" + END + " after",
+    ),
+    Case(
+        "interpreter_action_is_content",
+        "Run it:<|action_start|><|interpreter|>\nprint(1)" + END,
+        "Run it:<|action_start|><|interpreter|>\nprint(1)" + END,
+    ),
+    Case(
+        "cut_off_incomplete_is_content",
+        "Sure " + START + '{"name": "f", "param',
+        "Sure " + START + '{"name": "f", "param',
+    ),
+    Case(
+        "cut_off_complete_body_recovered",
+        START + '{"name": "f", "parameters": {"a": "b"}}',
+        None,
+        [("f", {"a": "b"})],
+    ),
+    Case(
+        "plain_text", "Just text with a < sign and <|action", "Just text with a < sign and <|action"
+    ),
+    Case(
+        "undeclared_name_still_returned",
+        START + '{"name": "other", "parameters": {"k": true}}' + END,
+        None,
+        [("other", {"k": True})],
+        tools={"declared": {}},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_case(case: Case) -> None:
+    check_case(FAMILY, case)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), case=st.sampled_from(CASES))
+def test_any_split_gives_the_same_message(data: st.DataObject, case: Case) -> None:
+    chunks = data.draw(splits(case.output))
+    assert_message(parse_chunks(FAMILY, chunks, declared_tools(case)), case)
+
+
+def test_markers_are_special_tokens() -> None:
+    assert tool_parser(FAMILY).needs_special_tokens
+
+
+def test_plain_text_takes_the_fast_path() -> None:
+    parser = tool_parser(FAMILY)(Tools())
+    assert parser.feed("no markup here, just words") == [Content("no markup here, just words")]

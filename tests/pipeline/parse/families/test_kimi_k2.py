@@ -1,0 +1,143 @@
+"""kimi_k2, from its format: one section of call blocks, each `functions.f:i`,
+the argument marker and the JSON arguments; the `functions.f:i` id is kept."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rotor.pipeline.parse.base import Content, Tools
+from rotor.pipeline.parse.message import MessageParser
+from rotor.pipeline.parse.tools import tool_parser
+
+from support.parsing import Case, assert_message, check_case, declared_tools, parse_chunks, splits
+
+FAMILY = "kimi_k2"
+
+BEGIN = "<|tool_calls_section_begin|>"
+END = "<|tool_calls_section_end|>"
+
+
+def block(call_id: str, args: str) -> str:
+    """One call block exactly as Kimi K2's template writes it."""
+    return f"<|tool_call_begin|>{call_id}<|tool_call_argument_begin|>{args}<|tool_call_end|>"
+
+
+CASES = [
+    Case(
+        "one_call",
+        BEGIN + block("functions.get_weather:0", '{"city": "Paris"}') + END,
+        None,
+        [("get_weather", {"city": "Paris"})],
+    ),
+    Case(
+        "parallel_in_one_section",
+        BEGIN + block("functions.a:0", '{"x": 1}') + block("functions.b:1", '{"y": [1, 2]}') + END,
+        None,
+        [("a", {"x": 1}), ("b", {"y": [1, 2]})],
+    ),
+    Case(
+        "text_around",
+        "Let me check.\n" + BEGIN + block("functions.f:0", "{}") + END + "\nDone.",
+        "Let me check.\n\nDone.",
+        [("f", {})],
+    ),
+    Case(
+        "nested_unicode",
+        BEGIN + block("functions.f:3", '{"q": {"city": "Montréal", "tags": ["東京", "🙂"]}}') + END,
+        None,
+        [("f", {"q": {"city": "Montréal", "tags": ["東京", "🙂"]}})],
+    ),
+    Case("empty_args", BEGIN + block("functions.ping:0", "{}") + END, None, [("ping", {})]),
+    Case(
+        "whitespace_around_id_and_between_blocks",
+        BEGIN
+        + "\n"
+        + block(" functions.a:0 ", ' {"x": 1} ')
+        + "\n"
+        + block("functions.b:1", "{}")
+        + END,
+        None,
+        [("a", {"x": 1}), ("b", {})],
+    ),
+    Case(
+        "dotted_name_and_no_prefix",
+        BEGIN + block("functions.mcp.search:0", '{"q": "x"}') + block("lookup:1", "{}") + END,
+        None,
+        [("mcp.search", {"q": "x"}), ("lookup", {})],
+    ),
+    Case(
+        "singular_section_markers",
+        "<|tool_call_section_begin|>"
+        + block("functions.f:0", '{"a": 1}')
+        + "<|tool_call_section_end|> ok",
+        " ok",
+        [("f", {"a": 1})],
+    ),
+    Case(
+        "malformed_json_is_content",
+        "Hi " + BEGIN + block("functions.f:0", "{not json}") + END + " after",
+        "Hi " + BEGIN + block("functions.f:0", "{not json}") + END + " after",
+    ),
+    Case(
+        "id_without_index_is_content",
+        BEGIN + block("functions.f", "{}") + END,
+        BEGIN + block("functions.f", "{}") + END,
+    ),
+    Case(
+        "cut_off_incomplete_is_content",
+        "Sure " + BEGIN + '<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{"a',
+        "Sure " + BEGIN + '<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{"a',
+    ),
+    Case(
+        "cut_off_complete_body_recovered",
+        BEGIN + block("functions.f:0", '{"a": "b"}') + "<|tool_call_sec",
+        None,
+        [("f", {"a": "b"})],
+    ),
+    Case("plain_text", "Just text with a < sign and <|tool", "Just text with a < sign and <|tool"),
+    Case(
+        "undeclared_name_still_returned",
+        BEGIN + block("functions.other:0", '{"k": true}') + END,
+        None,
+        [("other", {"k": True})],
+        tools={"declared": {}},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_case(case: Case) -> None:
+    check_case(FAMILY, case)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), case=st.sampled_from(CASES))
+def test_any_split_gives_the_same_message(data: st.DataObject, case: Case) -> None:
+    chunks = data.draw(splits(case.output))
+    assert_message(parse_chunks(FAMILY, chunks, declared_tools(case)), case)
+
+
+def test_call_keeps_kimis_own_id() -> None:
+    output = BEGIN + block("functions.get_weather:0", "{}") + block("lookup:1", "{}") + END
+    msg = parse_chunks(FAMILY, list(output), Tools({"get_weather": {}, "lookup": {}}))
+    assert [c.id for c in msg.raw_calls] == ["functions.get_weather:0", "lookup:1"]
+
+
+def test_own_id_survives_parallel_tool_calls_false() -> None:
+    output = BEGIN + block("functions.a:4", "{}") + block("functions.b:5", "{}") + END
+    parser = MessageParser(
+        tools=tool_parser(FAMILY)(Tools({"a": {}, "b": {}})), parallel_tool_calls=False
+    )
+    pieces = parser.feed(output) + parser.finish()
+    assert [(p.name, p.id) for p in pieces] == [("a", "functions.a:4")]
+
+
+def test_markers_are_special_tokens() -> None:
+    assert tool_parser(FAMILY).needs_special_tokens
+
+
+def test_plain_text_takes_the_fast_path() -> None:
+    parser = tool_parser(FAMILY)(Tools())
+    assert parser.feed("no markup here, just words") == [Content("no markup here, just words")]

@@ -1,0 +1,191 @@
+"""qwen3_coder, from its format: `<tool_call>` around one `<function=f>` with
+`<parameter=a>` values, each value wrapped in one newline on either side."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rotor.pipeline.parse.base import Content, Tools
+from rotor.pipeline.parse.tools import tool_parser
+
+from support.parsing import Case, assert_message, check_case, declared_tools, parse_chunks, splits
+
+FAMILY = "qwen3_coder"
+
+WEATHER = {
+    "get_weather": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+    }
+}
+TYPED = {
+    "set": {
+        "type": "object",
+        "properties": {
+            "ratio": {"type": "number"},
+            "on": {"type": "boolean"},
+            "ids": {"type": "array"},
+            "note": {"type": ["string", "null"]},
+            "count": {"type": "integer"},
+        },
+    }
+}
+
+
+def call(name: str, *params: tuple[str, str]) -> str:
+    """One call the way Qwen3-Coder's template writes it."""
+    body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params)
+    return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
+
+
+CASES = [
+    Case(
+        "one_call_typed_by_schema",
+        call("get_weather", ("city", "Paris"), ("days", "3")),
+        None,
+        [("get_weather", {"city": "Paris", "days": 3})],
+        tools=WEATHER,
+    ),
+    Case(
+        "parallel",
+        call("get_weather", ("city", "Paris")) + "\n" + call("get_weather", ("city", "Oslo")),
+        None,
+        [("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Oslo"})],
+        tools=WEATHER,
+    ),
+    Case(
+        "text_around",
+        "Let me check.\n" + call("f", ("q", "x")) + "\nDone.",
+        "Let me check.\n\nDone.",
+        [("f", {"q": "x"})],
+    ),
+    Case(
+        "nested_unicode",
+        call(
+            "f",
+            ("q", '{"city": "Montréal", "tags": ["東京", "🙂"]}'),
+            ("label", "naïve café ☕"),
+        ),
+        None,
+        [("f", {"q": {"city": "Montréal", "tags": ["東京", "🙂"]}, "label": "naïve café ☕"})],
+        tools={"f": {"properties": {"q": {"type": "object"}, "label": {"type": "string"}}}},
+    ),
+    Case(
+        "empty_args",
+        "<tool_call>\n<function=ping>\n</function>\n</tool_call>",
+        None,
+        [("ping", {})],
+    ),
+    Case(
+        "without_schema_values_stay_strings",
+        call("f", ("n", "5"), ("obj", '{"a": 1}'), ("flag", "true")),
+        None,
+        [("f", {"n": "5", "obj": '{"a": 1}', "flag": "true"})],
+    ),
+    Case(
+        "typed_values",
+        call(
+            "set",
+            ("ratio", "2.5"),
+            ("on", "true"),
+            ("ids", "[1, 2]"),
+            ("note", "null"),
+            ("count", "many"),
+        ),
+        None,
+        [("set", {"ratio": 2.5, "on": True, "ids": [1, 2], "note": None, "count": "many"})],
+        tools=TYPED,
+    ),
+    Case(
+        "multiline_value_keeps_inner_newlines",
+        "<tool_call>\n<function=write>\n<parameter=code>\n\ndef f():\n    return 1\n\n"
+        "</parameter>\n</function>\n</tool_call>",
+        None,
+        [("write", {"code": "\ndef f():\n    return 1\n"})],
+    ),
+    Case(
+        "value_on_the_tag_line",
+        "<tool_call><function=f><parameter=a>1</parameter></function></tool_call>",
+        None,
+        [("f", {"a": "1"})],
+    ),
+    Case(
+        "unclosed_parameter_ends_at_next_tag",
+        "<tool_call>\n<function=f>\n<parameter=a>\n1\n<parameter=b>\n2\n</function>\n</tool_call>",
+        None,
+        [("f", {"a": "1", "b": "2"})],
+    ),
+    Case(
+        "two_functions_in_one_section",
+        "<tool_call>\n<function=a>\n</function>\n<function=b>\n<parameter=x>\ny\n</parameter>\n"
+        "</function>\n</tool_call>",
+        None,
+        [("a", {}), ("b", {"x": "y"})],
+    ),
+    Case(
+        "malformed_missing_function_end_is_content",
+        "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</tool_call> after",
+        "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</tool_call> after",
+    ),
+    Case(
+        "malformed_json_body_is_content",
+        'Hi <tool_call>{"name": "f", "arguments": {}}</tool_call>',
+        'Hi <tool_call>{"name": "f", "arguments": {}}</tool_call>',
+    ),
+    Case(
+        "cut_off_incomplete_is_content",
+        "Sure <tool_call>\n<function=f>\n<parameter=a>\n1",
+        "Sure <tool_call>\n<function=f>\n<parameter=a>\n1",
+    ),
+    Case(
+        "cut_off_complete_body_recovered",
+        "<tool_call>\n<function=f>\n<parameter=a>\nb\n</parameter>\n</function>\n",
+        None,
+        [("f", {"a": "b"})],
+    ),
+    Case(
+        "cut_off_inside_end_marker_recovered",
+        "<tool_call>\n<function=f>\n</function>\n</tool_ca",
+        None,
+        [("f", {})],
+    ),
+    Case(
+        "plain_text",
+        "a < b and <function=x> and <tool",
+        "a < b and <function=x> and <tool",
+    ),
+    Case(
+        "undeclared_name_still_returned",
+        call("other", ("k", "v")),
+        None,
+        [("other", {"k": "v"})],
+        tools={"declared": {}},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_case(case: Case) -> None:
+    check_case(FAMILY, case)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), case=st.sampled_from(CASES))
+def test_any_split_gives_the_same_message(data: st.DataObject, case: Case) -> None:
+    chunks = data.draw(splits(case.output))
+    assert_message(parse_chunks(FAMILY, chunks, declared_tools(case)), case)
+
+
+def test_plain_text_takes_the_fast_path() -> None:
+    parser = tool_parser(FAMILY)(Tools({"f": {}}))
+    assert parser.feed("no markup here") == [Content("no markup here")]
+
+
+def test_text_is_released_once_it_cannot_be_a_marker() -> None:
+    parser = tool_parser(FAMILY)(Tools({"f": {}}))
+    assert parser.feed("Hi <tool") == [Content("Hi ")]
+    assert parser.feed("box") == [Content("<toolbox")]
+    assert parser.feed(" <tool_call>\n<function=f>") == [Content(" ")]
+    assert parser.finish() == [Content("<tool_call>\n<function=f>")]

@@ -1,0 +1,51 @@
+"""MockerConfig: the simulated engine's size limits and its cost model.
+
+The defaults describe a mid-sized model on one GPU, so a mocker behind a
+frontend streams at a believable pace (~100 tokens/s per request at batch 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class MockerConfig:
+    max_num_seqs: int = 256  # running sequences at once
+    max_num_batched_tokens: int = 8192  # tokens computed per step (prefill chunks + decodes)
+    block_size: int = 16  # tokens per KV block
+    num_kv_blocks: int = 8192
+    # Simulated time is divided by this before sleeping; 0 = never sleep.
+    speedup_ratio: float = 1.0
+    prefill_overhead_ms: float = 2.0  # fixed cost of a step that prefills anything
+    prefill_ms_per_token: float = 0.05
+    decode_ms_per_step: float = 10.0  # a decode step at batch 1
+    decode_ms_per_seq: float = 0.05  # each further sequence in the decode batch
+    eos_probability: float = 0.02  # per generated token, seeded output only
+    structural_tags: bool = True  # advertised on the card (the mocker never enforces it)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_kv_blocks"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"mocker {name} must be at least 1, got {getattr(self, name)}")
+        if self.speedup_ratio < 0:
+            raise ValueError(f"mocker speedup_ratio must be >= 0, got {self.speedup_ratio}")
+        if not 0.0 <= self.eos_probability <= 1.0:
+            raise ValueError(
+                f"mocker eos_probability must be in [0, 1], got {self.eos_probability}"
+            )
+
+    @property
+    def capacity_tokens(self) -> int:
+        """The most tokens the whole KV cache can hold (one sequence alone)."""
+        return self.num_kv_blocks * self.block_size
+
+    def step_ms(self, prefill_tokens: int, decode_seqs: int) -> float:
+        """Simulated duration of one step that prefills and decodes this much."""
+        ms = 0.0
+        if prefill_tokens:
+            ms += self.prefill_overhead_ms + self.prefill_ms_per_token * prefill_tokens
+        if decode_seqs:
+            ms += self.decode_ms_per_step + self.decode_ms_per_seq * (decode_seqs - 1)
+        return ms

@@ -1,0 +1,273 @@
+"""MockerEngine: the Engine interface over a simulated step loop.
+
+One background task does what a real engine's core loop does: schedule a
+batch, spend the step's simulated time (divided by `speedup_ratio`), then
+append the sampled tokens and send each choice's output to its request's
+queue. `generate` only admits sequences and reads the queue, so the timing,
+batching, prefix reuse and preemption a client sees come from the scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import random
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from rotor.engines.base import EngineError
+from rotor.engines.mocker.config import MockerConfig
+from rotor.engines.mocker.sampler import LogprobMaker, RandomSource
+from rotor.engines.mocker.scheduler import Scheduler
+from rotor.engines.mocker.script import ScriptSource, parse_script
+from rotor.engines.mocker.sequence import Sequence, SequenceStatus, TokenSource
+from rotor.model.card import ModelCard
+from rotor.model.tokenizer import Tokenizer
+from rotor.protocol.engine import EngineOutput, EngineRequest
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Closed:
+    """Queue marker: this choice ends with no further output (aborted, or `eof`)."""
+
+    index: int
+
+
+@dataclass(slots=True)
+class _Request:
+    seqs: list[Sequence]
+    logprobs: list[LogprobMaker | None]
+    queue: asyncio.Queue[EngineOutput | _Closed] = field(default_factory=asyncio.Queue)
+    aborted: set[int] = field(default_factory=set)
+    started: set[int] = field(default_factory=set)  # choices that sent their first output
+    cached_tokens: int | None = None
+
+
+class MockerEngine:
+    def __init__(
+        self, card: ModelCard, tokenizer: Tokenizer, config: MockerConfig | None = None
+    ) -> None:
+        self.config = config = config or MockerConfig()
+        caps = dataclasses.replace(
+            card.capabilities,
+            logprobs=True,
+            mock_scripts=True,
+            structural_tags=config.structural_tags,
+        )
+        self.card = dataclasses.replace(card, capabilities=caps)
+        self.tokenizer = tokenizer
+        self.scheduler = Scheduler(config)
+        self.max_seq_len = min(card.context_length, config.capacity_tokens)
+        added = tokenizer.raw.get_added_tokens_decoder()
+        self.vocab = [i for i in range(tokenizer.vocab_size) if i not in added]
+        self.steps = 0
+        self.simulated_ms = 0.0
+        self._requests: dict[str, _Request] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._wake = asyncio.Event()  # bound to the running loop
+            self._task = asyncio.create_task(self._loop(), name="mocker-step-loop")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._fail_all("engine stopped")
+
+    # -- Engine interface --------------------------------------------------
+
+    def validate(self, request: EngineRequest) -> None:
+        """Raise EngineError if this request cannot run; the frontend calls it
+        before it starts streaming, so a bad `mock` script is a 400, not a broken stream."""
+        if request.n < 1:
+            raise EngineError(f"n must be at least 1, got {request.n}")
+        if not request.token_ids:
+            raise EngineError("token_ids: the prompt is empty")
+        if len(request.token_ids) >= self.max_seq_len:
+            raise EngineError(
+                f"token_ids: the prompt has {len(request.token_ids)} tokens; this engine "
+                f"holds at most {self.max_seq_len} per sequence, prompt and output"
+            )
+        raw = request.annotations.get("mock")
+        if raw is not None:
+            script = parse_script(raw, request.n)
+            if script.end in ("eos", "eos_hidden") and self._eos_id(request) is None:
+                raise EngineError(f"mock.end {script.end!r}: the model has no EOS token id")
+        elif request.stop.max_tokens < 1:
+            raise EngineError(f"stop.max_tokens must be at least 1, got {request.stop.max_tokens}")
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        """Admit the request's n sequences and relay their outputs until every
+        choice has ended; leaving early aborts whatever is still running."""
+        self.validate(request)
+        if self._task is None:
+            raise EngineError("the mocker engine is not started")
+        rid = request.request_id
+        if rid in self._requests:
+            raise EngineError(f"request_id {rid!r} is already running")
+        req = self._admit(request)
+        done: set[int] = set()
+        try:
+            while len(done) < request.n:
+                item = await req.queue.get()
+                if isinstance(item, _Closed):
+                    done.add(item.index)
+                    continue
+                if item.index in req.aborted:
+                    continue
+                if item.finish is not None:
+                    done.add(item.index)
+                yield item
+        finally:
+            if len(done) < request.n:
+                self.abort(rid)
+            self._requests.pop(rid, None)
+
+    def abort(self, request_id: str, index: int | None = None) -> None:
+        """Stop one choice (or all): its blocks are freed now and the consumer
+        sees no further output for it, even output already queued."""
+        req = self._requests.get(request_id)
+        if req is None:
+            return
+        for seq in req.seqs:
+            if (index is not None and seq.index != index) or seq.index in req.aborted:
+                continue
+            req.aborted.add(seq.index)  # outputs still queued for it are dropped too
+            self.scheduler.finish(seq)
+            req.queue.put_nowait(_Closed(seq.index))
+
+    def state(self) -> dict[str, Any]:
+        kv = self.scheduler.kv
+        return {
+            "waiting": len(self.scheduler.waiting),
+            "running": len(self.scheduler.running),
+            "kv_blocks_total": kv.num_total,
+            "kv_blocks_free": kv.num_free,
+            "kv_blocks_cached": kv.num_cached,
+            "steps": self.steps,
+            "preemptions": self.scheduler.preemptions,
+            "active_requests": len(self._requests),
+            "simulated_ms": self.simulated_ms,
+        }
+
+    # -- admission -----------------------------------------------------------
+
+    def _eos_id(self, request: EngineRequest) -> int | None:
+        eos = self.card.eos_token_ids or request.stop.eos_token_ids
+        return eos[0] if eos else None
+
+    def _admit(self, request: EngineRequest) -> _Request:
+        script = request.annotations.get("mock")
+        parsed = parse_script(script, request.n) if script is not None else None
+        eos_id = self._eos_id(request)
+        seqs: list[Sequence] = []
+        makers: list[LogprobMaker | None] = []
+        for index in range(request.n):
+            if request.sampling.seed is not None:
+                key = f"{request.sampling.seed}:{index}"
+            else:
+                key = f"{self.config.seed}:{request.request_id}:{index}"
+            source: TokenSource
+            if parsed is not None:
+                ids = self.tokenizer.encode(parsed.outputs[index])
+                source = ScriptSource(ids, parsed.end, parsed.tokens_per_step, eos_id)
+            else:
+                source = RandomSource(
+                    random.Random(key),
+                    self.vocab,
+                    eos_id,
+                    request.stop,
+                    self.config.eos_probability,
+                )
+            seqs.append(Sequence(request.request_id, index, request.token_ids, source))
+            top = request.output.top_logprobs
+            makers.append(
+                LogprobMaker(random.Random("logprobs:" + key), self.vocab, top)
+                if request.output.logprobs
+                else None
+            )
+        req = _Request(seqs, makers)
+        self._requests[request.request_id] = req
+        for seq in seqs:
+            self.scheduler.add(seq)
+        self._wake.set()
+        return req
+
+    # -- the step loop -----------------------------------------------------
+
+    async def _loop(self) -> None:
+        while True:
+            if not self.scheduler.has_work():
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                await self._step()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bug must not hang every client
+                logger.exception("mocker step failed")
+                self._fail_all(f"mocker step failed: {exc}")
+
+    async def _step(self) -> None:
+        batch = self.scheduler.schedule()
+        if not batch.items:  # the only running sequence preempted itself; admit next step
+            await asyncio.sleep(0)
+            return
+        ms = self.config.step_ms(batch.prefill_tokens, batch.decode_seqs)
+        self.simulated_ms += ms
+        ratio = self.config.speedup_ratio
+        await asyncio.sleep(ms / 1000.0 / ratio if ratio > 0 else 0)
+        self.steps += 1
+        for seq in list(self.scheduler.advance(batch)):
+            self._sample(seq)
+
+    def _sample(self, seq: Sequence) -> None:
+        req = self._requests[seq.request_id]
+        emission = seq.source.next(seq.num_generated, self.max_seq_len - seq.num_tokens)
+        seq.token_ids.extend(emission.token_ids)
+        if not emission.ended and seq.num_tokens >= self.max_seq_len:
+            emission.finish = "length"  # the sequence fills what the engine can hold
+        if emission.token_ids or emission.finish is not None:
+            out = EngineOutput(
+                index=seq.index,
+                token_ids=emission.token_ids,
+                finish=emission.finish,
+                matched=emission.matched,
+                error=emission.error,
+            )
+            maker = req.logprobs[seq.index]
+            if maker is not None:
+                out.logprobs = [maker.make(t) for t in emission.token_ids]
+            if seq.index not in req.started:
+                req.started.add(seq.index)
+                if req.cached_tokens is None:
+                    req.cached_tokens = seq.cached_tokens or 0
+                out.cached_tokens = req.cached_tokens
+            req.queue.put_nowait(out)
+        if emission.ended:
+            self.scheduler.finish(seq)
+        if emission.closed:
+            req.queue.put_nowait(_Closed(seq.index))
+
+    def _fail_all(self, message: str) -> None:
+        """End every unfinished choice with an error (engine stopped or broken)."""
+        for req in list(self._requests.values()):
+            for seq in req.seqs:
+                if seq.status is not SequenceStatus.FINISHED:
+                    self.scheduler.finish(seq)
+                    req.queue.put_nowait(
+                        EngineOutput(index=seq.index, finish="error", error=message)
+                    )

@@ -1,0 +1,127 @@
+"""A paged KV cache with prefix reuse, as vLLM keeps it (without the tensors).
+
+Sequences hold blocks of `block_size` tokens. A full block is named by the hash
+of (parent block's hash, its token ids), so equal prefixes have equal chains.
+Blocks are registered under their hash as soon as the step that fills them is
+scheduled; when their last user lets go, hashed blocks stay in an LRU of free
+cached blocks, ready to be matched by a later prompt, and are the last to be
+handed out (plain free blocks go first, then the least recently freed cached one).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Sequence as Seq
+
+from rotor.engines.mocker.sequence import Sequence
+
+
+class Block:
+    __slots__ = ("block_id", "ref_count", "hash")
+
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+        self.ref_count = 0
+        self.hash: int | None = None
+
+
+class KVCache:
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.block_size = block_size
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.free_plain: deque[int] = deque(range(num_blocks))
+        self.free_cached: OrderedDict[int, None] = OrderedDict()  # LRU first
+        self.hash_to_block: dict[int, int] = {}
+
+    @property
+    def num_total(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def num_free(self) -> int:
+        """Blocks that can be handed out now (cached ones by eviction)."""
+        return len(self.free_plain) + len(self.free_cached)
+
+    @property
+    def num_cached(self) -> int:
+        """Free blocks kept for prefix reuse."""
+        return len(self.free_cached)
+
+    def block_hash(self, seq: Sequence, i: int) -> int:
+        """Hash of the seq's i-th full block, chained on its parent's."""
+        bs = self.block_size
+        hashes = seq.block_hashes
+        while len(hashes) <= i:
+            j = len(hashes)
+            parent = hashes[j - 1] if j else None
+            hashes.append(hash((parent, tuple(seq.token_ids[j * bs : (j + 1) * bs]))))
+        return hashes[i]
+
+    def match(self, seq: Sequence) -> list[int]:
+        """Cached blocks equal to the seq's leading full blocks.
+
+        At least one token is always left to compute: its step is what samples
+        the next token.
+        """
+        hits: list[int] = []
+        for i in range((seq.num_tokens - 1) // self.block_size):
+            block_id = self.hash_to_block.get(self.block_hash(seq, i))
+            if block_id is None:
+                break
+            hits.append(block_id)
+        return hits
+
+    def allocate(self, seq: Sequence, num_tokens: int, hits: Seq[int] = ()) -> bool:
+        """Give `seq` blocks for its first `num_tokens` tokens (after `hits`), or
+        change nothing and return False when there are not enough."""
+        needed = -(-num_tokens // self.block_size) - len(seq.block_table) - len(hits)
+        reclaimed = sum(1 for b in hits if self.blocks[b].ref_count == 0)
+        if needed > self.num_free - reclaimed:
+            return False
+        for block_id in hits:
+            block = self.blocks[block_id]
+            if block.ref_count == 0:
+                del self.free_cached[block_id]
+            block.ref_count += 1
+        seq.block_table.extend(hits)
+        seq.num_hashed_blocks = max(seq.num_hashed_blocks, len(seq.block_table))
+        for _ in range(needed):
+            seq.block_table.append(self._take())
+        self._register(seq, num_tokens // self.block_size)
+        return True
+
+    def free(self, seq: Sequence) -> None:
+        """Release the seq's blocks, tail first so its deepest blocks are evicted first."""
+        for block_id in reversed(seq.block_table):
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count:
+                continue
+            if block.hash is not None and self.hash_to_block.get(block.hash) == block_id:
+                self.free_cached[block_id] = None
+            else:
+                block.hash = None
+                self.free_plain.append(block_id)
+        seq.block_table.clear()
+        seq.num_hashed_blocks = 0
+
+    def _take(self) -> int:
+        if self.free_plain:
+            block_id = self.free_plain.popleft()
+        else:
+            block_id, _ = self.free_cached.popitem(last=False)
+            block = self.blocks[block_id]
+            if block.hash is not None and self.hash_to_block.get(block.hash) == block_id:
+                del self.hash_to_block[block.hash]
+            block.hash = None
+        self.blocks[block_id].ref_count = 1
+        return block_id
+
+    def _register(self, seq: Sequence, num_full: int) -> None:
+        """Name the seq's newly full blocks so later prompts can find them."""
+        for i in range(seq.num_hashed_blocks, num_full):
+            block = self.blocks[seq.block_table[i]]
+            if block.hash is None:
+                block.hash = self.block_hash(seq, i)
+                self.hash_to_block.setdefault(block.hash, block.block_id)
+        seq.num_hashed_blocks = max(seq.num_hashed_blocks, num_full)

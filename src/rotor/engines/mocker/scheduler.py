@@ -1,0 +1,125 @@
+"""Which sequences compute how many tokens this step (vLLM v1's policy, small).
+
+Every sequence has tokens it still has to compute: its whole prompt when it
+arrives (less what the prefix cache already holds), one token per step while
+decoding. Each step spends a budget of `max_num_batched_tokens`: running
+sequences first, oldest first, then waiting ones while KV blocks and
+`max_num_seqs` allow. A prompt larger than the budget is prefilled in chunks
+over several steps. When a running sequence cannot get a block, the youngest
+running sequence is preempted by recompute: its blocks are freed and it goes
+back to the head of the waiting queue, to be prefilled again (prompt and
+output so far) when there is room.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from rotor.engines.mocker.config import MockerConfig
+from rotor.engines.mocker.kv_cache import KVCache
+from rotor.engines.mocker.sequence import Sequence, SequenceStatus
+
+
+@dataclass(slots=True)
+class Batch:
+    items: list[tuple[Sequence, int]] = field(default_factory=list)  # (seq, tokens to compute)
+    prefill_tokens: int = 0
+    decode_seqs: int = 0
+
+
+class Scheduler:
+    def __init__(self, config: MockerConfig) -> None:
+        self.max_num_seqs = config.max_num_seqs
+        self.max_num_batched_tokens = config.max_num_batched_tokens
+        self.kv = KVCache(config.num_kv_blocks, config.block_size)
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []  # admission order: the last is the youngest
+        self.preemptions = 0
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def schedule(self) -> Batch:
+        batch = Batch()
+        budget = self.max_num_batched_tokens
+        preemptions = self.preemptions
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(seq.num_pending, budget)
+            if not self._reserve(seq, n):
+                break  # seq preempted itself: it was the youngest, nothing follows it
+            self._add(batch, seq, n)
+            budget -= n
+            i += 1
+        # Admitting right after a preemption would only thrash the cache.
+        admit = self.preemptions == preemptions
+        while admit and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0]
+            hits = self.kv.match(seq)
+            cached = len(hits) * self.kv.block_size
+            n = min(seq.num_tokens - cached, budget)
+            if not self.kv.allocate(seq, cached + n, hits):
+                break
+            self.waiting.popleft()
+            seq.status = SequenceStatus.RUNNING
+            seq.num_computed = cached
+            seq.prefilled = False
+            if seq.cached_tokens is None:
+                seq.cached_tokens = min(cached, seq.num_prompt_tokens)
+            self.running.append(seq)
+            self._add(batch, seq, n)
+            budget -= n
+        return batch
+
+    def advance(self, batch: Batch) -> Iterator[Sequence]:
+        """Apply a computed step; yield the sequences that now sample new tokens."""
+        for seq, n in batch.items:
+            if seq.status is not SequenceStatus.RUNNING:
+                continue  # aborted while the step ran
+            seq.num_computed += n
+            if seq.num_pending == 0:
+                seq.prefilled = True
+                yield seq
+
+    def finish(self, seq: Sequence) -> None:
+        """Take the seq out of the queues for good and free its blocks."""
+        if seq.status is SequenceStatus.WAITING:
+            self.waiting.remove(seq)
+        elif seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+        else:
+            return
+        self.kv.free(seq)
+        seq.status = SequenceStatus.FINISHED
+
+    def _reserve(self, seq: Sequence, n: int) -> bool:
+        """Blocks for n more tokens of seq, preempting the youngest until they fit;
+        False when seq itself had to go."""
+        while not self.kv.allocate(seq, seq.num_computed + n):
+            victim = self.running.pop()
+            self._preempt(victim)
+            if victim is seq:
+                return False
+        return True
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.kv.free(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.num_computed = 0
+        seq.prefilled = False
+        self.waiting.appendleft(seq)
+        self.preemptions += 1
+
+    @staticmethod
+    def _add(batch: Batch, seq: Sequence, n: int) -> None:
+        batch.items.append((seq, n))
+        if seq.prefilled:
+            batch.decode_seqs += 1
+        else:
+            batch.prefill_tokens += n

@@ -1,0 +1,73 @@
+"""One choice of one request as the scheduler sees it: tokens, progress, KV blocks.
+
+A request with n choices becomes n sequences. Each owns where its next tokens
+come from (a `TokenSource`: the seeded sampler or a `mock` script), so the
+scheduler and KV cache treat scripted and sampled output alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum, auto
+from typing import Protocol
+
+from rotor.protocol.engine import Finish
+
+
+class SequenceStatus(Enum):
+    WAITING = auto()
+    RUNNING = auto()
+    FINISHED = auto()
+
+
+@dataclass(slots=True)
+class Emission:
+    """What a sequence produces in one step."""
+
+    token_ids: list[int] = field(default_factory=list)
+    finish: Finish | None = None
+    matched: int | None = None
+    error: str | None = None
+    closed: bool = False  # the choice ends with no finish at all (script end "eof")
+
+    @property
+    def ended(self) -> bool:
+        return self.finish is not None or self.closed
+
+
+class TokenSource(Protocol):
+    def next(self, num_generated: int, limit: int) -> Emission:
+        """The next tokens (at most `limit`) after `num_generated` were produced."""
+        ...
+
+
+class Sequence:
+    def __init__(self, request_id: str, index: int, prompt: list[int], source: TokenSource) -> None:
+        self.request_id = request_id
+        self.index = index
+        self.token_ids = list(prompt)  # prompt, then everything generated
+        self.num_prompt_tokens = len(prompt)
+        self.source = source
+        self.status = SequenceStatus.WAITING
+        self.num_computed = 0  # tokens whose KV exists
+        self.prefilled = False  # caught up since the last (re)admission
+        self.block_table: list[int] = []
+        self.num_hashed_blocks = 0  # leading blocks registered in the prefix cache
+        self.block_hashes: list[int] = []  # memo of full-block hashes; tokens never change
+        self.cached_tokens: int | None = None  # prompt tokens served from cache, first admission
+
+    def __repr__(self) -> str:
+        return f"Sequence({self.request_id!r}, {self.index}, {self.status.name}, {self.num_computed}/{self.num_tokens})"
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def num_pending(self) -> int:
+        """Tokens still to compute before the next ones can be sampled."""
+        return len(self.token_ids) - self.num_computed

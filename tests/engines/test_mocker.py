@@ -1,0 +1,429 @@
+"""The mocker through the Engine interface: scripts, seeded output, logprobs, n, abort."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from rotor.engines.base import EngineError
+from rotor.engines.mocker import MockerConfig, MockerEngine
+from rotor.model.builtin import builtin_test_model
+from rotor.model.tokenizer import Tokenizer
+from rotor.protocol.engine import (
+    EngineOutput,
+    EngineRequest,
+    OutputParams,
+    SamplingParams,
+    StopParams,
+)
+
+CARD, TOK = builtin_test_model()
+EOS = CARD.eos_token_ids[0]
+PROMPT = "<|im_start|>user\nHello, world!<|im_end|>\n<|im_start|>assistant\n"
+TEXT = "The quick brown fox jumps over the lazy dog."
+_ids = itertools.count()
+
+MakeEngine = Callable[..., Awaitable[MockerEngine]]
+
+
+@pytest.fixture
+async def make_engine() -> AsyncIterator[MakeEngine]:
+    engines: list[MockerEngine] = []
+
+    async def make(**config: Any) -> MockerEngine:
+        config.setdefault("speedup_ratio", 0)
+        engine = MockerEngine(CARD, TOK, MockerConfig(**config))
+        await engine.start()
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        await engine.stop()
+
+
+def request(
+    mock: Any = None, prompt: str = PROMPT, n: int = 1, rid: str | None = None, **kw: Any
+) -> EngineRequest:
+    annotations = {"mock": mock} if mock is not None else {}
+    return EngineRequest(
+        request_id=rid or f"req-{next(_ids)}",
+        model=CARD.name,
+        token_ids=TOK.encode(prompt),
+        n=n,
+        annotations=annotations,
+        **kw,
+    )
+
+
+async def collect(engine: MockerEngine, req: EngineRequest) -> list[EngineOutput]:
+    return [out async for out in engine.generate(req)]
+
+
+def ids_of(outs: list[EngineOutput], index: int = 0) -> list[int]:
+    return [t for o in outs if o.index == index for t in o.token_ids]
+
+
+# -- scripted output -----------------------------------------------------------
+
+
+def test_card_capabilities() -> None:
+    engine = MockerEngine(CARD, TOK, MockerConfig(structural_tags=False))
+    caps = engine.card.capabilities
+    assert (caps.logprobs, caps.mock_scripts, caps.structural_tags) == (True, True, False)
+    assert MockerEngine(CARD, TOK, MockerConfig()).card.capabilities.structural_tags is True
+    assert CARD.capabilities.structural_tags is True  # the caller's card is not mutated
+
+
+@pytest.mark.parametrize(
+    ("end", "last_token", "finish", "matched", "error"),
+    [
+        ("eos", EOS, "eos", EOS, None),
+        ("eos_hidden", None, "eos", EOS, None),
+        ("length", None, "length", None, None),
+        ("stop", None, "stop", None, None),
+        ("eof", None, None, None, None),
+        ("error", None, "error", None, "mock: scripted error"),
+    ],
+)
+async def test_script_ends(
+    make_engine: MakeEngine,
+    end: str,
+    last_token: int | None,
+    finish: str | None,
+    matched: int | None,
+    error: str | None,
+) -> None:
+    engine = await make_engine()
+    outs = await collect(engine, request({"output": TEXT, "end": end}))
+    expected = TOK.encode(TEXT) + ([last_token] if last_token is not None else [])
+    assert ids_of(outs) == expected
+    assert all(len(o.token_ids) == 1 for o in outs)  # default: one token per step
+    assert [o.finish for o in outs[:-1]] == [None] * (len(outs) - 1)
+    last = outs[-1]
+    assert (last.finish, last.matched, last.error) == (finish, matched, error)
+    assert engine.state()["active_requests"] == 0
+
+
+async def test_script_default_end_is_eos_and_special_tokens_become_ids(
+    make_engine: MakeEngine,
+) -> None:
+    engine = await make_engine()
+    text = "<think>hm</think>Hi<|im_end|>"
+    outs = await collect(engine, request({"output": text}))
+    assert ids_of(outs) == TOK.encode(text) + [EOS]
+    assert TOK.token_to_id("<|im_end|>") in ids_of(outs)[:-1]
+    assert (outs[-1].finish, outs[-1].matched) == ("eos", EOS)
+
+
+async def test_empty_script_output(make_engine: MakeEngine) -> None:
+    engine = await make_engine()
+    outs = await collect(engine, request({"output": "", "end": "eos_hidden"}))
+    assert [(o.token_ids, o.finish, o.matched) for o in outs] == [([], "eos", EOS)]
+    assert await collect(engine, request({"output": "", "end": "eof"})) == []
+
+
+async def test_tokens_per_step_groups_ids(make_engine: MakeEngine) -> None:
+    engine = await make_engine()
+    expected = TOK.encode(TEXT) + [EOS]
+    assert len(expected) % 3 != 0  # so the last group is short
+    outs = await collect(engine, request({"output": TEXT, "tokens_per_step": 3}))
+    assert [len(o.token_ids) for o in outs] == [3] * (len(expected) // 3) + [len(expected) % 3]
+    assert ids_of(outs) == expected
+    assert outs[-1].finish == "eos"
+
+
+async def test_n2_list_of_outputs(make_engine: MakeEngine) -> None:
+    engine = await make_engine()
+    texts = ["First answer.", "A second, longer answer here."]
+    outs = await collect(engine, request({"output": texts, "end": "length"}, n=2))
+    for index, text in enumerate(texts):
+        assert ids_of(outs, index) == TOK.encode(text)
+        finishes = [o.finish for o in outs if o.index == index and o.finish]
+        assert finishes == ["length"]
+    # One string is played on every choice.
+    outs = await collect(engine, request({"output": TEXT}, n=3))
+    assert [ids_of(outs, i) for i in range(3)] == [TOK.encode(TEXT) + [EOS]] * 3
+
+
+@pytest.mark.parametrize(
+    ("mock", "n", "field"),
+    [
+        ("just text", 1, "mock must be an object"),
+        ({"output": "x", "tokens": 3}, 1, "tokens"),
+        ({"output": 42}, 1, "mock.output"),
+        ({"output": ["a", 1]}, 2, "mock.output"),
+        ({"output": ["a", "b", "c"]}, 2, "mock.output"),
+        ({"output": ["a"]}, 2, "mock.output"),
+        ({"output": "x", "end": "done"}, 1, "mock.end"),
+        ({"output": "x", "tokens_per_step": 0}, 1, "mock.tokens_per_step"),
+        ({"output": "x", "tokens_per_step": "2"}, 1, "mock.tokens_per_step"),
+        ({"output": "x", "tokens_per_step": True}, 1, "mock.tokens_per_step"),
+    ],
+)
+async def test_script_validation(make_engine: MakeEngine, mock: Any, n: int, field: str) -> None:
+    engine = await make_engine()
+    req = request(mock, n=n)
+    with pytest.raises(EngineError, match=field):
+        engine.validate(req)
+    gen = engine.generate(req)
+    with pytest.raises(EngineError, match=field):
+        await gen.__anext__()  # raised on first iteration, before any output
+    state = engine.state()
+    assert (state["active_requests"], state["waiting"], state["running"], state["steps"]) == (
+        0,
+        0,
+        0,
+        0,
+    )
+
+
+async def test_request_validation(make_engine: MakeEngine) -> None:
+    engine = await make_engine(num_kv_blocks=4, block_size=4)
+    with pytest.raises(EngineError, match="empty"):
+        engine.validate(request(prompt=""))
+    with pytest.raises(EngineError, match="token_ids"):
+        engine.validate(request(prompt=TEXT * 3))  # longer than the 16-token cache
+    with pytest.raises(EngineError, match="max_tokens"):
+        engine.validate(request(prompt="Hi", stop=StopParams(max_tokens=0)))
+    engine.validate(
+        request({"output": "ok"}, prompt="Hi", stop=StopParams(max_tokens=0))
+    )  # scripts ignore it
+
+
+async def test_duplicate_request_id_rejected(make_engine: MakeEngine) -> None:
+    engine = await make_engine()
+    first = engine.generate(request({"output": TEXT}, rid="same"))
+    await first.__anext__()
+    with pytest.raises(EngineError, match="already running"):
+        await engine.generate(request({"output": TEXT}, rid="same")).__anext__()
+    await first.aclose()
+
+
+async def test_not_started_is_an_error() -> None:
+    engine = MockerEngine(CARD, TOK, MockerConfig())
+    with pytest.raises(EngineError, match="not started"):
+        await engine.generate(request({"output": "x"})).__anext__()
+
+
+async def test_guided_constraints_are_accepted(make_engine: MakeEngine) -> None:
+    engine = await make_engine(structural_tags=False)
+    guided = {"type": "structural_tag", "structures": [], "triggers": ["<tool_call>"]}
+    outs = await collect(engine, request({"output": TEXT}, sampling=SamplingParams(guided=guided)))
+    assert ids_of(outs) == TOK.encode(TEXT) + [EOS]
+    schema = {"type": "json_schema", "json_schema": {"type": "object"}}
+    outs = await collect(engine, request(sampling=SamplingParams(guided=schema, seed=1)))
+    assert outs[-1].finish in ("eos", "length")
+
+
+async def test_script_longer_than_the_engine_holds_ends_at_length(
+    make_engine: MakeEngine,
+) -> None:
+    engine = await make_engine(num_kv_blocks=8, block_size=4)  # 32 tokens per sequence
+    req = request({"output": TEXT * 4})
+    outs = await collect(engine, req)
+    assert outs[-1].finish == "length"
+    assert len(req.token_ids) + len(ids_of(outs)) == 32
+    assert ids_of(outs) == TOK.encode(TEXT * 4)[: 32 - len(req.token_ids)]
+
+
+# -- seeded output ---------------------------------------------------------------
+
+
+def ordinary(tok: Tokenizer) -> set[int]:
+    return set(range(tok.vocab_size)) - set(tok.raw.get_added_tokens_decoder())
+
+
+async def test_seeded_output_is_reproducible(make_engine: MakeEngine) -> None:
+    engine = await make_engine()
+    stop = StopParams(max_tokens=40)
+
+    async def run(seed: int | None, rid: str | None = None, n: int = 1) -> list[EngineOutput]:
+        return await collect(
+            engine, request(rid=rid, n=n, stop=stop, sampling=SamplingParams(seed=seed))
+        )
+
+    a, b = await run(7), await run(7)  # different request ids, same seed
+    assert [(o.token_ids, o.finish) for o in a] == [(o.token_ids, o.finish) for o in b]
+    assert ids_of(await run(8)) != ids_of(a)
+    two = await run(7, n=2)
+    assert ids_of(two, 0) == ids_of(a)
+    assert ids_of(two, 1) != ids_of(a)  # each choice has its own generator
+    # Without a seed the engine's seed and the request id decide.
+    assert ids_of(await run(None, rid="x")) == ids_of(await run(None, rid="x"))
+    assert ids_of(await run(None, rid="x")) != ids_of(await run(None, rid="y"))
+    other = await make_engine(seed=99)
+    again = await collect(other, request(stop=stop, sampling=SamplingParams(seed=7)))
+    assert ids_of(again) == ids_of(a)  # a request seed wins over the engine's
+
+
+async def test_seeded_tokens_are_ordinary_and_end_at_eos_or_length(
+    make_engine: MakeEngine,
+) -> None:
+    engine = await make_engine(eos_probability=0.2)
+    seen_eos = seen_length = False
+    for seed in range(20):
+        outs = await collect(
+            engine, request(stop=StopParams(max_tokens=10), sampling=SamplingParams(seed=seed))
+        )
+        ids = ids_of(outs)
+        assert [o.finish for o in outs[:-1]] == [None] * (len(outs) - 1)
+        last = outs[-1]
+        if last.finish == "eos":
+            seen_eos = True
+            assert ids[-1] == EOS == last.matched and len(ids) <= 10
+            assert set(ids[:-1]) <= ordinary(TOK)
+        else:
+            seen_length = True
+            assert last.finish == "length" and len(ids) == 10
+            assert set(ids) <= ordinary(TOK)
+    assert seen_eos and seen_length
+
+
+async def test_ignore_eos_and_min_tokens(make_engine: MakeEngine) -> None:
+    engine = await make_engine(eos_probability=1.0)
+    outs = await collect(engine, request(stop=StopParams(max_tokens=10)))
+    assert [(o.token_ids, o.finish, o.matched) for o in outs] == [([EOS], "eos", EOS)]
+    outs = await collect(engine, request(stop=StopParams(max_tokens=10, min_tokens=4)))
+    ids = ids_of(outs)
+    assert len(ids) == 5 and EOS not in ids[:4] and ids[4] == EOS
+    assert (outs[-1].finish, outs[-1].matched) == ("eos", EOS)
+    outs = await collect(engine, request(stop=StopParams(max_tokens=12, ignore_eos=True)))
+    assert len(ids_of(outs)) == 12 and EOS not in ids_of(outs)
+    assert outs[-1].finish == "length"
+
+
+async def test_user_stop_token_ids(make_engine: MakeEngine) -> None:
+    engine = await make_engine(eos_probability=0.0)
+    every = sorted(ordinary(TOK))
+    outs = await collect(engine, request(stop=StopParams(max_tokens=10, stop_token_ids=every)))
+    assert len(outs) == 1 and outs[0].finish == "stop" and outs[0].matched == outs[0].token_ids[0]
+    outs = await collect(
+        engine, request(stop=StopParams(max_tokens=10, min_tokens=3, stop_token_ids=every))
+    )
+    assert len(ids_of(outs)) == 4 and outs[-1].finish == "stop"
+
+
+@pytest.mark.parametrize("top", [0, 1, 5])
+async def test_logprobs_are_well_formed(make_engine: MakeEngine, top: int) -> None:
+    engine = await make_engine()
+    plain = await collect(
+        engine, request(stop=StopParams(max_tokens=20), sampling=SamplingParams(seed=3))
+    )
+    output = OutputParams(logprobs=True, top_logprobs=top)
+    for req in (
+        request(stop=StopParams(max_tokens=20), sampling=SamplingParams(seed=3), output=output),
+        request({"output": TEXT, "tokens_per_step": 2}, output=output),
+    ):
+        outs = await collect(engine, req)
+        for out in outs:
+            assert out.logprobs is not None and len(out.logprobs) == len(out.token_ids)
+            for token_id, lp in zip(out.token_ids, out.logprobs, strict=True):
+                assert lp.token_id == token_id and lp.logprob <= 0.0
+                assert len(lp.top) == top
+                values = [v for _, v in lp.top]
+                assert values == sorted(values, reverse=True)
+                assert all(v <= 0.0 for v in values)
+                assert len({i for i, _ in lp.top}) == top
+                assert sum(math.exp(v) for v in values) <= 1.0 + 1e-9
+                top_ids = dict(lp.top)
+                if token_id in top_ids:
+                    assert top_ids[token_id] == lp.logprob
+                elif top:
+                    assert lp.logprob <= min(values)
+    assert ids_of(outs) == TOK.encode(TEXT) + [EOS]
+    assert all(o.logprobs is None for o in plain)
+    with_lp = await collect(
+        engine,
+        request(stop=StopParams(max_tokens=20), sampling=SamplingParams(seed=3), output=output),
+    )
+    assert ids_of(with_lp) == ids_of(plain)  # asking for logprobs never changes the tokens
+
+
+# -- abort -----------------------------------------------------------------------
+
+
+async def settle() -> None:
+    """Let the step loop finish any step it was in the middle of."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_closing_the_generator_aborts_and_frees(make_engine: MakeEngine) -> None:
+    engine = await make_engine(num_kv_blocks=64, block_size=4)
+    gen = engine.generate(request({"output": TEXT * 8}, n=2))
+    for _ in range(4):
+        await gen.__anext__()
+    state = engine.state()
+    assert state["running"] == 2 and state["kv_blocks_free"] < state["kv_blocks_total"]
+    await gen.aclose()
+    state = engine.state()
+    assert (state["running"], state["waiting"], state["active_requests"]) == (0, 0, 0)
+    assert state["kv_blocks_free"] == state["kv_blocks_total"]
+    await settle()
+    steps = engine.state()["steps"]
+    await asyncio.sleep(0.05)  # a loop still working for it would take many steps here
+    assert engine.state()["steps"] == steps
+
+
+async def test_cancelling_the_consumer_aborts(make_engine: MakeEngine) -> None:
+    engine = await make_engine()
+    got: list[EngineOutput] = []
+
+    async def consume() -> None:
+        async for out in engine.generate(request({"output": TEXT * 20})):
+            got.append(out)
+
+    task = asyncio.create_task(consume())
+    while len(got) < 3:
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    state = engine.state()
+    assert (state["running"], state["waiting"], state["active_requests"]) == (0, 0, 0)
+    assert state["kv_blocks_free"] == state["kv_blocks_total"]
+
+
+async def test_abort_one_choice(make_engine: MakeEngine) -> None:
+    engine = await make_engine()
+    req = request({"output": [TEXT * 10, TEXT]}, n=2)
+    after_abort: list[EngineOutput] = []
+    aborted = False
+    async for out in engine.generate(req):
+        if aborted:
+            after_abort.append(out)
+        elif out.index == 0:
+            engine.abort(req.request_id, 0)
+            aborted = True
+            assert engine.state()["running"] == 1
+    assert aborted
+    assert all(o.index == 1 for o in after_abort)
+    assert after_abort[-1].finish == "eos"
+    assert engine.state()["active_requests"] == 0
+
+
+async def test_abort_whole_request_ends_the_stream(make_engine: MakeEngine) -> None:
+    engine = await make_engine()
+    req = request({"output": TEXT * 10}, n=2)
+    outs: list[EngineOutput] = []
+    async for out in engine.generate(req):
+        outs.append(out)
+        if len(outs) == 3:
+            engine.abort(req.request_id)
+    assert len(outs) == 3
+    assert engine.state()["kv_blocks_free"] == engine.state()["kv_blocks_total"]
+
+
+async def test_stop_fails_requests_in_flight(make_engine: MakeEngine) -> None:
+    engine = await make_engine()
+    gen = engine.generate(request({"output": TEXT * 10}))
+    await gen.__anext__()
+    await engine.stop()
+    rest = [out async for out in gen]
+    assert rest[-1].finish == "error" and rest[-1].error == "engine stopped"

@@ -1,0 +1,238 @@
+"""The mocker's simulation seen from outside: prefix reuse, preemption, chunked
+prefill, batching and simulated time."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from rotor.engines.mocker import MockerConfig, MockerEngine
+from rotor.model.builtin import builtin_test_model
+from rotor.protocol.engine import EngineOutput, EngineRequest, SamplingParams, StopParams
+
+CARD, TOK = builtin_test_model()
+EOS = CARD.eos_token_ids[0]
+SYSTEM = "<|im_start|>system\nYou are a helpful assistant. Answer briefly.<|im_end|>\n"
+_ids = itertools.count()
+
+MakeEngine = Callable[..., Awaitable[MockerEngine]]
+
+
+@pytest.fixture
+async def make_engine() -> AsyncIterator[MakeEngine]:
+    engines: list[MockerEngine] = []
+
+    async def make(**config: Any) -> MockerEngine:
+        config.setdefault("speedup_ratio", 0)
+        engine = MockerEngine(CARD, TOK, MockerConfig(**config))
+        await engine.start()
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        await engine.stop()
+
+
+def request(prompt: str, mock: Any = None, n: int = 1, **kw: Any) -> EngineRequest:
+    return EngineRequest(
+        request_id=f"req-{next(_ids)}",
+        model=CARD.name,
+        token_ids=TOK.encode(prompt),
+        n=n,
+        annotations={"mock": mock} if mock is not None else {},
+        **kw,
+    )
+
+
+async def collect(engine: MockerEngine, req: EngineRequest) -> list[EngineOutput]:
+    return [out async for out in engine.generate(req)]
+
+
+def ids_of(outs: list[EngineOutput], index: int = 0) -> list[int]:
+    return [t for o in outs if o.index == index for t in o.token_ids]
+
+
+# -- prefix reuse -------------------------------------------------------------------
+
+
+async def test_repeated_prompt_reuses_cached_blocks(make_engine: MakeEngine) -> None:
+    engine = await make_engine(block_size=4)
+    prompt = SYSTEM + "<|im_start|>user\nWhat is the weather like in Paris?<|im_end|>\n"
+    length = len(TOK.encode(prompt))
+    first = await collect(engine, request(prompt, {"output": "Sunny."}))
+    assert first[0].cached_tokens == 0
+    assert all(o.cached_tokens is None for o in first[1:])  # reported once, on the first output
+    assert engine.state()["kv_blocks_cached"] > 0
+    again = await collect(engine, request(prompt, {"output": "Sunny."}))
+    # Every full block is reused except that the last token is always computed.
+    assert again[0].cached_tokens == (length - 1) // 4 * 4 > 0
+    assert ids_of(again) == ids_of(first)
+
+
+async def test_shared_prefix_hits_only_its_blocks(make_engine: MakeEngine) -> None:
+    engine = await make_engine(block_size=4)
+    shared = TOK.encode(SYSTEM)
+    await collect(engine, request(SYSTEM + "<|im_start|>user\nHello, world!", {"output": "x"}))
+    outs = await collect(
+        engine, request(SYSTEM + "<|im_start|>user\nHow are you today?", {"output": "x"})
+    )
+    cached = outs[0].cached_tokens
+    assert cached is not None and cached % 4 == 0
+    assert (
+        len(shared) // 4 * 4 <= cached < len(TOK.encode(SYSTEM + "<|im_start|>user\nHow are you"))
+    )
+    unrelated = await collect(
+        engine, request("Numbers: 0 1 2 3 4 5 6 7 8 9 10 42", {"output": "x"})
+    )
+    assert unrelated[0].cached_tokens == 0
+
+
+async def test_n_choices_share_prompt_blocks(make_engine: MakeEngine) -> None:
+    engine = await make_engine(block_size=4, num_kv_blocks=100)
+    prompt = SYSTEM * 3
+    prompt_blocks = len(TOK.encode(prompt)) // 4
+    assert prompt_blocks >= 10
+    gen = engine.generate(request(prompt, {"output": "The quick brown fox " * 4}, n=2))
+    first = await gen.__anext__()
+    state = engine.state()
+    used = state["kv_blocks_total"] - state["kv_blocks_free"]
+    assert used <= prompt_blocks + 4  # two private copies would need 2 * prompt_blocks
+    assert first.cached_tokens == 0  # the request's own prompt was not cached before
+    await gen.aclose()
+
+
+# -- preemption ---------------------------------------------------------------------
+
+
+async def test_preemption_under_a_tiny_cache_completes_every_request(
+    make_engine: MakeEngine,
+) -> None:
+    engine = await make_engine(num_kv_blocks=12, block_size=4)
+    texts = [
+        f"Answer {i}: the quick brown fox jumps over the lazy dog {i} times." for i in range(8)
+    ]
+    reqs = [request(f"Question {i}?", {"output": text}) for i, text in enumerate(texts)]
+    for req, text in zip(reqs, texts, strict=True):
+        assert len(req.token_ids) + len(TOK.encode(text)) + 1 < 48  # each fits alone
+    results = await asyncio.gather(*(collect(engine, req) for req in reqs))
+    for outs, text in zip(results, texts, strict=True):
+        assert ids_of(outs) == TOK.encode(text) + [EOS]  # nothing repeated, nothing lost
+        assert [o.finish for o in outs] == [None] * (len(outs) - 1) + ["eos"]
+    state = engine.state()
+    assert state["preemptions"] > 0
+    assert (state["running"], state["waiting"], state["active_requests"]) == (0, 0, 0)
+    assert state["kv_blocks_free"] == state["kv_blocks_total"] == 12
+
+
+async def test_preemption_keeps_seeded_output(make_engine: MakeEngine) -> None:
+    stop = StopParams(max_tokens=30, ignore_eos=True)
+    alone = await make_engine()
+    crowded = await make_engine(num_kv_blocks=12, block_size=4)
+
+    def reqs() -> list[EngineRequest]:
+        return [request(f"Q{i}", stop=stop, sampling=SamplingParams(seed=i)) for i in range(6)]
+
+    expected = [ids_of(await collect(alone, r)) for r in reqs()]
+    got = await asyncio.gather(*(collect(crowded, r) for r in reqs()))
+    assert [ids_of(outs) for outs in got] == expected
+    assert crowded.state()["preemptions"] > 0
+
+
+async def test_max_num_seqs_limits_the_running_batch(make_engine: MakeEngine) -> None:
+    engine = await make_engine(max_num_seqs=2)
+    gens = [engine.generate(request(f"Q{i}", {"output": "word " * 50})) for i in range(5)]
+    firsts = [asyncio.ensure_future(g.__anext__()) for g in gens]
+    await asyncio.wait(firsts, return_when=asyncio.FIRST_COMPLETED)
+    state = engine.state()
+    assert state["running"] == 2 and state["waiting"] == 3
+    for fut in firsts:
+        fut.cancel()
+    await asyncio.gather(*firsts, return_exceptions=True)
+    for g in gens:
+        await g.aclose()
+
+
+# -- chunked prefill --------------------------------------------------------------
+
+
+async def test_long_prompt_is_prefilled_in_chunks(make_engine: MakeEngine) -> None:
+    engine = await make_engine(max_num_batched_tokens=32)
+    req = request(SYSTEM * 8, {"output": ""})
+    length = len(req.token_ids)
+    assert length > 3 * 32
+    outs = await collect(engine, req)
+    assert [(o.token_ids, o.finish) for o in outs] == [([EOS], "eos")]
+    # One step per 32-token chunk; the last chunk's step samples the EOS.
+    assert engine.state()["steps"] == -(-length // 32)
+
+
+async def test_decodes_batch_with_a_chunked_prefill(make_engine: MakeEngine) -> None:
+    engine = await make_engine(max_num_batched_tokens=16)
+    short = request("Hi", {"output": "one two three four five six seven eight nine ten"})
+    long = request(SYSTEM * 4, {"output": "done"})
+    short_outs, long_outs = await asyncio.gather(collect(engine, short), collect(engine, long))
+    assert ids_of(short_outs) == TOK.encode("one two three four five six seven eight nine ten") + [
+        EOS
+    ]
+    assert ids_of(long_outs) == TOK.encode("done") + [EOS]
+    # Had the long prefill run alone, it would add one step per chunk.
+    alone = len(short_outs) + -(-len(long.token_ids) // 16) + len(long_outs)
+    assert engine.state()["steps"] < alone
+
+
+# -- simulated time -----------------------------------------------------------------
+
+
+def _timed_config(ratio: float, decode_ms: float) -> dict[str, Any]:
+    return {
+        "speedup_ratio": ratio,
+        "decode_ms_per_step": decode_ms,
+        "prefill_overhead_ms": 0.0,
+        "prefill_ms_per_token": 0.0,
+    }
+
+
+async def _timed_run(engine: MockerEngine, decode_steps: int) -> float:
+    ids = TOK.encode("x " * 60)[:decode_steps]  # + EOS: one prefill step, then decode steps
+    text = TOK.decode(ids)
+    assert len(TOK.encode(text)) == decode_steps
+    start = time.perf_counter()
+    outs = await collect(engine, request("Hi", {"output": text}))
+    elapsed = time.perf_counter() - start
+    assert len(outs) == decode_steps + 1
+    return elapsed
+
+
+async def test_speedup_ratio_scales_sleep(make_engine: MakeEngine) -> None:
+    slow = await make_engine(**_timed_config(1.0, 100.0))
+    fast = await make_engine(**_timed_config(10.0, 100.0))
+    slow_s = await _timed_run(slow, 20)
+    fast_s = await _timed_run(fast, 20)
+    # Simulated time does not depend on the ratio; only the sleeping does.
+    assert slow.state()["simulated_ms"] == pytest.approx(2000.0)
+    assert fast.state()["simulated_ms"] == pytest.approx(2000.0)
+    assert slow_s >= 2.0 * 0.9  # sleeping never takes less than asked
+    assert fast_s >= 0.2 * 0.9
+    assert slow_s >= 5 * fast_s
+
+
+async def test_speedup_zero_never_sleeps(make_engine: MakeEngine) -> None:
+    engine = await make_engine(**_timed_config(0.0, 1000.0))
+    elapsed = await _timed_run(engine, 50)
+    simulated_s = engine.state()["simulated_ms"] / 1000
+    assert simulated_s == pytest.approx(50.0)
+    assert elapsed < simulated_s / 10
+
+
+async def test_decode_cost_grows_mildly_with_batch() -> None:
+    config = MockerConfig()
+    one, many = config.step_ms(0, 1), config.step_ms(0, 256)
+    assert one == pytest.approx(10.0)
+    assert one < many < 4 * one
+    assert config.step_ms(1000, 0) > config.step_ms(10, 0) > 0

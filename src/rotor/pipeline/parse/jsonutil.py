@@ -84,6 +84,11 @@ def calls_from_json(text: str) -> list[ToolCall] | None:
     return calls  # type: ignore[return-value]
 
 
+def _reject_constant(name: str) -> Any:
+    """NaN / Infinity are not JSON: such a value stays a string."""
+    raise ValueError(name)
+
+
 def schema_types(schema: dict[str, Any]) -> list[str]:
     """The JSON types a schema admits: `type`, else those of `anyOf`/`oneOf`/`enum`."""
     types = schema.get("type")
@@ -128,7 +133,7 @@ def typed_value(text: str, schema: dict[str, Any] | None) -> Any:
                 return None
             continue
         try:
-            value = json.loads(candidate)
+            value = json.loads(candidate, parse_constant=_reject_constant)
         except ValueError:
             continue
         if t == "integer" and isinstance(value, int) and not isinstance(value, bool):

@@ -1,0 +1,183 @@
+"""pythonic, from its format: a Python list of keyword-argument calls at the
+head of the output, `[f(a=1), g()]`, optionally wrapped in Llama 4's
+`<|python_start|>` … `<|python_end|>`. Values are literals, read, never run."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rotor.pipeline.parse.base import Content, ToolCall, Tools
+from rotor.pipeline.parse.tools import tool_parser
+
+from support.parsing import Case, assert_message, check_case, declared_tools, parse_chunks, splits
+
+FAMILY = "pythonic"
+START = "<|python_start|>"
+END = "<|python_end|>"
+
+CASES = [
+    Case(
+        "one_call",
+        '[get_weather(city="San Francisco", unit="celsius")]',
+        None,
+        [("get_weather", {"city": "San Francisco", "unit": "celsius"})],
+    ),
+    Case(
+        "parallel",
+        "[a(x=1), b(y=[1, 2])]",
+        None,
+        [("a", {"x": 1}), ("b", {"y": [1, 2]})],
+    ),
+    Case(
+        "llama4_wrapped",
+        START + '[get_weather(city="Paris")]' + END,
+        None,
+        [("get_weather", {"city": "Paris"})],
+    ),
+    Case(
+        "text_before_wrapped_and_after",
+        "Let me look.\n" + START + "[f()]" + END + "\nDone.",
+        "Let me look.\n\nDone.",
+        [("f", {})],
+    ),
+    Case(
+        "text_after_bare_list",
+        "[f(a=1)]\nThat is all.",
+        "\nThat is all.",
+        [("f", {"a": 1})],
+    ),
+    Case(
+        "leading_whitespace_and_newlines_inside",
+        "\n  [\n  a(x=1),\n  b(y='z')\n]\n",
+        None,
+        [("a", {"x": 1}), ("b", {"y": "z"})],
+    ),
+    Case(
+        "nested_unicode",
+        '[f(q={"city": "Montréal", "tags": ["東京", "🙂"]}, pair=(1, 2))]',
+        None,
+        [("f", {"q": {"city": "Montréal", "tags": ["東京", "🙂"]}, "pair": [1, 2]})],
+    ),
+    Case(
+        "python_literals",
+        '[f(t=True, n=None, neg=-3, e=1.5e3, s=\'it\\\'s\', d="say \\"hi\\"", '
+        "tq='''a ] ) ' b''', br=\"[(\")]",
+        None,
+        [
+            (
+                "f",
+                {
+                    "t": True,
+                    "n": None,
+                    "neg": -3,
+                    "e": 1500.0,
+                    "s": "it's",
+                    "d": 'say "hi"',
+                    "tq": "a ] ) ' b",
+                    "br": "[(",
+                },
+            )
+        ],
+    ),
+    Case("empty_args", "[ping()]", None, [("ping", {})]),
+    Case(
+        "positional_argument_is_content",
+        '[f("Paris", unit="c")]',
+        '[f("Paris", unit="c")]',
+    ),
+    Case(
+        "non_literal_value_is_content",
+        '[f(path=__import__("os").getcwd())]',
+        '[f(path=__import__("os").getcwd())]',
+    ),
+    Case("name_value_is_content", "[f(a=x)]", "[f(a=x)]"),
+    Case("set_value_is_content", "[f(a={1, 2})]", "[f(a={1, 2})]"),
+    Case("non_string_key_is_content", "[f(a={1: 'x'})]", "[f(a={1: 'x'})]"),
+    Case("keyword_splat_is_content", '[f(**{"a": 1})]', '[f(**{"a": 1})]'),
+    Case("mismatched_brackets_is_content", "[f(a=1] and on", "[f(a=1] and on"),
+    Case("empty_list_is_content", "[]", "[]"),
+    Case("citation_is_content", "[1] Smith et al., 2020", "[1] Smith et al., 2020"),
+    Case(
+        "markdown_link_is_content",
+        "[docs](https://example.com) say so",
+        "[docs](https://example.com) say so",
+    ),
+    Case(
+        "call_list_inside_prose_is_content",
+        "You could write [f(a=1)] here.",
+        "You could write [f(a=1)] here.",
+    ),
+    Case(
+        "cut_off_incomplete_is_content",
+        'Sure <|python_start|>[f(a="b',
+        'Sure <|python_start|>[f(a="b',
+    ),
+    Case("cut_off_bare_incomplete_is_content", "[f(a=1), g(", "[f(a=1), g("),
+    Case(
+        "cut_off_before_end_marker_recovered",
+        START + '[f(a="b")]<|python_',
+        None,
+        [("f", {"a": "b"})],
+    ),
+    Case(
+        "plain_text", "Just text with a < sign and <|python", "Just text with a < sign and <|python"
+    ),
+    Case(
+        "undeclared_name_still_returned",
+        "[other(k=True)]",
+        None,
+        [("other", {"k": True})],
+        tools={"declared": {}},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_case(case: Case) -> None:
+    check_case(FAMILY, case)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), case=st.sampled_from(CASES))
+def test_any_split_gives_the_same_message(data: st.DataObject, case: Case) -> None:
+    chunks = data.draw(splits(case.output))
+    assert_message(parse_chunks(FAMILY, chunks, declared_tools(case)), case)
+
+
+def test_prose_streams_at_once() -> None:
+    parser = tool_parser(FAMILY)(Tools({"f": {}}))
+    assert parser.feed("Hello [") == [Content("Hello [")]
+    assert parser.feed("f(a=1)]") == [Content("f(a=1)]")]
+
+
+def test_leading_bracket_is_held_until_known() -> None:
+    parser = tool_parser(FAMILY)(Tools({"f": {}}))
+    assert parser.feed("[f(a=") == []
+    assert parser.feed("1)") == []
+    pieces = parser.feed("] ok")
+    assert [type(p) for p in pieces] == [ToolCall, Content]
+
+
+def test_leading_bracket_of_prose_is_released_without_waiting() -> None:
+    parser = tool_parser(FAMILY)(Tools({"f": {}}))
+    assert parser.feed("[") == []
+    assert parser.feed("Note") == []  # could still be `Note(`
+    assert parser.feed(": x") == [Content("[Note: x")]
+
+
+def test_values_are_never_evaluated(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    ran: list[str] = []
+    monkeypatch.setattr(builtins, "rotor_canary", lambda: ran.append("x") or 1, raising=False)
+    output = "[f(a=rotor_canary())]"
+    parser = tool_parser(FAMILY)(Tools({"f": {}}))
+    pieces = parser.feed(output) + parser.finish()
+    assert pieces == [Content(output)]
+    assert ran == []
+
+
+def test_markers_are_special_tokens() -> None:
+    assert tool_parser(FAMILY).needs_special_tokens

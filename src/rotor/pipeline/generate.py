@@ -47,11 +47,13 @@ async def run_engine(engine: Engine, prepared: Prepared, usage: Usage) -> AsyncI
     choices = prepared.choices
     usage.prompt_tokens += prepared.prompt_tokens
     open_choices = len(choices)
+    cached_seen = False  # every choice reports the same shared-prefix count: take it once
     stream = engine.generate(request)
     try:
         try:
             async for out in stream:
-                if out.cached_tokens is not None:
+                if out.cached_tokens is not None and not cached_seen:
+                    cached_seen = True
                     usage.cached_tokens = (usage.cached_tokens or 0) + out.cached_tokens
                 choice = choices[out.index]
                 if choice.finished is not None:

@@ -146,7 +146,9 @@ async def one_request(port: int, payload: bytes) -> Result:
     return res
 
 
-async def run_level(port: int, body: dict, concurrency: int, total: int) -> tuple[list[Result], float]:
+async def run_level(
+    port: int, body: dict, concurrency: int, total: int
+) -> tuple[list[Result], float]:
     payload = json.dumps(
         {**body, "model": "", "stream": True, "stream_options": {"include_usage": True}}
     ).encode()
@@ -179,10 +181,14 @@ def start_server(sc: Scenario, port: int) -> subprocess.Popen:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--scenario", action="append", choices=sorted(scenarios()), help="repeatable")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
-    ap.add_argument("--requests", type=int, default=0, help="per level (default: 20 × concurrency, ≥ 50)")
+    ap.add_argument(
+        "--requests", type=int, default=0, help="per level (default: 20 × concurrency, ≥ 50)"
+    )
     ap.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     args = ap.parse_args()
     names = args.scenario or ["echo"]

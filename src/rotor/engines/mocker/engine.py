@@ -10,6 +10,7 @@ batching, prefix reuse and preemption a client sees come from the scheduler.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -38,11 +39,59 @@ class _Closed:
     index: int
 
 
+class _Outbox:
+    """A request's outputs, read in batches: when the consumer falls behind, what
+    piled up is handed over at once (and merged per choice), so a loaded server
+    writes one chunk per batch of tokens instead of one per token."""
+
+    __slots__ = ("_items", "_ready")
+
+    def __init__(self) -> None:
+        self._items: collections.deque[EngineOutput | _Closed] = collections.deque()
+        self._ready = asyncio.Event()
+
+    def put_nowait(self, item: EngineOutput | _Closed) -> None:
+        self._items.append(item)
+        self._ready.set()
+
+    async def get_all(self) -> list[EngineOutput | _Closed]:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        items = list(self._items)
+        self._items.clear()
+        return items
+
+
+def _merge(items: list[EngineOutput | _Closed]) -> list[EngineOutput | _Closed]:
+    """Consecutive outputs of one choice become one output carrying all their tokens."""
+    merged: list[EngineOutput | _Closed] = []
+    for item in items:
+        last = merged[-1] if merged else None
+        if (
+            isinstance(item, EngineOutput)
+            and isinstance(last, EngineOutput)
+            and last.index == item.index
+            and last.finish is None
+            and last.text is None
+            and item.text is None
+        ):
+            last.token_ids = last.token_ids + item.token_ids
+            if last.logprobs is not None and item.logprobs is not None:
+                last.logprobs = last.logprobs + item.logprobs
+            last.finish, last.matched, last.error = item.finish, item.matched, item.error
+            if last.cached_tokens is None:
+                last.cached_tokens = item.cached_tokens
+        else:
+            merged.append(item)
+    return merged
+
+
 @dataclass(slots=True)
 class _Request:
     seqs: list[Sequence]
     logprobs: list[LogprobMaker | None]
-    queue: asyncio.Queue[EngineOutput | _Closed] = field(default_factory=asyncio.Queue)
+    queue: _Outbox = field(default_factory=_Outbox)
     aborted: set[int] = field(default_factory=set)
     started: set[int] = field(default_factory=set)  # choices that sent their first output
     cached_tokens: int | None = None
@@ -121,15 +170,15 @@ class MockerEngine:
         done: set[int] = set()
         try:
             while len(done) < request.n:
-                item = await req.queue.get()
-                if isinstance(item, _Closed):
-                    done.add(item.index)
-                    continue
-                if item.index in req.aborted:
-                    continue
-                if item.finish is not None:
-                    done.add(item.index)
-                yield item
+                for item in _merge(await req.queue.get_all()):
+                    if isinstance(item, _Closed):
+                        done.add(item.index)
+                        continue
+                    if item.index in req.aborted:
+                        continue
+                    if item.finish is not None:
+                        done.add(item.index)
+                    yield item
         finally:
             if len(done) < request.n:
                 self.abort(rid)

@@ -46,6 +46,9 @@ class ChoicePipeline:
         return self.decoder.logprobs
 
     def push(self, out: EngineOutput) -> list[Piece]:
+        """Pieces for one engine output; nothing once the choice has finished."""
+        if self.finished is not None:
+            return []
         text = self.decoder.push(out)
         pieces = self.parser.feed(text) if text else []
         if self.decoder.end is not None:
@@ -67,13 +70,14 @@ class ChoicePipeline:
         kind = ended.kind
         tokens = self.decoder.tokens
         if kind is End.ERROR or kind is End.CANCELLED:
-            self.finished = Finished("stop", None, tokens, kind, ended.error or "cancelled")
+            error = ended.error or ("cancelled" if kind is End.CANCELLED else "engine error")
+            self.finished = Finished("stop", None, tokens, kind, error)
             return []
         strict = kind is End.MODEL_EOS and self.grammar
         try:
             pieces = pieces + self.parser.finish(strict=strict, eos_text=ended.eos_text)
         except ParseError as e:
-            self.finished = Finished("stop", None, tokens, End.ERROR, f"malformed tool call: {e}")
+            self.finished = Finished("stop", None, tokens, End.ERROR, f"malformed tool call: {e.detail}")
             return []
         self._count(pieces)
         if kind is End.LENGTH:

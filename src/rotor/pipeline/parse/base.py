@@ -35,7 +35,13 @@ Piece = Content | Reasoning | ToolCall
 class ParseError(Exception):
     """Output that the request's grammar forbids (Beam under its turn grammar only).
 
-    Other families never raise: malformed markup falls back to content."""
+    Other families never raise: malformed markup falls back to content.
+    `detail` is what a client may be told: what is wrong with the output, never
+    internal state (whether a grammar was installed, how the choice ended)."""
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail if detail is not None else message
 
 
 class Tools:

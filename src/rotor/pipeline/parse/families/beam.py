@@ -182,5 +182,6 @@ class BeamParser(HarmonyParser):
             self._fault("text outside any segment")
         self._reset()
         if self._faults:
-            raise ParseError(f"beam output breaks the turn grammar at model EOS: {self._faults[0]}")
+            why = self._faults[0]
+            raise ParseError(f"beam output breaks the turn grammar at model EOS: {why}", why)
         return out

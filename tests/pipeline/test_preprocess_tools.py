@@ -1,0 +1,443 @@
+"""tool_choice, the Beam turn grammar and the decoder defaults that preprocess decides.
+
+`prepare_chat` is driven directly with real models (the built-in ChatML model
+for hermes, a Beam model directory) and its ChoicePipeline is fed real engine
+outputs, so what is checked is what a request would get. A few cases then go
+through HTTP (the mocker serving the built-in model): the 400s of an
+inconsistent `tool_choice` and the `finish_reason` rules of tool-calling.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from rotor.model.builtin import builtin_test_model
+from rotor.model.card import ModelCard
+from rotor.model.loader import load_model
+from rotor.model.tokenizer import Tokenizer
+from rotor.pipeline import grammar
+from rotor.pipeline.choice import ChoicePipeline
+from rotor.pipeline.decode import End
+from rotor.pipeline.parse.base import Content, Piece, Reasoning, ToolCall, Tools
+from rotor.pipeline.preprocess import Prepared, RequestError, ServedModel, prepare_chat
+from rotor.protocol.engine import EngineOutput
+from rotor.protocol.openai import ChatCompletionRequest
+
+from support.models import beam_model
+from support.server import Server, rotor_server
+
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+}
+TIME = {"type": "object", "properties": {"zone": {"type": "string"}}}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "get_time", "parameters": TIME}},
+]
+DECLARED = Tools.from_openai(TOOLS)
+MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+
+HERMES_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+HERMES_CALL_2 = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "CET"}}\n</tool_call>'
+
+BEAM_HEADER = " to=get_weather<|channel|>analysis <|constrain|>xml<|message|>"
+BEAM_PARIS = BEAM_HEADER + '<rfl:parameter name="city">Paris</rfl:parameter>'
+BEAM_PARTIAL = BEAM_HEADER + '<rfl:parameter name="city">Par'
+
+
+# -- models -----------------------------------------------------------------------------
+
+
+def chatml(parser: str = "hermes", structural_tags: bool = True) -> ServedModel:
+    """The built-in ChatML model with `parser` as its tool parser (no reasoning parser)."""
+    card, tok = builtin_test_model()
+    return _served(card, tok, parser, structural_tags)
+
+
+def _served(card: ModelCard, tok: Tokenizer, parser: str, structural_tags: bool) -> ServedModel:
+    caps = dataclasses.replace(card.capabilities, structural_tags=structural_tags)
+    card = dataclasses.replace(card, capabilities=caps, reasoning_parser=None)
+    return ServedModel.build(card, tok, tool_parser_name=parser)
+
+
+@pytest.fixture(scope="module")
+def beam_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return beam_model(tmp_path_factory.mktemp("beam"))
+
+
+def beam(beam_dir: Path, structural_tags: bool = True) -> ServedModel:
+    card, tok = load_model(beam_dir)
+    return _served(card, tok, "beam", structural_tags)
+
+
+def request(**fields: Any) -> ChatCompletionRequest:
+    return ChatCompletionRequest.model_validate({"messages": MESSAGES, **fields})
+
+
+def prepare(model: ServedModel, **fields: Any) -> Prepared:
+    return prepare_chat(model, request(**fields), "req-1")
+
+
+# -- driving a choice ----------------------------------------------------------------------
+
+
+def play(
+    model: ServedModel, choice: ChoicePipeline, text: str, end: str = "eos", per_step: int = 1
+) -> list[Piece]:
+    """Feed `text` as the engine would (ids, `per_step` a message), then the End:
+    eos → the model's EOS id as the last token; length / stop → that finish."""
+    tok = model.tokenizer
+    assert tok is not None
+    ids = tok.encode(text)
+    eos = model.card.eos_token_ids[0]
+    if end == "eos":
+        ids = ids + [eos]
+    pieces: list[Piece] = []
+    for at in range(0, len(ids), per_step):
+        last = at + per_step >= len(ids)
+        out = EngineOutput(index=choice.index, token_ids=ids[at : at + per_step])
+        if last:
+            out.finish = "eos" if end == "eos" else end  # type: ignore[assignment]
+            out.matched = eos if end == "eos" else None
+        pieces.extend(choice.push(out))
+        if choice.finished is not None:
+            break
+    assert choice.finished is not None
+    return pieces
+
+
+def calls(pieces: list[Piece]) -> list[tuple[str, dict[str, Any]]]:
+    return [(p.name, json.loads(p.arguments)) for p in pieces if isinstance(p, ToolCall)]
+
+
+def content(pieces: list[Piece]) -> str:
+    return "".join(p.text for p in pieces if isinstance(p, Content))
+
+
+# -- tool_choice ---------------------------------------------------------------------------
+
+
+def test_tool_choice_none_leaves_tools_out_and_parses_nothing() -> None:
+    model = chatml()
+    prepared = prepare(model, tools=TOOLS, tool_choice="none")
+    assert prepared.prompt_text is not None
+    assert "get_weather" not in prepared.prompt_text and "<tools>" not in prepared.prompt_text
+    assert prepared.request.sampling.guided is None
+    assert prepared.request.stop.visible_stop_token_ids == []
+    choice = prepared.choices[0]
+    pieces = play(model, choice, HERMES_CALL)
+    assert calls(pieces) == []
+    assert content(pieces) == HERMES_CALL  # the markup stays content, verbatim
+    assert choice.finished is not None and choice.finished.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("tool_choice", [None, "auto"])
+def test_tool_choice_auto_renders_tools_and_parses_calls(tool_choice: str | None) -> None:
+    model = chatml()
+    fields: dict[str, Any] = {"tools": TOOLS}
+    if tool_choice is not None:
+        fields["tool_choice"] = tool_choice
+    prepared = prepare(model, **fields)
+    assert prepared.prompt_text is not None
+    assert "get_weather" in prepared.prompt_text and "<tools>" in prepared.prompt_text
+    assert prepared.request.sampling.guided is None  # auto: no constraint for hermes
+    choice = prepared.choices[0]
+    pieces = play(model, choice, HERMES_CALL)
+    assert calls(pieces) == [("get_weather", {"city": "Paris"})]
+    assert content(pieces) == ""
+    assert choice.finished is not None and choice.finished.finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize("structural_tags", [True, False])
+def test_tool_choice_required_constrains_when_the_engine_can(structural_tags: bool) -> None:
+    model = chatml(structural_tags=structural_tags)
+    prepared = prepare(model, tools=TOOLS, tool_choice="required")
+    expected = grammar.tool_choice_guided(DECLARED, "required") if structural_tags else None
+    assert prepared.request.sampling.guided == expected
+    if structural_tags:
+        guided = prepared.request.sampling.guided
+        assert guided is not None and guided["json_schema"]["minItems"] == 1
+    assert prepared.prompt_text is not None and "get_weather" in prepared.prompt_text
+    pieces = play(model, prepared.choices[0], HERMES_CALL)
+    assert calls(pieces) == [("get_weather", {"city": "Paris"})]
+
+
+@pytest.mark.parametrize("structural_tags", [True, False])
+def test_named_tool_choice_makes_the_output_one_call(structural_tags: bool) -> None:
+    model = chatml(structural_tags=structural_tags)
+    prepared = prepare(model, tools=TOOLS, tool_choice=NAMED)
+    if structural_tags:
+        assert prepared.request.sampling.guided == {"type": "json_schema", "json_schema": WEATHER}
+        assert prepared.request.sampling.guided == grammar.tool_choice_guided(DECLARED, NAMED)
+    else:
+        assert prepared.request.sampling.guided is None
+    assert prepared.prompt_text is not None and "get_weather" in prepared.prompt_text
+    choice = prepared.choices[0]
+    pieces = play(model, choice, '{"city": "Paris", "days": 2}', per_step=3)
+    assert calls(pieces) == [("get_weather", {"city": "Paris", "days": 2})]
+    assert content(pieces) == ""
+    assert choice.finished is not None and choice.finished.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_parallel_tool_calls_false_returns_at_most_one_call(parallel: bool) -> None:
+    model = chatml()
+    prepared = prepare(model, tools=TOOLS, parallel_tool_calls=parallel)
+    pieces = play(model, prepared.choices[0], HERMES_CALL + "\n" + HERMES_CALL_2)
+    got = calls(pieces)
+    if parallel:
+        assert got == [("get_weather", {"city": "Paris"}), ("get_time", {"zone": "CET"})]
+    else:
+        assert got == [("get_weather", {"city": "Paris"})]
+
+
+INCONSISTENT: list[tuple[str, dict[str, Any]]] = [
+    (
+        "named-undeclared",
+        {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+    ),
+    ("named-without-tools", {"tool_choice": NAMED}),
+    ("required-without-tools", {"tool_choice": "required"}),
+    ("required-with-empty-tools", {"tools": [], "tool_choice": "required"}),
+    ("unknown-string", {"tools": TOOLS, "tool_choice": "always"}),
+    ("named-without-name", {"tools": TOOLS, "tool_choice": {"type": "function", "function": {}}}),
+    (
+        "named-wrong-type",
+        {"tools": TOOLS, "tool_choice": {"type": "tool", "function": {"name": "get_weather"}}},
+    ),
+]
+
+
+@pytest.mark.parametrize("fields", [f for _, f in INCONSISTENT], ids=[i for i, _ in INCONSISTENT])
+@pytest.mark.parametrize("parser", ["hermes", "beam"])
+def test_inconsistent_tool_choice_is_a_400(
+    fields: dict[str, Any], parser: str, beam_dir: Path
+) -> None:
+    model = chatml() if parser == "hermes" else beam(beam_dir)
+    with pytest.raises(RequestError) as info:
+        prepare(model, **fields)
+    assert info.value.status == 400
+    assert info.value.param == "tool_choice"
+
+
+# -- Beam: grammar, visible stops, retained EOS ------------------------------------------------
+
+
+@pytest.mark.parametrize("structural_tags", [True, False])
+@pytest.mark.parametrize("turn_grammar", [None, True, False])
+def test_beam_grammar_installed_only_when_the_engine_accepts_it_and_not_opted_out(
+    beam_dir: Path, structural_tags: bool, turn_grammar: bool | None
+) -> None:
+    model = beam(beam_dir, structural_tags)
+    fields: dict[str, Any] = {"tools": TOOLS}
+    if turn_grammar is not None:
+        fields["turn_grammar"] = turn_grammar
+    installed = structural_tags and turn_grammar is not False
+    prepared = prepare(model, **fields)
+    guided = prepared.request.sampling.guided
+    assert guided == (grammar.beam_turn_grammar(DECLARED, "auto") if installed else None)
+    choice = prepared.choices[0]
+    assert choice.grammar is installed
+
+    # Observable: a partial parameter at model EOS is a request error only under the grammar.
+    pieces = play(model, choice, BEAM_PARTIAL)
+    assert choice.finished is not None
+    assert choice.decoder.end is not None
+    assert choice.decoder.end.kind is End.MODEL_EOS
+    # The EOS text is retained (for the parser) exactly when the grammar is installed.
+    assert choice.decoder.end.eos_text == ("<|return|>" if installed else None)
+    if installed:
+        assert choice.finished.end is End.ERROR and choice.finished.error
+        assert pieces == []
+    else:
+        assert choice.finished.end is End.MODEL_EOS and choice.finished.error is None
+        assert calls(pieces) == [] and content(pieces) == ""
+
+
+@pytest.mark.parametrize(
+    "fields", [{}, {"tools": TOOLS, "tool_choice": "none"}], ids=["no-tools", "none"]
+)
+def test_beam_without_active_tools_has_no_grammar_and_no_visible_stop(
+    beam_dir: Path, fields: dict[str, Any]
+) -> None:
+    model = beam(beam_dir)
+    prepared = prepare(model, **fields)
+    assert prepared.request.sampling.guided is None
+    assert prepared.request.stop.visible_stop_token_ids == []
+    assert prepared.choices[0].grammar is False
+    # `<|call|>` does not end the choice; analysis/final still parse (beam handles reasoning).
+    text = "<|channel|>analysis<|message|>r<|end|><|call|><|channel|>final<|message|>Hi"
+    choice = prepared.choices[0]
+    pieces = play(model, choice, text)
+    assert choice.decoder.end is not None and choice.decoder.end.kind is End.MODEL_EOS
+    assert "".join(p.text for p in pieces if isinstance(p, Reasoning)) == "r"
+    assert content(pieces) == "Hi"
+
+
+@pytest.mark.parametrize("tool_choice", ["auto", "required", NAMED])
+def test_beam_call_is_a_visible_stop_when_tools_are_active(
+    beam_dir: Path, tool_choice: Any
+) -> None:
+    model = beam(beam_dir)
+    tok = model.tokenizer
+    assert tok is not None
+    call_id = tok.token_to_id("<|call|>")
+    prepared = prepare(model, tools=TOOLS, tool_choice=tool_choice)
+    assert prepared.request.stop.visible_stop_token_ids == [call_id]
+    assert prepared.request.sampling.guided == grammar.beam_turn_grammar(DECLARED, tool_choice)
+    choice = prepared.choices[0]
+    pieces = play(model, choice, BEAM_PARIS + "<|call|><|channel|>final<|message|>after")
+    assert choice.decoder.end is not None and choice.decoder.end.kind is End.VISIBLE_STOP
+    assert calls(pieces) == [("get_weather", {"city": "Paris"})]
+    assert content(pieces) == ""
+    expected = "stop" if isinstance(tool_choice, dict) else "tool_calls"
+    assert choice.finished is not None and choice.finished.finish_reason == expected
+
+
+# -- skip_special_tokens defaults -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("parser", "default"),
+    [("beam", False), ("harmony", False), ("kimi_k2", False), ("hermes", True)],
+)
+@pytest.mark.parametrize("with_tools", [True, False])
+def test_skip_special_tokens_default_follows_the_family(
+    beam_dir: Path, parser: str, default: bool, with_tools: bool
+) -> None:
+    model = beam(beam_dir) if parser == "beam" else chatml(parser)
+    fields: dict[str, Any] = {"tools": TOOLS} if with_tools else {}
+    assert prepare(model, **fields).request.output.skip_special_tokens is default
+    for explicit in (True, False):
+        got = prepare(
+            model, skip_special_tokens=explicit, **fields
+        ).request.output.skip_special_tokens
+        assert got is explicit
+
+
+def test_skip_special_tokens_default_decides_what_the_parser_sees(beam_dir: Path) -> None:
+    """Beam's markers are special tokens: with the default they reach the parser."""
+    model = beam(beam_dir)
+    pieces = play(model, prepare(model, tools=TOOLS).choices[0], BEAM_PARIS, end="length")
+    assert calls(pieces) == [("get_weather", {"city": "Paris"})]
+    skipped = prepare(model, tools=TOOLS, skip_special_tokens=True)
+    pieces = play(model, skipped.choices[0], BEAM_PARIS, end="length")
+    assert calls(pieces) == []  # the markers were dropped by the decoder
+
+
+# -- through HTTP ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    """The mocker serving the built-in ChatML model (hermes tool calls)."""
+    with rotor_server("out=mocker", "--speedup-ratio", "0") as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server: Server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("fields", [f for _, f in INCONSISTENT], ids=[i for i, _ in INCONSISTENT])
+@pytest.mark.parametrize("stream", [False, True])
+def test_http_inconsistent_tool_choice_is_a_400(
+    server: Server, fields: dict[str, Any], stream: bool
+) -> None:
+    body = {"messages": MESSAGES, "stream": stream, **fields}
+    r = httpx.post(server.v1 + "/chat/completions", json=body, timeout=10)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error"
+    assert err["param"] == "tool_choice"
+    assert err["code"] == 400 and err["message"]
+
+
+def _finish(client: openai.OpenAI, stream: bool, **kw: Any) -> tuple[str, list[str], str]:
+    """(finish_reason, called tool names, content) of one request, either way."""
+    args: dict[str, Any] = {"model": "mock-model", "messages": MESSAGES, **kw}
+    if not stream:
+        resp = client.chat.completions.create(**args)
+        choice = resp.choices[0]
+        names = [c.function.name for c in choice.message.tool_calls or []]
+        return choice.finish_reason, names, choice.message.content or ""
+    finishes: list[str] = []
+    names = []
+    text = ""
+    for chunk in client.chat.completions.create(stream=True, **args):
+        for c in chunk.choices:
+            text += c.delta.content or ""
+            names += [t.function.name for t in c.delta.tool_calls or [] if t.function]
+            if c.finish_reason is not None:
+                finishes.append(c.finish_reason)
+    assert len(finishes) == 1, finishes  # exactly one chunk carries it
+    return finishes[0], names, text
+
+
+FINISH_CASES = [
+    # (id, mock output, mock end, extra fields, finish_reason, calls)
+    ("call-eos", HERMES_CALL, "eos", {}, "tool_calls", ["get_weather"]),
+    ("call-eof", HERMES_CALL, "eof", {}, "tool_calls", ["get_weather"]),
+    ("call-bare-stop", HERMES_CALL, "stop", {}, "tool_calls", ["get_weather"]),
+    ("call-length", HERMES_CALL, "length", {}, "length", ["get_weather"]),
+    ("no-call-eos", "Sunny.", "eos", {}, "stop", []),
+    ("no-call-length", "Sunny.", "length", {}, "length", []),
+    (
+        "two-calls-one-allowed",
+        HERMES_CALL + HERMES_CALL_2,
+        "eos",
+        {"parallel_tool_calls": False},
+        "tool_calls",
+        ["get_weather"],
+    ),
+    ("named", '{"city": "Paris"}', "eos", {"tool_choice": NAMED}, "stop", ["get_weather"]),
+    (
+        "named-length",
+        '{"city": "Paris"}',
+        "length",
+        {"tool_choice": NAMED},
+        "length",
+        ["get_weather"],
+    ),
+    ("none", HERMES_CALL, "eos", {"tool_choice": "none"}, "stop", []),
+]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("output", "end", "fields", "finish", "names"),
+    [c[1:] for c in FINISH_CASES],
+    ids=[c[0] for c in FINISH_CASES],
+)
+def test_http_finish_reason_follows_tool_calling_md(
+    client: openai.OpenAI,
+    stream: bool,
+    output: str,
+    end: str,
+    fields: dict[str, Any],
+    finish: str,
+    names: list[str],
+) -> None:
+    got = _finish(
+        client,
+        stream,
+        tools=TOOLS,
+        extra_body={"mock": {"output": output, "end": end, "tokens_per_step": 2}},
+        **fields,
+    )
+    assert got[:2] == (finish, names)
+    if fields.get("tool_choice") == "none":
+        assert got[2] == HERMES_CALL  # parsing off: the markup is content

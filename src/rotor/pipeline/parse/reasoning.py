@@ -36,11 +36,11 @@ class TagReasoningParser(ReasoningParser):
             buf = self._buf
             if self._at_start:
                 stripped = buf.lstrip()
-                if self.start_tag.startswith(stripped):
-                    return out  # could still be the opening tag
                 if stripped.startswith(self.start_tag):
                     self._buf = stripped[len(self.start_tag) :]
                     self.inside = True
+                elif self.start_tag.startswith(stripped):
+                    return out  # could still be the opening tag
                 self._at_start = False
                 continue
             tag = self.end_tag if self.inside else self.start_tag

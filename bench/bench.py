@@ -8,7 +8,11 @@ read from /proc before and after each level.
 
     python bench/bench.py --scenario echo --concurrency 1 32
     python bench/bench.py --scenario mocker --concurrency 1 32 128
-    python bench/bench.py --scenario tools-plain --scenario tools-calls
+    python bench/bench.py --scenario scripted --scenario tools-plain --scenario tools-calls
+
+`scripted` is the same 128-token answer as `tools-plain` with no tools in the
+request (so no tool parser runs): the pair shows what the parser costs on
+plain text; `tools-calls` starts the answer with six tool calls.
 """
 
 from __future__ import annotations
@@ -70,6 +74,15 @@ def scenarios() -> dict[str, Scenario]:
                 "messages": [{"role": "user", "content": "hello there"}],
                 "max_tokens": 128,
                 "ignore_eos": True,
+            },
+        ),
+        "scripted": Scenario(
+            "scripted",
+            ["out=mocker", "--speedup-ratio", "0", "--tool-call-parser", "hermes"],
+            {
+                "messages": [{"role": "user", "content": "hello there"}],
+                "max_tokens": 128,
+                "mock": {"output": plain, "end": "length"},
             },
         ),
         "tools-plain": Scenario(

@@ -127,7 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         kind, path, engine = parse_io(args.io)
         from rotor.launch import run
 
-        return run(args, kind, path, engine)
+        try:
+            return run(args, kind, path, engine)
+        except KeyboardInterrupt:  # Ctrl-C before a mode installed its own handling
+            return 130
     return 2  # pragma: no cover - argparse requires a command
 
 

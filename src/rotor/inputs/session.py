@@ -1,0 +1,111 @@
+"""Send one chat request through the frontend and stream its pieces.
+
+The terminal inputs share this so that they stop at the same place: the
+choice's `finish_reason`. Nothing is awaited after it, so a REPL is back at
+its prompt the moment the answer is complete.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rotor.frontend import Frontend
+from rotor.pipeline.parse.base import Content, Piece, Reasoning, ToolCall
+from rotor.pipeline.preprocess import new_request_id
+from rotor.protocol.openai import ChatCompletionRequest
+
+OnPiece = Callable[[Piece], None]
+
+
+@dataclass
+class Answer:
+    """One finished choice, folded, with the numbers batch mode reports."""
+
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    ttft_s: float | None = None  # to the first generated piece; None when there was none
+    latency_s: float = 0.0
+
+    def message(self) -> dict[str, Any]:
+        """The assistant message to append to a conversation."""
+        msg: dict[str, Any] = {"role": "assistant", "content": self.text}
+        if self.tool_calls:
+            msg["content"] = self.text or None
+            msg["tool_calls"] = [
+                {
+                    "id": call.id or f"call_{i}",
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for i, call in enumerate(self.tool_calls)
+            ]
+        return msg
+
+
+def pieces_of(delta: dict[str, Any], reasoning_field: str) -> list[Piece]:
+    """The generated pieces in one chunk's delta (the opening `role` chunk has none)."""
+    out: list[Piece] = []
+    reasoning = delta.get(reasoning_field)
+    if reasoning:
+        out.append(Reasoning(reasoning))
+    content = delta.get("content")
+    if content:
+        out.append(Content(content))
+    for call in delta.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        out.append(ToolCall(fn.get("name", ""), fn.get("arguments", ""), call.get("id")))
+    return out
+
+
+async def stream_chat(
+    frontend: Frontend, request: ChatCompletionRequest, on_piece: OnPiece | None = None
+) -> Answer:
+    """Run `request` (choice 0) to its finish_reason, calling `on_piece` as pieces come.
+
+    Raises what the frontend raises: RequestError / ModelNotFound before any
+    output, RequestFailed from the stream. Cancelling the caller closes the
+    chunk stream, which stops the engine's work for this request."""
+    start = time.perf_counter()
+    response = await frontend.chat(request, new_request_id())
+    answer = Answer()
+    text: list[str] = []
+    reasoning: list[str] = []
+    field_name = frontend.reasoning_field
+    chunks = response.chunks
+    try:
+        async for chunk in chunks:
+            for choice in chunk["choices"]:
+                if choice["index"] != 0:
+                    continue
+                for piece in pieces_of(choice["delta"], field_name):
+                    if answer.ttft_s is None:
+                        answer.ttft_s = time.perf_counter() - start
+                    if type(piece) is Content:
+                        text.append(piece.text)
+                    elif type(piece) is Reasoning:
+                        reasoning.append(piece.text)
+                    else:
+                        answer.tool_calls.append(piece)  # type: ignore[arg-type]
+                    if on_piece is not None:
+                        on_piece(piece)
+                if choice.get("finish_reason") is not None:
+                    answer.finish_reason = choice["finish_reason"]
+            if answer.finish_reason is not None:
+                break
+    finally:
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    answer.latency_s = time.perf_counter() - start
+    answer.text = "".join(text)
+    answer.reasoning = "".join(reasoning)
+    answer.prompt_tokens = response.usage.prompt_tokens
+    answer.completion_tokens = response.usage.completion_tokens
+    return answer

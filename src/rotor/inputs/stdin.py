@@ -1,0 +1,82 @@
+"""`rotor run in=stdin`: the whole of stdin is one user message; the answer
+streams to stdout, then a final newline.
+
+stdout carries the answer only (and tool calls as `→ name(arguments)` lines),
+so `... | rotor run in=stdin > answer.txt` keeps just the answer: reasoning
+goes to stderr, dimmed when stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+from pydantic import ValidationError
+
+from rotor.api.errors import describe_validation
+from rotor.frontend import Frontend, ModelNotFound
+from rotor.inputs.render import Renderer
+from rotor.inputs.session import stream_chat
+from rotor.pipeline.preprocess import RequestError
+from rotor.pipeline.stream import RequestFailed
+from rotor.protocol.openai import ChatCompletionRequest
+
+EXIT_INTERRUPTED = 130
+
+
+def read_message() -> str:
+    """All of stdin as UTF-8, less the newline a shell or `echo` adds at the end.
+
+    Ctrl-C while someone types it raises KeyboardInterrupt here: asyncio.run's
+    own handler would only cancel a task, which a blocking read never notices."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        data = sys.stdin.buffer.read()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return data.decode("utf-8").rstrip("\r\n")
+
+
+async def run_stdin(frontend: Frontend, max_tokens: int | None = None) -> int:
+    """0 on an answer, 1 on an error (message on stderr), 130 on Ctrl-C."""
+    try:
+        text = read_message()
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except UnicodeDecodeError as e:
+        print(f"rotor: stdin is not UTF-8 text: {e}", file=sys.stderr)
+        return 1
+    if not text.strip():
+        print("rotor: stdin is empty: nothing to send", file=sys.stderr)
+        return 1
+    try:
+        request = ChatCompletionRequest(
+            messages=[{"role": "user", "content": text}], max_tokens=max_tokens
+        )
+    except ValidationError as e:
+        print(f"rotor: {describe_validation(e)[0]}", file=sys.stderr)
+        return 1
+    renderer = Renderer(sys.stdout, reasoning_out=sys.stderr, dim=sys.stderr.isatty())
+    loop = asyncio.get_running_loop()
+    await frontend.start()
+    task = asyncio.ensure_future(stream_chat(frontend, request, renderer.piece))
+    # Our own handler: the answer stops cleanly (engine work closed) instead
+    # of a KeyboardInterrupt traceback.
+    loop.add_signal_handler(signal.SIGINT, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not task.cancelled():
+            raise
+        renderer.finish()
+        return EXIT_INTERRUPTED
+    except (RequestError, RequestFailed, ModelNotFound) as e:
+        renderer.finish()
+        print(f"rotor: {e}", file=sys.stderr)
+        return 1
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        await frontend.stop()
+    renderer.finish()
+    return 0

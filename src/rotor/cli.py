@@ -54,7 +54,11 @@ FLAGS = [
     Flag("--block-size", "mocker: KV cache block size in tokens", int, 16),
     Flag("--num-kv-blocks", "mocker: KV cache size in blocks", int, 8192),
     Flag("--speedup-ratio", "mocker: divide simulated time (0 = never sleep)", float, 1.0),
-    Flag("--no-structural-tags", "mocker: do not accept structural-tag constraints", action="store_true"),
+    Flag(
+        "--no-structural-tags",
+        "mocker: do not accept structural-tag constraints",
+        action="store_true",
+    ),
 ]
 
 
@@ -71,7 +75,9 @@ def _env_default(flag: Flag) -> Any:
     try:
         return flag.type(raw)
     except ValueError:
-        raise SystemExit(f"rotor: {env_name(flag.name)}={raw!r} is not a valid {flag.type.__name__}") from None
+        raise SystemExit(
+            f"rotor: {env_name(flag.name)}={raw!r} is not a valid {flag.type.__name__}"
+        ) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     for flag in FLAGS:
         help_text = f"{flag.help} [{env_name(flag.name)}]"
         if flag.action:
-            run.add_argument(flag.name, action=flag.action, default=_env_default(flag), help=help_text)
+            run.add_argument(
+                flag.name, action=flag.action, default=_env_default(flag), help=help_text
+            )
         else:
             run.add_argument(flag.name, type=flag.type, default=_env_default(flag), help=help_text)
     return parser

@@ -59,7 +59,9 @@ class Frontend:
         """The served model for a request's `model` (None/empty: the only one)."""
         if not name or name == self.model.card.name or name in self._aliases:
             return self.model
-        raise ModelNotFound(f"the model {name!r} does not exist; served: {', '.join(self.model_names)}")
+        raise ModelNotFound(
+            f"the model {name!r} does not exist; served: {', '.join(self.model_names)}"
+        )
 
     async def start(self) -> None:
         await self.engine.start()
@@ -83,7 +85,9 @@ class Frontend:
 
     async def chat(self, req: ChatCompletionRequest, request_id: str) -> Response:
         model = self.resolve(req.model)
-        long_prompt = sum(len(str(m.get("content") or "")) for m in req.messages) > LONG_PROMPT_CHARS
+        long_prompt = (
+            sum(len(str(m.get("content") or "")) for m in req.messages) > LONG_PROMPT_CHARS
+        )
         if long_prompt:
             prepared = await asyncio.to_thread(prepare_chat, model, req, request_id)
         else:

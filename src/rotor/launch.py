@@ -49,7 +49,9 @@ def load(args: argparse.Namespace, engine_name: str) -> tuple[ModelCard, Tokeniz
     return card, tok
 
 
-def build_engine(args: argparse.Namespace, engine_name: str, card: ModelCard, tok: Tokenizer | None) -> Engine:
+def build_engine(
+    args: argparse.Namespace, engine_name: str, card: ModelCard, tok: Tokenizer | None
+) -> Engine:
     if engine_name == "mocker":
         from rotor.engines.mocker import MockerConfig, MockerEngine
 
@@ -76,9 +78,7 @@ def build_frontend(args: argparse.Namespace, engine_name: str) -> Frontend:
     card, tok = load(args, engine_name)
     engine = build_engine(args, engine_name, card, tok)
     try:
-        served = ServedModel.build(
-            engine.card, tok, args.tool_call_parser, args.reasoning_parser
-        )
+        served = ServedModel.build(engine.card, tok, args.tool_call_parser, args.reasoning_parser)
     except ValueError as e:
         raise StartupError(str(e)) from None
     return Frontend(engine, served, reasoning_field=args.reasoning_field)

@@ -59,7 +59,9 @@ def test_streaming_echoes_one_character_per_chunk(client: openai.OpenAI) -> None
     content_chunks = [c for c in chunks if c.choices and c.choices[0].delta.content]
     assert [c.choices[0].delta.content for c in content_chunks] == list("héllo 🙂")
     assert chunks[0].choices[0].delta.role == "assistant"
-    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    finishes = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
     assert finishes == ["stop"]
     assert len({c.id for c in chunks}) == 1
 
@@ -94,7 +96,9 @@ def test_include_stop_str_in_output(client: openai.OpenAI) -> None:
 def test_max_tokens_gives_length(client: openai.OpenAI, stream: bool) -> None:
     if stream:
         body, chunks = stream_text(client, "abcdefghij", max_tokens=5)
-        finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        finish = [
+            c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+        ]
         assert finish == ["length"]
     else:
         resp = chat(client, "abcdefghij", max_tokens=5)
@@ -152,7 +156,8 @@ def test_completions_echo_the_prompt(client: openai.OpenAI) -> None:
     # "cde" reaches max_tokens before the engine's EOS: the frontend's length wins.
     assert [c.finish_reason for c in resp.choices] == ["stop", "length"]
     text = "".join(
-        c.choices[0].text for c in client.completions.create(model="echo", prompt="strm", stream=True)
+        c.choices[0].text
+        for c in client.completions.create(model="echo", prompt="strm", stream=True)
     )
     assert text == "strm"
 
@@ -189,7 +194,9 @@ def test_bad_requests_are_400_naming_the_field(client: openai.OpenAI) -> None:
     for extra, needle in cases:
         body = {"messages": [{"role": "user", "content": "hi"}], **extra}
         with pytest.raises(openai.BadRequestError) as err:
-            client.chat.completions.create(model="echo", **body) if "bogus_field" not in extra and "mock" not in extra else client.chat.completions.create(
+            client.chat.completions.create(
+                model="echo", **body
+            ) if "bogus_field" not in extra and "mock" not in extra else client.chat.completions.create(
                 model="echo", messages=body["messages"], extra_body={k: v for k, v in extra.items()}
             )
         assert err.value.status_code == 400
@@ -247,7 +254,9 @@ def test_operational_routes(server: Server) -> None:
     health = httpx.get(server.url + "/health", timeout=5)
     assert health.status_code == 200 and health.json()["models"] == ["echo"]
     assert httpx.get(server.url + "/live", timeout=5).status_code == 200
-    assert "/v1/chat/completions" in httpx.get(server.url + "/openapi.json", timeout=5).json()["paths"]
+    assert (
+        "/v1/chat/completions" in httpx.get(server.url + "/openapi.json", timeout=5).json()["paths"]
+    )
     assert httpx.get(server.url + "/docs", timeout=5).status_code == 200
 
 
@@ -269,14 +278,16 @@ def test_client_disconnect_stops_the_engine() -> None:
     text = "x" * 2000  # 20 s of output at 10 ms per token
     with rotor_server(env={"ROTOR_ECHO_DELAY_MS": "10"}) as srv:
         body = {"model": "echo", "messages": [{"role": "user", "content": text}], "stream": True}
-        with httpx.Client(timeout=10) as http:
-            with http.stream("POST", srv.v1 + "/chat/completions", json=body) as r:
-                lines = r.iter_lines()  # kept alive: dropping it would close the connection
-                seen = 0
-                while seen < 5:
-                    seen += next(lines).startswith("data: ")
-                assert srv.metric("rotor_engine_active_requests") == 1
-                assert srv.metric("rotor_disconnected_clients_total") == 0
+        with (
+            httpx.Client(timeout=10) as http,
+            http.stream("POST", srv.v1 + "/chat/completions", json=body) as r,
+        ):
+            lines = r.iter_lines()  # kept alive: dropping it would close the connection
+            seen = 0
+            while seen < 5:
+                seen += next(lines).startswith("data: ")
+            assert srv.metric("rotor_engine_active_requests") == 1
+            assert srv.metric("rotor_disconnected_clients_total") == 0
         # The connection is closed: the engine must stop producing at once.
         deadline = time.monotonic() + 5
         while srv.metric("rotor_engine_active_requests") != 0:

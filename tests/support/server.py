@@ -48,11 +48,13 @@ class Server:
 
 
 @contextmanager
-def rotor_server(*args: str, env: dict[str, str] | None = None, timeout: float = 30) -> Iterator[Server]:
+def rotor_server(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 30
+) -> Iterator[Server]:
     port = free_port()
     full_env = {**os.environ, "ROTOR_ECHO_DELAY_MS": "0", **(env or {})}
     cmd = [sys.executable, "-m", "rotor.cli", "run", *args, "--port", str(port)]
-    log = tempfile.TemporaryFile()
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - outlives this block; closed in finally
     proc = subprocess.Popen(cmd, env=full_env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout

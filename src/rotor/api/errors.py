@@ -32,7 +32,9 @@ def error_body(status: int, message: str, param: str | None = None) -> dict[str,
     return {
         "error": {
             "message": message,
-            "type": _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
+            "type": _TYPES.get(
+                status, "server_error" if status >= 500 else "invalid_request_error"
+            ),
             "param": param,
             "code": status,
         }

@@ -27,17 +27,34 @@ class Metrics:
     def __init__(self, engine_state=None) -> None:  # noqa: ANN001
         r = self.registry = CollectorRegistry()
         self.requests = Counter(
-            "rotor_requests", "Requests by outcome", ["model", "endpoint", "stream", "status"], registry=r
+            "rotor_requests",
+            "Requests by outcome",
+            ["model", "endpoint", "stream", "status"],
+            registry=r,
         )
-        self.in_flight = Gauge("rotor_requests_in_flight", "Requests running", ["model"], registry=r)
+        self.in_flight = Gauge(
+            "rotor_requests_in_flight", "Requests running", ["model"], registry=r
+        )
         self.ttft = Histogram(
-            "rotor_time_to_first_token_seconds", "Time to first token", ["model"], buckets=_TTFT, registry=r
+            "rotor_time_to_first_token_seconds",
+            "Time to first token",
+            ["model"],
+            buckets=_TTFT,
+            registry=r,
         )
         self.itl = Histogram(
-            "rotor_inter_token_latency_seconds", "Time between chunks", ["model"], buckets=_ITL, registry=r
+            "rotor_inter_token_latency_seconds",
+            "Time between chunks",
+            ["model"],
+            buckets=_ITL,
+            registry=r,
         )
         self.duration = Histogram(
-            "rotor_request_duration_seconds", "Whole request", ["model"], buckets=_DURATION, registry=r
+            "rotor_request_duration_seconds",
+            "Whole request",
+            ["model"],
+            buckets=_DURATION,
+            registry=r,
         )
         self.prompt_tokens = Counter("rotor_prompt_tokens", "Prompt tokens", ["model"], registry=r)
         self.completion_tokens = Counter(

@@ -60,9 +60,9 @@ class SSEResponse(Response):
                 if not task.done():
                     task.cancel()
             await asyncio.gather(pump, watch, return_exceptions=True)
-        if pump not in done or pump.exception() is not None:
-            if self.on_disconnect is not None:
-                self.on_disconnect()
+        client_left = pump not in done or pump.exception() is not None
+        if client_left and self.on_disconnect is not None:
+            self.on_disconnect()
 
     async def _pump(self, send: Callable) -> None:
         body = self.body

@@ -28,7 +28,9 @@ def delay_from_env() -> float:
     try:
         return float(raw) if raw else DEFAULT_DELAY_MS
     except ValueError:
-        raise ValueError(f"ROTOR_ECHO_DELAY_MS must be a number of milliseconds, got {raw!r}") from None
+        raise ValueError(
+            f"ROTOR_ECHO_DELAY_MS must be a number of milliseconds, got {raw!r}"
+        ) from None
 
 
 class EchoEngine:
@@ -61,8 +63,12 @@ class EchoEngine:
             if text is None:
                 raise EngineError("the echo engine needs the text to echo")
             return list(text), None
-        eos = self.card.eos_token_ids[:1]
-        return None, list(request.token_ids) + eos
+        # An EOS id means "the model ended" to the frontend, so the prompt's own
+        # EOS-id tokens (ChatML's <|im_end|> after every turn) are not echoed:
+        # only the last token is the EOS.
+        eos_ids = set(self.card.eos_token_ids)
+        prompt = [t for t in request.token_ids if t not in eos_ids]
+        return None, prompt + self.card.eos_token_ids[:1]
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         chars, ids = self._script(request)

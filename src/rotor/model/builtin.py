@@ -51,7 +51,9 @@ def build_tokenizer(
     )
     tok.train_from_iterator(list(corpus), trainer)
     if added_tokens:
-        tok.add_tokens([tokenizers.AddedToken(t, special=False, normalized=False) for t in added_tokens])
+        tok.add_tokens(
+            [tokenizers.AddedToken(t, special=False, normalized=False) for t in added_tokens]
+        )
     return tok
 
 
@@ -111,7 +113,14 @@ For each function call, return a json object with function name and arguments wi
 """
 
 CHATML_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-CHATML_ADDED = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+CHATML_ADDED = (
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+)
 BUILTIN_MODEL_NAME = "mock-model"
 
 

@@ -120,7 +120,9 @@ def render_chat(model: ServedModel, req: ChatCompletionRequest, tools_active: bo
     if template is None:
         raise RequestError(f"model {model.card.name!r} has no chat template", "messages")
     kwargs = {
-        k: v for k, v in (req.chat_template_kwargs or {}).items() if k not in _RESERVED_TEMPLATE_ARGS
+        k: v
+        for k, v in (req.chat_template_kwargs or {}).items()
+        if k not in _RESERVED_TEMPLATE_ARGS
     }
     if req.reasoning_effort is not None:
         kwargs.setdefault("reasoning_effort", req.reasoning_effort)
@@ -174,7 +176,9 @@ def check_tool_choice(req: ChatCompletionRequest, tools: Tools) -> tuple[str, st
             "tool_choice must be {'type': 'function', 'function': {'name': ...}}", "tool_choice"
         )
     if name not in tools:
-        raise RequestError(f"tool_choice names {name!r}, which is not among the tools", "tool_choice")
+        raise RequestError(
+            f"tool_choice names {name!r}, which is not among the tools", "tool_choice"
+        )
     return "named", name
 
 
@@ -273,7 +277,9 @@ def prepare_chat(
     for i in range(req.n):
         parser = MessageParser(
             reasoning=reasoning_cls(starts_inside) if reasoning_cls else None,
-            tools=tools_parser if i == 0 else _clone_parser(tools_parser, family, tools, mode, named),
+            tools=tools_parser
+            if i == 0
+            else _clone_parser(tools_parser, family, tools, mode, named),
             parallel_tool_calls=req.parallel_tool_calls,
         )
         choices.append(
@@ -323,7 +329,9 @@ def _request_guided(req: ChatCompletionRequest) -> dict[str, Any] | None:
         if kind == "json_schema":
             schema = (fmt.get("json_schema") or {}).get("schema")
             if not isinstance(schema, dict):
-                raise RequestError("response_format.json_schema.schema is required", "response_format")
+                raise RequestError(
+                    "response_format.json_schema.schema is required", "response_format"
+                )
             guided = {"type": "json_schema", "json_schema": schema}
         elif kind == "json_object":
             guided = {"type": "json_schema", "json_schema": {"type": "object"}}

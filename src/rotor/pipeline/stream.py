@@ -108,7 +108,9 @@ class ChatChunker:
             "total_tokens": u.prompt_tokens + done,
         }
 
-    def events(self, index: int, choice: ChoicePipeline, pieces: list[Piece]) -> list[dict[str, Any]]:
+    def events(
+        self, index: int, choice: ChoicePipeline, pieces: list[Piece]
+    ) -> list[dict[str, Any]]:
         """Chunks for these pieces, then the finishing chunk when the choice ended.
 
         Raises RequestFailed when the choice ended in an error."""
@@ -139,7 +141,9 @@ class ChatChunker:
             else:  # pragma: no cover - Piece is closed
                 continue
             out.append(
-                self.chunk({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": None})
+                self.chunk(
+                    {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": None}
+                )
             )
             logprobs = None
         if finished is not None:
@@ -192,9 +196,7 @@ def aggregate_chat(chunks: list[dict[str, Any]], n: int, usage: Usage) -> dict[s
                     content[i].append(value)
                 elif key == "tool_calls":
                     for call in value:
-                        calls[i].append(
-                            {k: call[k] for k in ("id", "type", "function")}
-                        )
+                        calls[i].append({k: call[k] for k in ("id", "type", "function")})
                 elif key != "role":
                     reasoning_key = key
                     reasoning.setdefault(i, []).append(value)
@@ -248,14 +250,21 @@ class CompletionChunker:
         continuous_usage: bool = False,
         token_text: TokenText | None = None,
     ) -> None:
-        self._head = {"id": response_id, "object": "text_completion", "created": created, "model": model}
+        self._head = {
+            "id": response_id,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+        }
         self._usage = usage
         self._continuous = continuous_usage
         self._token_text = token_text
         self._lp_sent: dict[int, int] = {}
         self._choices = choices
 
-    def events(self, index: int, choice: ChoicePipeline, pieces: list[Piece]) -> list[dict[str, Any]]:
+    def events(
+        self, index: int, choice: ChoicePipeline, pieces: list[Piece]
+    ) -> list[dict[str, Any]]:
         text = "".join(p.text for p in pieces if type(p) is Content)
         finished = choice.finished
         if finished is not None and finished.end is End.ERROR:

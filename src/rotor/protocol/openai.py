@@ -85,7 +85,8 @@ class SamplingFields(BaseModel):
         given = [
             x
             for x in (
-                self.guided_json is not None and {"type": "json_schema", "json_schema": self.guided_json},
+                self.guided_json is not None
+                and {"type": "json_schema", "json_schema": self.guided_json},
                 self.guided_regex is not None and {"type": "regex", "regex": self.guided_regex},
                 self.guided_choice is not None and {"type": "choice", "choice": self.guided_choice},
             )

@@ -101,7 +101,9 @@ def schema_types(schema: dict[str, Any]) -> list[str]:
         if isinstance(sub, dict):
             found.extend(schema_types(sub))
     for value in schema.get("enum") or []:
-        kind = {bool: "boolean", int: "integer", float: "number", type(None): "null"}.get(type(value))
+        kind = {bool: "boolean", int: "integer", float: "number", type(None): "null"}.get(
+            type(value)
+        )
         if kind:
             found.append(kind)
     return found

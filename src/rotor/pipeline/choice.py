@@ -77,7 +77,9 @@ class ChoicePipeline:
         try:
             pieces = pieces + self.parser.finish(strict=strict, eos_text=ended.eos_text)
         except ParseError as e:
-            self.finished = Finished("stop", None, tokens, End.ERROR, f"malformed tool call: {e.detail}")
+            self.finished = Finished(
+                "stop", None, tokens, End.ERROR, f"malformed tool call: {e.detail}"
+            )
             return []
         self._count(pieces)
         if kind is End.LENGTH:

@@ -6,6 +6,12 @@ order of checks is `specs/stops-and-eos.md`, literally: count, token-id stops
 (visible, model EOS, user ids), detokenize + stop strings, max_tokens, then
 whatever the engine reported. Stop strings are matched on a held-back window,
 so a client never sees a character that a later match would have cut.
+
+"Earliest match" means the match that completes first in the character stream
+(ties: the one that starts first). That is the only reading under which a stop
+string behaves the same however the text is cut into tokens: with overlapping
+stops "lo w" and "o", "hello world" stops at "hell" whether "hello" arrives
+in one token or one character at a time.
 """
 
 from __future__ import annotations
@@ -62,7 +68,6 @@ class ChoiceDecoder:
         "_retain_eos",
         "_held",
         "_last_id",
-        "_undecoded",
         "tokens",
         "end",
         "logprobs",
@@ -79,7 +84,7 @@ class ChoiceDecoder:
     ) -> None:
         """`decoder` turns ids into text (None for text-out engines);
         `token_text` decodes ids verbatim, special tokens included (visible
-        stops, retained EOS text, a dangling partial character at the end)."""
+        stops, retained EOS text)."""
         self._stop = stop
         self._max_tokens = stop.max_tokens
         self._min_tokens = stop.min_tokens
@@ -94,7 +99,6 @@ class ChoiceDecoder:
         self._retain_eos = retain_eos_text
         self._held = ""  # unsent text that may still start a stop string
         self._last_id: int | None = None
-        self._undecoded: list[int] = []  # ids whose character is not complete yet
         self.tokens = 0
         self.end: Ended | None = None
         self.logprobs: list[TokenLogprob] = []
@@ -130,7 +134,8 @@ class ChoiceDecoder:
             self._last_id = tid
             if lps is not None and i < len(lps):
                 self.logprobs.append(lps[i])
-            if tid in self._any_id_stop and self.tokens >= self._min_tokens:
+            checked = self.tokens >= self._min_tokens
+            if checked and tid in self._any_id_stop:
                 ended = self._id_stop(tid)
                 if ended is not None:
                     parts.append(self._flush())
@@ -138,14 +143,13 @@ class ChoiceDecoder:
                         parts.append(self._verbatim([tid]))
                     self.end = ended
                     return "".join(parts)
+            # '' while a character is incomplete: DecodeStream holds its bytes, and
+            # a character that never completes is never released (no U+FFFD).
             piece = self._decoder.step(tid) if self._decoder is not None else ""
             if piece:
-                self._undecoded.clear()
-            else:
-                self._undecoded.append(tid)
-            parts.append(self._window(piece))
-            if self.end is not None:
-                return "".join(parts)
+                parts.append(self._window(piece, checked))
+                if self.end is not None:
+                    return "".join(parts)
             if self.tokens >= self._max_tokens:
                 parts.append(self._flush())
                 self.end = Ended(End.LENGTH)
@@ -155,7 +159,7 @@ class ChoiceDecoder:
     def _text_token(self, text: str) -> str:
         """Text-out engines: one output is one token."""
         self.tokens += 1
-        released = self._window(text)
+        released = self._window(text, self.tokens >= self._min_tokens) if text else ""
         if self.end is None and self.tokens >= self._max_tokens:
             released += self._flush()
             self.end = Ended(End.LENGTH)
@@ -174,22 +178,30 @@ class ChoiceDecoder:
             return Ended(End.USER_STOP_TOKEN, stop_reason=tid)
         return None
 
-    def _window(self, piece: str) -> str:
-        """Append text; cut at the earliest stop string; hold a possible prefix."""
+    def _window(self, piece: str, check: bool) -> str:
+        """Append new text; cut at the first stop string to complete in it; hold
+        a suffix that may still start one. Below min_tokens (`check` false) no
+        stop is matched, but the suffix is still held: a match may straddle."""
         if not self._strings:
             return piece
-        window = self._held + piece
-        if not window:
-            return ""
-        best, match = -1, None
-        for s in self._strings:
-            i = window.find(s)
-            if i >= 0 and (best < 0 or i < best):
-                best, match = i, s
-        if match is not None:
-            self._held = ""
-            self.end = Ended(End.USER_STOP_STRING, stop_reason=match)
-            return window[: best + len(match)] if self._include_stop else window[:best]
+        held = self._held
+        window = held + piece if held else piece
+        if check:
+            # Only a match that ends in the new text counts (one wholly inside
+            # the held text was there below min_tokens). Earliest end wins,
+            # then earliest start.
+            floor = len(held)
+            best_end, best_start, match = 0, 0, None
+            for s in self._strings:
+                i = window.find(s, max(0, floor - len(s) + 1))
+                if i >= 0:
+                    e = i + len(s)
+                    if match is None or e < best_end or (e == best_end and i < best_start):
+                        best_end, best_start, match = e, i, s
+            if match is not None:
+                self._held = ""
+                self.end = Ended(End.USER_STOP_STRING, stop_reason=match)
+                return window[:best_end] if self._include_stop else window[:best_start]
         keep = partial_marker_len(window, self._strings)
         self._held = window[len(window) - keep :] if keep else ""
         return window[: len(window) - keep]
@@ -206,7 +218,7 @@ class ChoiceDecoder:
                 if ended.kind is End.MODEL_EOS and self._retain_eos and ended.eos_text is None:
                     ended.eos_text = self._verbatim([matched])
             elif self._last_id is not None and self._last_id in self._eos:
-                ended = Ended(End.MODEL_EOS, eos_text=self._eos_text(self._last_id))
+                ended = self._id_stop(self._last_id) or Ended(End.MODEL_EOS)
             else:
                 ended = Ended(End.TRANSPORT_EOF)
         elif finish == "length":
@@ -222,23 +234,29 @@ class ChoiceDecoder:
             ended = Ended(End.CANCELLED)
         else:
             ended = Ended(End.ERROR, error=out.error or "engine error")
-        text = self._flush() if ended.kind is not End.ERROR else ""
+        if ended.kind is End.ERROR:
+            text = ""
+        elif ended.kind is End.USER_STOP_STRING and isinstance(matched, str):
+            text = self._cut_held(matched)
+        else:
+            text = self._flush()
         if ended.kind is End.VISIBLE_STOP and isinstance(matched, int):
             text += self._verbatim([matched])
         self.end = ended
         return text
 
-    def _eos_text(self, tid: int) -> str | None:
-        return self._verbatim([tid]) if self._retain_eos else None
+    def _cut_held(self, match: str) -> str:
+        """The engine matched `match` past the text we have: the held suffix that
+        starts it is the match, not text to release."""
+        held, self._held = self._held, ""
+        keep = partial_marker_len(held, (match,))
+        text = held[: len(held) - keep]
+        return text + match if self._include_stop else text
 
     def _flush(self) -> str:
-        """At the End: a dangling partial character, then the held window."""
-        text = ""
-        if self._undecoded:
-            text = self._verbatim(self._undecoded)
-            self._undecoded.clear()
+        """At the End (not a stop string's): release the held window."""
         held, self._held = self._held, ""
-        return held + text if held else text
+        return held
 
     def _verbatim(self, ids: list[int]) -> str:
         return self._token_text(ids) if self._token_text is not None else ""

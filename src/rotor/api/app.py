@@ -5,20 +5,29 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
 from rotor import __version__
+from rotor.api.anthropic import anthropic_model, anthropic_models, register_anthropic
 from rotor.api.errors import APIError, describe_validation, error_response
 from rotor.api.metrics import Metrics
+from rotor.api.responses import register_responses
+from rotor.api.route import (
+    DEFAULT_BODY_LIMIT,
+    disconnect_counter,
+    observed,
+    read_request,
+    request_id,
+    start,
+)
 from rotor.api.sse import DONE, SSEResponse, sse_error, sse_event
 from rotor.frontend import Frontend, ModelNotFound
 from rotor.frontend import Response as FrontendResponse
@@ -27,8 +36,6 @@ from rotor.pipeline.stream import RequestFailed, aggregate_chat, aggregate_compl
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 
 log = logging.getLogger("rotor.api")
-
-DEFAULT_BODY_LIMIT = 32 * 1024 * 1024
 
 
 def create_app(
@@ -47,6 +54,7 @@ def create_app(
     app = FastAPI(title="rotor", version=__version__, lifespan=lifespan)
     app.state.frontend = frontend
     app.state.metrics = metrics
+    app.state.body_limit = body_limit
 
     # -- errors --------------------------------------------------------------------
 
@@ -67,97 +75,58 @@ def create_app(
     if api_key:
         app.add_middleware(APIKeyMiddleware, api_key=api_key)
 
-    # -- helpers -------------------------------------------------------------------
-
-    async def read_body(request: Request, model: type[BaseModel]) -> Any:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > body_limit:
-            raise APIError(413, f"request body of {length} bytes is over the limit of {body_limit}")
-        chunks = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > body_limit:
-                raise APIError(413, f"request body is over the limit of {body_limit} bytes")
-            chunks.append(chunk)
-        try:
-            data = orjson.loads(b"".join(chunks))
-        except orjson.JSONDecodeError as e:
-            raise APIError(400, f"malformed JSON body: {e}") from None
-        if not isinstance(data, dict):
-            raise APIError(400, "the request body must be a JSON object")
-        try:
-            return model.model_validate(data)
-        except ValidationError as e:
-            message, param = describe_validation(e)
-            raise APIError(400, message, param) from None
+    # -- OpenAI routes ---------------------------------------------------------------
 
     async def run(
         request: Request,
         endpoint: str,
         req: ChatCompletionRequest | CompletionRequest,
-        start: Any,
+        call: Any,
         fold: Any,
     ) -> Response:
         rid = request_id(request)
-        model_name = req.model or frontend.model.card.name
         t0 = time.perf_counter()
-        try:
-            resp: FrontendResponse = await start(req, rid)
-        except RequestError as e:
-            metrics.requests.labels(model_name, endpoint, str(req.stream), str(e.status)).inc()
-            raise APIError(e.status, str(e), e.param) from None
-        except ModelNotFound as e:
-            metrics.requests.labels(model_name, endpoint, str(req.stream), "404").inc()
-            raise APIError(404, str(e), "model") from None
+        resp: FrontendResponse = await start(call, req, rid, metrics, endpoint, frontend)
         headers = {"x-request-id": rid}
-        labels = (resp.model, endpoint, str(req.stream))
+        chunks = observed(resp, metrics, endpoint, req.stream, t0)
         if req.stream:
-            state = {"disconnected": False}
-
-            def on_disconnect() -> None:
-                state["disconnected"] = True
-                metrics.disconnected.labels(resp.model).inc()
-
             return SSEResponse(
-                _observe_sse(resp, metrics, labels, t0, state), headers, on_disconnect
+                _openai_sse(chunks), headers, disconnect_counter(metrics, resp.model)
             )
-        metrics.in_flight.labels(resp.model).inc()
-        status = "200"
         try:
-            chunks = [c async for c in resp.chunks]
-            body = fold(chunks, resp.n, resp.usage)
+            body = fold([c async for c in chunks], resp.n, resp.usage)
         except RequestFailed as e:
-            status = "500"
             return error_response(500, str(e), headers=headers)
-        finally:
-            metrics.in_flight.labels(resp.model).dec()
-            metrics.requests.labels(*labels, status).inc()
-            _count_tokens(metrics, resp)
-            metrics.duration.labels(resp.model).observe(time.perf_counter() - t0)
         return Response(orjson.dumps(body), media_type="application/json", headers=headers)
-
-    # -- OpenAI routes ---------------------------------------------------------------
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        req = await read_body(request, ChatCompletionRequest)
+        req = await read_request(request, ChatCompletionRequest, body_limit)
         return await run(request, "chat", req, frontend.chat, aggregate_chat)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        req = await read_body(request, CompletionRequest)
+        req = await read_request(request, CompletionRequest, body_limit)
         return await run(request, "completions", req, frontend.completion, aggregate_completion)
 
     @app.get("/v1/models")
-    async def list_models() -> Response:
+    async def list_models(request: Request) -> Response:
+        if "anthropic-version" in request.headers:
+            return JSONResponse(anthropic_models(frontend))
         return JSONResponse({"object": "list", "data": [_model_entry(frontend)]})
 
     @app.get("/v1/models/{model_id:path}")
-    async def get_model(model_id: str) -> Response:
+    async def get_model(request: Request, model_id: str) -> Response:
         if model_id not in frontend.model_names:
             raise APIError(404, f"the model {model_id!r} does not exist", "model")
+        if "anthropic-version" in request.headers:
+            return JSONResponse(anthropic_model(frontend))
         return JSONResponse(_model_entry(frontend))
+
+    # -- Anthropic Messages, OpenAI Responses (after the API-key middleware) -------------
+
+    register_anthropic(app, frontend, metrics)
+    register_responses(app, frontend, metrics)
 
     # -- tokens ----------------------------------------------------------------------
 
@@ -189,7 +158,9 @@ def create_app(
                 raise APIError(400, str(e), e.param) from None
             ids = tok.encode(text)
         elif isinstance(data.get("prompt"), str):
-            ids = tok.encode(data["prompt"], add_special_tokens=data.get("add_special_tokens", True))
+            ids = tok.encode(
+                data["prompt"], add_special_tokens=data.get("add_special_tokens", True)
+            )
         else:
             raise APIError(400, "give either 'prompt' (a string) or 'messages'", "prompt")
         return JSONResponse(
@@ -255,13 +226,6 @@ class APIKeyMiddleware:
         await self.app(scope, receive, send)
 
 
-def request_id(request: Request) -> str:
-    rid = request.headers.get("x-request-id")
-    if rid and len(rid) <= 128 and rid.replace("-", "").replace("_", "").isalnum():
-        return rid
-    return uuid.uuid4().hex
-
-
 def _rid_header(request: Request) -> dict[str, str] | None:
     rid = request.headers.get("x-request-id")
     return {"x-request-id": rid} if rid else None
@@ -295,45 +259,15 @@ def _model_entry(frontend: Frontend) -> dict[str, Any]:
     }
 
 
-def _count_tokens(metrics: Metrics, resp: FrontendResponse) -> None:
-    metrics.prompt_tokens.labels(resp.model).inc(resp.usage.prompt_tokens)
-    metrics.completion_tokens.labels(resp.model).inc(
-        sum(c.decoder.tokens for p in resp.prepared for c in p.choices)
-    )
-
-
-async def _observe_sse(
-    resp: FrontendResponse, metrics: Metrics, labels: tuple[str, str, str], t0: float, state: dict
-) -> AsyncIterator[bytes]:
-    """The SSE body, with metrics on the way: TTFT, inter-token latency, outcome."""
-    model = resp.model
-    metrics.in_flight.labels(model).inc()
-    itl = metrics.itl.labels(model)
-    perf = time.perf_counter
-    last = 0.0
-    status = "200"
+async def _openai_sse(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """OpenAI's SSE framing: `data: <chunk>` events, then `data: [DONE]`; a failure
+    after the first chunk is an error event, then `[DONE]`."""
     try:
-        async for chunk in resp.chunks:
-            now = perf()
-            if last:
-                itl.observe(now - last)
-            else:
-                metrics.ttft.labels(model).observe(now - t0)
-            last = now
+        async for chunk in chunks:
             yield sse_event(chunk)
         yield DONE
     except RequestFailed as e:
-        status = "500"
         yield sse_error(500, str(e))
         yield DONE
-    except BaseException:
-        status = "cancelled"
-        raise
     finally:
-        await resp.chunks.aclose()
-        metrics.in_flight.labels(model).dec()
-        if state["disconnected"]:
-            status = "cancelled"
-        metrics.requests.labels(*labels, status).inc()
-        _count_tokens(metrics, resp)
-        metrics.duration.labels(model).observe(perf() - t0)
+        await chunks.aclose()  # type: ignore[attr-defined]

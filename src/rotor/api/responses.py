@@ -1,0 +1,458 @@
+"""`POST /v1/responses` (OpenAI Responses, stateless) on the chat pipeline.
+
+A request becomes the one internal `ChatCompletionRequest` and runs through
+`Frontend.chat`; its chat chunks are shaped into Responses stream events by
+`ResponseStream`. Streaming sends those events; non-streaming folds the same
+events (`fold_response`), so the two cannot disagree. Stops, tool calls and
+reasoning are the pipeline's: nothing here re-decides them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from starlette.responses import Response
+
+from rotor.api.errors import error_response
+from rotor.api.metrics import Metrics
+from rotor.api.route import (
+    chat_request,
+    disconnect_counter,
+    observed,
+    read_request,
+    request_id,
+    sse_body,
+    start_chat,
+)
+from rotor.api.sse import SSEResponse
+from rotor.frontend import Frontend
+from rotor.frontend import Response as ChatResponse
+from rotor.pipeline.stream import RequestFailed
+from rotor.protocol.openai import ChatCompletionRequest
+from rotor.protocol.responses import (
+    FormatJSONObject,
+    FormatJSONSchema,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    FunctionChoice,
+    MessageItem,
+    Part,
+    ReasoningItem,
+    Refusal,
+    ResponsesRequest,
+)
+
+# -- request → chat -------------------------------------------------------------------------
+
+# RequestError params in chat terms → the Responses field the client sent.
+_PARAMS = {
+    "messages": "input",
+    "max_tokens": "max_output_tokens",
+    "response_format": "text.format",
+    "guided_json": "text.format",
+}
+
+
+def to_chat(req: ResponsesRequest) -> ChatCompletionRequest:
+    messages: list[dict[str, Any]] = []
+    if req.instructions:
+        messages.append({"role": "system", "content": req.instructions})
+    if isinstance(req.input, str):
+        messages.append({"role": "user", "content": req.input})
+    else:
+        messages.extend(_messages(req.input))
+    tools = None
+    if req.tools:
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    k: v
+                    for k, v in (
+                        ("name", t.name),
+                        ("description", t.description),
+                        ("parameters", t.parameters),
+                        ("strict", t.strict),
+                    )
+                    if v is not None
+                },
+            }
+            for t in req.tools
+        ]
+    tool_choice: Any = req.tool_choice
+    if isinstance(tool_choice, FunctionChoice):
+        tool_choice = {"type": "function", "function": {"name": tool_choice.name}}
+    fmt = req.text.format if req.text else None
+    response_format = None
+    if isinstance(fmt, FormatJSONSchema):
+        schema: dict[str, Any] = {"name": fmt.name, "schema": fmt.schema_}
+        if fmt.strict is not None:
+            schema["strict"] = fmt.strict
+        response_format = {"type": "json_schema", "json_schema": schema}
+    elif isinstance(fmt, FormatJSONObject):
+        response_format = {"type": "json_object"}
+    return chat_request(
+        {
+            "model": req.model,
+            "messages": messages,
+            "max_tokens": req.max_output_tokens,
+            "temperature": req.temperature,
+            "top_p": req.top_p,
+            "stop": req.stop,
+            "stream": req.stream,
+            "tools": tools,
+            "tool_choice": tool_choice,
+            "parallel_tool_calls": req.parallel_tool_calls,
+            "response_format": response_format,
+            "reasoning_effort": req.reasoning.effort if req.reasoning else None,
+            "metadata": req.metadata,
+            "user": req.user,
+            "mock": req.mock.model_dump() if req.mock else None,
+        }
+    )
+
+
+def _messages(items: list[Any]) -> list[dict[str, Any]]:
+    """Input items → chat messages. Function calls join the assistant turn just
+    before them; reasoning items become the next assistant turn's reasoning."""
+    out: list[dict[str, Any]] = []
+    reasoning: list[str] = []
+
+    def assistant(content: Any) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": content}
+        if reasoning:
+            msg["reasoning_content"] = "".join(reasoning)
+            reasoning.clear()
+        out.append(msg)
+        return msg
+
+    for item in items:
+        if isinstance(item, MessageItem):
+            content = _content(item.content)
+            if item.role == "assistant":
+                assistant(content)
+            else:
+                out.append({"role": item.role, "content": content})
+        elif isinstance(item, FunctionCallItem):
+            call = {
+                "id": item.call_id,
+                "type": "function",
+                "function": {"name": item.name, "arguments": item.arguments},
+            }
+            last = out[-1] if out else None
+            if last is not None and last["role"] == "assistant" and not reasoning:
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                assistant(None)["tool_calls"] = [call]
+        elif isinstance(item, FunctionCallOutputItem):
+            out.append(
+                {"role": "tool", "tool_call_id": item.call_id, "content": _content(item.output)}
+            )
+        elif isinstance(item, ReasoningItem):
+            parts = item.content if item.content is not None else item.summary
+            reasoning.append("".join(p.text for p in parts))
+    return out
+
+
+def _content(content: str | list[Part]) -> str:
+    """Parts joined into one string: every template can render a string."""
+    if isinstance(content, str):
+        return content
+    return "\n".join(p.refusal if isinstance(p, Refusal) else p.text for p in content)
+
+
+# -- chat chunks → Responses events -----------------------------------------------------------
+
+
+class ResponseStream:
+    """Shapes one choice's chat chunks into Responses stream events, numbering
+    them. Pure: no I/O. The final response is built from the items it closed."""
+
+    def __init__(
+        self, req: ResponsesRequest, resp: ChatResponse, rid: str, reasoning_field: str
+    ) -> None:
+        self._rid = rid
+        self._reasoning = reasoning_field
+        self._seq = 0
+        self._output: list[dict[str, Any]] = []
+        self._open: dict[str, Any] | None = None  # the reasoning or message item in progress
+        self._text: list[str] = []
+        self._usage = resp.usage
+        self.finish_reason: str | None = None
+        self._head = _response_head(req, resp, rid)
+
+    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        event = {"type": kind, "sequence_number": self._seq, **fields}
+        self._seq += 1
+        return event
+
+    def response(
+        self,
+        status: str,
+        usage: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        incomplete: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        return {
+            **self._head,
+            "status": status,
+            "error": error,
+            "incomplete_details": incomplete,
+            "output": list(self._output),
+            "usage": usage,
+        }
+
+    def start(self) -> list[dict[str, Any]]:
+        snapshot = self.response("in_progress")
+        return [
+            self._event("response.created", response=snapshot),
+            self._event("response.in_progress", response=snapshot),
+        ]
+
+    def chunk(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for choice in chunk["choices"]:
+            delta = choice["delta"]
+            text = delta.get("content")
+            if text:
+                out += self._delta("message", text)
+            thought = delta.get(self._reasoning)
+            if thought:
+                out += self._delta("reasoning", thought)
+            for call in delta.get("tool_calls") or ():
+                out += self._call(call)
+            if choice.get("finish_reason") is not None:
+                self.finish_reason = choice["finish_reason"]
+        return out
+
+    def finish(self) -> list[dict[str, Any]]:
+        """The closing events: `response.completed`, or `response.incomplete` on length."""
+        incomplete = self.finish_reason == "length"
+        out = self._close("incomplete" if incomplete else "completed")
+        usage = _usage(self._usage)
+        if incomplete:
+            body = self.response("incomplete", usage, incomplete={"reason": "max_output_tokens"})
+            return out + [self._event("response.incomplete", response=body)]
+        return out + [self._event("response.completed", response=self.response("completed", usage))]
+
+    def fail(self, message: str) -> list[dict[str, Any]]:
+        """An engine or strict parse failure after the stream began."""
+        out = self._close("incomplete")
+        error = {"code": "server_error", "message": message}
+        body = self.response("failed", _usage(self._usage), error=error)
+        return out + [
+            self._event("error", code="server_error", message=message, param=None),
+            self._event("response.failed", response=body),
+        ]
+
+    # -- items --------------------------------------------------------------------------------
+
+    def _delta(self, kind: str, text: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        item = self._open
+        if item is None or item["type"] != kind:
+            out += self._close("completed")
+            out += self._begin(kind)
+            item = self._open
+            assert item is not None
+        self._text.append(text)
+        where = {"item_id": item["id"], "output_index": len(self._output), "content_index": 0}
+        if kind == "message":
+            out.append(self._event("response.output_text.delta", **where, delta=text, logprobs=[]))
+        else:
+            out.append(self._event("response.reasoning_text.delta", **where, delta=text))
+        return out
+
+    def _begin(self, kind: str) -> list[dict[str, Any]]:
+        index = len(self._output)
+        if kind == "message":
+            item = {
+                "id": f"msg_{self._rid}_{index}",
+                "type": "message",
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [],
+            }
+        else:
+            item = {
+                "id": f"rs_{self._rid}_{index}",
+                "type": "reasoning",
+                "summary": [],
+                "content": [],
+                "status": "in_progress",
+            }
+        self._open = item
+        self._text = []
+        return [
+            self._event("response.output_item.added", output_index=index, item=dict(item)),
+            self._event(
+                "response.content_part.added",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                part=_part(kind, ""),
+            ),
+        ]
+
+    def _close(self, status: str) -> list[dict[str, Any]]:
+        item = self._open
+        if item is None:
+            return []
+        self._open = None
+        kind = item["type"]
+        text = "".join(self._text)
+        where = {"item_id": item["id"], "output_index": len(self._output), "content_index": 0}
+        part = _part(kind, text)
+        if kind == "message":
+            done = self._event("response.output_text.done", **where, text=text, logprobs=[])
+        else:
+            done = self._event("response.reasoning_text.done", **where, text=text)
+        item = {**item, "status": status, "content": [part]}
+        events = [
+            done,
+            self._event("response.content_part.done", **where, part=part),
+            self._event("response.output_item.done", output_index=len(self._output), item=item),
+        ]
+        self._output.append(item)
+        return events
+
+    def _call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
+        out = self._close("completed")
+        index = len(self._output)
+        fn = call["function"]
+        item = {
+            "id": f"fc_{self._rid}_{index}",
+            "type": "function_call",
+            "call_id": call["id"],
+            "name": fn["name"],
+            "arguments": "",
+            "status": "in_progress",
+        }
+        where = {"item_id": item["id"], "output_index": index}
+        done = {**item, "arguments": fn["arguments"], "status": "completed"}
+        out += [
+            self._event("response.output_item.added", output_index=index, item=item),
+            self._event("response.function_call_arguments.delta", **where, delta=fn["arguments"]),
+            self._event(
+                "response.function_call_arguments.done",
+                **where,
+                name=fn["name"],
+                arguments=fn["arguments"],
+            ),
+            self._event("response.output_item.done", output_index=index, item=done),
+        ]
+        self._output.append(done)
+        return out
+
+
+def _part(kind: str, text: str) -> dict[str, Any]:
+    if kind == "message":
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return {"type": "reasoning_text", "text": text}
+
+
+def _usage(usage: Any) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {
+            "cached_tokens": usage.cached_tokens or 0,
+            "cache_write_tokens": 0,
+        },
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+    }
+
+
+def _response_head(req: ResponsesRequest, resp: ChatResponse, rid: str) -> dict[str, Any]:
+    """The response object's fields that echo the request."""
+    tool_choice: Any = req.tool_choice or "auto"
+    if isinstance(tool_choice, FunctionChoice):
+        tool_choice = tool_choice.model_dump()
+    text = req.text.model_dump(by_alias=True, exclude_none=True) if req.text else None
+    return {
+        "id": f"resp_{rid}",
+        "object": "response",
+        "created_at": resp.created,
+        "model": resp.model,
+        "instructions": req.instructions,
+        "max_output_tokens": req.max_output_tokens,
+        "parallel_tool_calls": req.parallel_tool_calls,
+        "previous_response_id": None,
+        "reasoning": {
+            "effort": req.reasoning.effort if req.reasoning else None,
+            "summary": req.reasoning.summary if req.reasoning else None,
+        },
+        "store": False,
+        "temperature": req.temperature if req.temperature is not None else 1.0,
+        "text": text or {"format": {"type": "text"}},
+        "tool_choice": tool_choice,
+        "tools": [t.model_dump(exclude_none=True) for t in req.tools or ()],
+        "top_p": req.top_p if req.top_p is not None else 1.0,
+        "truncation": "disabled",
+        "user": req.user,
+        "metadata": req.metadata or {},
+    }
+
+
+async def response_events(
+    shaper: ResponseStream, chunks: AsyncGenerator[dict[str, Any], None]
+) -> AsyncGenerator[dict[str, Any], None]:
+    """The whole event stream of one response; a pipeline failure becomes
+    `error` + `response.failed` (the stream has begun, so no HTTP status)."""
+    try:
+        for event in shaper.start():
+            yield event
+        try:
+            async for chunk in chunks:
+                for event in shaper.chunk(chunk):
+                    yield event
+        except RequestFailed as e:
+            for event in shaper.fail(str(e)):
+                yield event
+            return
+        for event in shaper.finish():
+            yield event
+    finally:
+        await chunks.aclose()
+
+
+_TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+
+
+def fold_response(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The non-streaming response: the one the stream's terminal event carries,
+    which the stream assembled from the items it sent."""
+    for event in reversed(events):
+        if event["type"] in _TERMINAL:
+            return event["response"]
+    raise RuntimeError("the response stream ended without a terminal event")
+
+
+# -- route -------------------------------------------------------------------------------------
+
+
+def register_responses(app: FastAPI, frontend: Frontend, metrics: Metrics) -> None:
+    """Adds `POST /v1/responses` to the app."""
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        req = await read_request(request, ResponsesRequest, request.app.state.body_limit)
+        rid = request_id(request)
+        chat = to_chat(req)
+        t0 = time.perf_counter()
+        resp = await start_chat(frontend, chat, rid, metrics, "responses", _PARAMS)
+        shaper = ResponseStream(req, resp, rid, frontend.reasoning_field)
+        chunks = observed(resp, metrics, "responses", req.stream, t0)
+        headers = {"x-request-id": rid}
+        events = response_events(shaper, chunks)
+        if req.stream:
+            return SSEResponse(sse_body(events), headers, disconnect_counter(metrics, resp.model))
+        body = fold_response([e async for e in events])
+        if body["status"] == "failed":
+            return error_response(500, body["error"]["message"], headers=headers)
+        return Response(orjson.dumps(body), media_type="application/json", headers=headers)

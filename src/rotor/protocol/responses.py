@@ -1,0 +1,227 @@
+"""OpenAI Responses API request model (`POST /v1/responses`), stateless.
+
+Unknown fields are rejected (a 400 naming them), as in protocol/openai.py.
+rotor keeps no responses, so `store: true` and `previous_response_id` are
+400s that say so. Responses are not modelled: api/responses.py builds them
+from an allow-list of fields.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
+
+from rotor.protocol.openai import MockScript
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- content parts -------------------------------------------------------------------------
+
+
+class InputText(_Strict):
+    type: Literal["input_text"]
+    text: str
+
+
+class OutputText(_Strict):
+    """Text of an earlier assistant output, sent back as input."""
+
+    type: Literal["output_text"]
+    text: str
+    annotations: list[Any] = Field(default_factory=list)
+    logprobs: list[Any] | None = None
+
+
+class Refusal(_Strict):
+    type: Literal["refusal"]
+    refusal: str
+
+
+class UnsupportedInput(BaseModel):
+    """Images and files: modelled only so that they get a clear 400."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["input_image", "input_file", "input_audio"]
+
+    @model_validator(mode="after")
+    def _unsupported(self) -> UnsupportedInput:
+        raise ValueError(f"{self.type} is not supported: no engine rotor serves takes it yet")
+
+
+Part = Annotated[InputText | OutputText | Refusal | UnsupportedInput, Field(discriminator="type")]
+
+
+# -- input items ---------------------------------------------------------------------------
+
+
+class MessageItem(_Strict):
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[Part]
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallItem(_Strict):
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallOutputItem(_Strict):
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str | list[Part]
+    id: str | None = None
+    status: str | None = None
+
+
+class ReasoningText(_Strict):
+    type: Literal["reasoning_text"]
+    text: str
+
+
+class SummaryText(_Strict):
+    type: Literal["summary_text"]
+    text: str
+
+
+class ReasoningItem(_Strict):
+    """An earlier reasoning output sent back; it becomes the next assistant turn's reasoning."""
+
+    type: Literal["reasoning"]
+    id: str | None = None
+    summary: list[SummaryText] = Field(default_factory=list)
+    content: list[ReasoningText] | None = None
+    encrypted_content: str | None = None
+    status: str | None = None
+
+
+def _item_type(value: Any) -> str:
+    """Easy input messages (`{"role", "content"}`) carry no type: they are messages."""
+    if isinstance(value, dict):
+        return value.get("type", "message")
+    return getattr(value, "type", "message")
+
+
+InputItem = Annotated[
+    Annotated[MessageItem, Tag("message")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[ReasoningItem, Tag("reasoning")],
+    Discriminator(_item_type),
+]
+
+
+# -- tools and settings ----------------------------------------------------------------------
+
+
+class FunctionTool(_Strict):
+    """Function tools only; built-in tools (web search, file search, ...) are 400s."""
+
+    type: Literal["function"]
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class FunctionChoice(_Strict):
+    type: Literal["function"]
+    name: str
+
+
+class ReasoningConfig(_Strict):
+    """`effort` reaches the chat template; rotor writes no summaries (items carry the text)."""
+
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+class FormatText(_Strict):
+    type: Literal["text"]
+
+
+class FormatJSONObject(_Strict):
+    type: Literal["json_object"]
+
+
+class FormatJSONSchema(_Strict):
+    type: Literal["json_schema"]
+    name: str
+    schema_: dict[str, Any] = Field(alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class TextConfig(_Strict):
+    format: (
+        Annotated[FormatText | FormatJSONObject | FormatJSONSchema, Field(discriminator="type")]
+        | None
+    ) = None
+
+
+# -- the request -------------------------------------------------------------------------------
+
+
+class ResponsesRequest(_Strict):
+    model: str | None = None
+    input: str | list[InputItem]
+    instructions: str | None = None
+    tools: list[FunctionTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = None
+    parallel_tool_calls: bool = True
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    reasoning: ReasoningConfig | None = None
+    text: TextConfig | None = None
+    stream: bool = False
+    store: bool | None = None
+    previous_response_id: str | None = None
+    metadata: dict[str, str] | None = None
+    user: str | None = None
+    # rotor extensions: stop strings (validated as chat validates them), the mocker's script
+    stop: str | list[str] | None = None
+    mock: MockScript | None = None
+
+    @field_validator("input")
+    @classmethod
+    def _input(cls, v: str | list[Any]) -> str | list[Any]:
+        if isinstance(v, list) and not v:
+            raise ValueError("input must not be empty")
+        return v
+
+    @field_validator("store")
+    @classmethod
+    def _store(cls, v: bool | None) -> bool | None:
+        if v:
+            raise ValueError("rotor is stateless and stores no responses; set store to false")
+        return v
+
+    @field_validator("previous_response_id")
+    @classmethod
+    def _previous(cls, v: str | None) -> str | None:
+        if v is not None:
+            raise ValueError(
+                "rotor is stateless and keeps no earlier responses; "
+                "send the whole conversation in input instead"
+            )
+        return v

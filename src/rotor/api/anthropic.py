@@ -36,6 +36,7 @@ from rotor.api.route import (
     observed,
     read_request,
     request_id,
+    shaped_events,
     sse_body,
     start_chat,
 )
@@ -43,7 +44,6 @@ from rotor.api.sse import SSEResponse
 from rotor.frontend import Frontend, ModelNotFound
 from rotor.frontend import Response as ChatResponse
 from rotor.pipeline.preprocess import LONG_PROMPT_CHARS, RequestError, prepare_chat
-from rotor.pipeline.stream import RequestFailed
 from rotor.protocol.anthropic import (
     CountTokensRequest,
     InputMessage,
@@ -315,28 +315,6 @@ class MessageStream:
         ]
 
 
-async def message_events(
-    shaper: MessageStream, chunks: AsyncGenerator[dict[str, Any], None]
-) -> AsyncGenerator[dict[str, Any], None]:
-    """The whole event stream of one message; a pipeline failure becomes an
-    `error` event (the stream has begun, so no HTTP status)."""
-    try:
-        for event in shaper.start():
-            yield event
-        try:
-            async for chunk in chunks:
-                for event in shaper.chunk(chunk):
-                    yield event
-        except RequestFailed as e:
-            for event in shaper.fail(str(e)):
-                yield event
-            return
-        for event in shaper.finish():
-            yield event
-    finally:
-        await chunks.aclose()
-
-
 class MessageFailed(Exception):
     """The stream carried an `error` event: the non-streaming response is a 500."""
 
@@ -535,7 +513,7 @@ def register_anthropic(app: FastAPI, frontend: Frontend, metrics: Metrics) -> No
         t0 = time.perf_counter()
         resp = await start_chat(frontend, chat, rid, metrics, "messages")
         shaper = MessageStream(resp, rid, frontend.reasoning_field)
-        events = message_events(shaper, observed(resp, metrics, "messages", req.stream, t0))
+        events = shaped_events(shaper, observed(resp, metrics, "messages", req.stream, t0))
         headers = {"x-request-id": rid}
         if req.stream:
             body = sse_body(with_pings(events, PING_INTERVAL_S))

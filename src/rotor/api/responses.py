@@ -10,7 +10,6 @@ reasoning are the pipeline's: nothing here re-decides them.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator
 from typing import Any
 
 import orjson
@@ -25,13 +24,13 @@ from rotor.api.route import (
     observed,
     read_request,
     request_id,
+    shaped_events,
     sse_body,
     start_chat,
 )
 from rotor.api.sse import SSEResponse
 from rotor.frontend import Frontend
 from rotor.frontend import Response as ChatResponse
-from rotor.pipeline.stream import RequestFailed
 from rotor.protocol.openai import ChatCompletionRequest
 from rotor.protocol.responses import (
     FormatJSONObject,
@@ -399,28 +398,6 @@ def _response_head(req: ResponsesRequest, resp: ChatResponse, rid: str) -> dict[
     }
 
 
-async def response_events(
-    shaper: ResponseStream, chunks: AsyncGenerator[dict[str, Any], None]
-) -> AsyncGenerator[dict[str, Any], None]:
-    """The whole event stream of one response; a pipeline failure becomes
-    `error` + `response.failed` (the stream has begun, so no HTTP status)."""
-    try:
-        for event in shaper.start():
-            yield event
-        try:
-            async for chunk in chunks:
-                for event in shaper.chunk(chunk):
-                    yield event
-        except RequestFailed as e:
-            for event in shaper.fail(str(e)):
-                yield event
-            return
-        for event in shaper.finish():
-            yield event
-    finally:
-        await chunks.aclose()
-
-
 _TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
 
@@ -449,7 +426,7 @@ def register_responses(app: FastAPI, frontend: Frontend, metrics: Metrics) -> No
         shaper = ResponseStream(req, resp, rid, frontend.reasoning_field)
         chunks = observed(resp, metrics, "responses", req.stream, t0)
         headers = {"x-request-id": rid}
-        events = response_events(shaper, chunks)
+        events = shaped_events(shaper, chunks)
         if req.stream:
             return SSEResponse(sse_body(events), headers, disconnect_counter(metrics, resp.model))
         body = fold_response([e async for e in events])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 from fastapi import Request
@@ -143,6 +143,40 @@ async def observed(
             sum(c.decoder.tokens for p in resp.prepared for c in p.choices)
         )
         metrics.duration.labels(model).observe(perf() - t0)
+
+
+class EventShaper(Protocol):
+    """An API's view of one chat stream: its own events for each chat chunk."""
+
+    def start(self) -> list[dict[str, Any]]: ...
+
+    def chunk(self, chunk: dict[str, Any]) -> list[dict[str, Any]]: ...
+
+    def fail(self, message: str) -> list[dict[str, Any]]: ...
+
+    def finish(self) -> list[dict[str, Any]]: ...
+
+
+async def shaped_events(
+    shaper: EventShaper, chunks: AsyncGenerator[dict[str, Any], None]
+) -> AsyncGenerator[dict[str, Any], None]:
+    """The whole event stream of one response in an API's own shape; a pipeline
+    failure becomes the API's failure events (the stream has begun: no status)."""
+    try:
+        for event in shaper.start():
+            yield event
+        try:
+            async for chunk in chunks:
+                for event in shaper.chunk(chunk):
+                    yield event
+        except RequestFailed as e:
+            for event in shaper.fail(str(e)):
+                yield event
+            return
+        for event in shaper.finish():
+            yield event
+    finally:
+        await chunks.aclose()
 
 
 def sse(event: dict[str, Any]) -> bytes:

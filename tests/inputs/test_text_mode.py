@@ -250,3 +250,18 @@ async def test_cancelling_a_streaming_turn_stops_the_engine_work() -> None:
     assert state["active_requests"] == 0  # the engine's generator was closed
     assert state["tokens_generated"] < len(text)
     await frontend.stop()
+
+
+def test_mocker_with_a_model_directory(terminal: type[Terminal], tmp_path: Path) -> None:
+    # `in=text out=mocker --model-path DIR` works like the echo path: the answer
+    # (seeded tokens, at most 8) streams and the prompt comes back at its finish.
+    model = chatml_model(tmp_path)
+    term = terminal(
+        "out=mocker", "--model-path", str(model), "--speedup-ratio", "1", "--max-tokens", "8"
+    )
+    for line in ("hello", "and again"):
+        printed, took = term.line(line)
+        assert "error" not in plain(printed).lower()
+        assert took < PROMPT_BACK_S
+    term.send(b"\x04")
+    assert term.wait_exit() == 0

@@ -5,9 +5,12 @@ the same MessageParser the pipeline uses. The HTTP tests reuse the cases."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rotor.pipeline.parse.base import Content, Piece, Reasoning, ToolCall, Tools
@@ -97,3 +100,67 @@ def splits(draw: st.DrawFn, text: str) -> list[str]:
     cuts = draw(st.lists(st.integers(0, len(text)), max_size=min(len(text), 40)))
     points = sorted(set(cuts) | {0, len(text)})
     return [text[a:b] for a, b in zip(points, points[1:], strict=False)]
+
+
+def family_tests(
+    family: str,
+    cases: list[Case],
+    *,
+    special_tokens: bool | None = None,
+    fast_path: str | None = None,
+    fast_path_tools: dict[str, dict[str, Any]] | None = None,
+    examples: int = 60,
+) -> dict[str, Callable[..., None]]:
+    """The tests every family file runs on its `cases`, by the names pytest
+    collects; a test module takes them with `globals().update(family_tests(...))`.
+
+    - `test_case[<case id>]`: each case whole and one character at a time.
+    - `test_any_split_gives_the_same_message`: `examples` random splits of a case.
+    - with `special_tokens` True (False): `test_markers_are_special_tokens`
+      (`test_markers_are_plain_text`), the parser's `needs_special_tokens`.
+    - with `fast_path`: `test_plain_text_takes_the_fast_path`, that text fed to a
+      parser declared `fast_path_tools` (default none) comes back as one piece.
+    """
+
+    @pytest.mark.parametrize("case", cases, ids=lambda c: c.id)
+    def test_case(case: Case) -> None:
+        check_case(family, case)
+
+    def test_any_split_gives_the_same_message(data: st.DataObject, case: Case) -> None:
+        chunks = data.draw(splits(case.output))
+        assert_message(parse_chunks(family, chunks, declared_tools(case)), case)
+
+    # Its source is the same for every family: keep their hypothesis database keys apart.
+    split_test: Any = test_any_split_gives_the_same_message
+    split_test._hypothesis_internal_add_digest = family.encode()
+    tests: dict[str, Callable[..., None]] = {
+        "test_case": test_case,
+        "test_any_split_gives_the_same_message": settings(max_examples=examples, deadline=None)(
+            given(data=st.data(), case=st.sampled_from(cases))(split_test)
+        ),
+    }
+
+    if special_tokens is not None:
+
+        def test_special_tokens() -> None:
+            needs = tool_parser(family).needs_special_tokens
+            assert bool(needs) is special_tokens, f"{family}: needs_special_tokens is {needs!r}"
+
+        name = (
+            "test_markers_are_special_tokens" if special_tokens else "test_markers_are_plain_text"
+        )
+        tests[name] = test_special_tokens
+
+    if fast_path is not None:
+        text = fast_path
+
+        def test_plain_text_takes_the_fast_path() -> None:
+            parser = tool_parser(family)(Tools(fast_path_tools))
+            pieces = parser.feed(text)
+            assert pieces == [Content(text)], f"{family}: {pieces!r}"
+
+        tests["test_plain_text_takes_the_fast_path"] = test_plain_text_takes_the_fast_path
+
+    for name, test in tests.items():
+        test.__name__ = test.__qualname__ = name
+    return tests

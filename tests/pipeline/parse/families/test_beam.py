@@ -23,8 +23,8 @@ from support.parsing import (
     Case,
     Message,
     assert_message,
-    check_case,
     declared_tools,
+    family_tests,
     fold,
     make_parser,
     parse_chunks,
@@ -336,22 +336,13 @@ def check_eos(item: EosCase, chunks: list[str]) -> None:
     assert "<|" not in message and "rfl:" not in message, message  # it may reach the client
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_case(case: Case) -> None:
-    check_case(FAMILY, case)
+globals().update(family_tests(FAMILY, CASES, examples=80))
 
 
 @pytest.mark.parametrize("item", EOS_CASES, ids=lambda c: c.case.id)
 def test_eos_case(item: EosCase) -> None:
     check_eos(item, [item.case.output])
     check_eos(item, list(item.case.output))
-
-
-@settings(max_examples=80, deadline=None)
-@given(data=st.data(), case=st.sampled_from(CASES))
-def test_any_split_gives_the_same_message(data: st.DataObject, case: Case) -> None:
-    chunks = data.draw(splits(case.output))
-    assert_message(parse_chunks(FAMILY, chunks, declared_tools(case)), case)
 
 
 @settings(max_examples=80, deadline=None)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,7 +13,7 @@ from rotor.pipeline.parse.families._json_section import JsonValueEnd
 from rotor.pipeline.parse.jsonutil import json_value_end
 from rotor.pipeline.parse.tools import tool_parser
 
-from support.parsing import Case, assert_message, check_case, declared_tools, parse_chunks, splits
+from support.parsing import Case, family_tests, splits
 
 FAMILY = "granite"
 
@@ -108,16 +107,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_case(case: Case) -> None:
-    check_case(FAMILY, case)
-
-
-@settings(max_examples=60, deadline=None)
-@given(data=st.data(), case=st.sampled_from(CASES))
-def test_any_split_gives_the_same_message(data: st.DataObject, case: Case) -> None:
-    chunks = data.draw(splits(case.output))
-    assert_message(parse_chunks(FAMILY, chunks, declared_tools(case)), case)
+globals().update(
+    family_tests(FAMILY, CASES, special_tokens=True, fast_path="no markup here, just words")
+)
 
 
 def test_call_is_released_when_its_list_closes() -> None:
@@ -173,12 +165,3 @@ def test_a_wrong_closing_bracket_ends_the_section_as_content() -> None:
     finder = JsonValueEnd()
     assert finder.find('[{"a": 1]') == (9, 9)
     assert tool_parser(FAMILY)(Tools()).parse_section('[{"a": 1]') is None
-
-
-def test_markers_are_special_tokens() -> None:
-    assert tool_parser(FAMILY).needs_special_tokens
-
-
-def test_plain_text_takes_the_fast_path() -> None:
-    parser = tool_parser(FAMILY)(Tools())
-    assert parser.feed("no markup here, just words") == [Content("no markup here, just words")]

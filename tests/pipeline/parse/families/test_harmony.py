@@ -5,14 +5,10 @@ ends; `<|call|>` is a visible stop, so a call arrives with its terminator."""
 
 from __future__ import annotations
 
-import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from rotor.pipeline.parse.base import Content, Reasoning, ToolCall, Tools
 from rotor.pipeline.parse.families.harmony import HarmonyParser
 
-from support.parsing import Case, assert_message, check_case, declared_tools, parse_chunks, splits
+from support.parsing import Case, family_tests
 
 FAMILY = "harmony"
 
@@ -158,16 +154,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_case(case: Case) -> None:
-    check_case(FAMILY, case)
-
-
-@settings(max_examples=80, deadline=None)
-@given(data=st.data(), case=st.sampled_from(CASES))
-def test_any_split_gives_the_same_message(data: st.DataObject, case: Case) -> None:
-    chunks = data.draw(splits(case.output))
-    assert_message(parse_chunks(FAMILY, chunks, declared_tools(case)), case)
+globals().update(family_tests(FAMILY, CASES, examples=80))
 
 
 def test_declares_what_the_decoder_must_do() -> None:

@@ -4,14 +4,10 @@ by `;`. A `{` that is not a call, or that sits inside prose, is content."""
 
 from __future__ import annotations
 
-import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from rotor.pipeline.parse.base import Content, ToolCall, Tools
 from rotor.pipeline.parse.tools import tool_parser
 
-from support.parsing import Case, assert_message, check_case, declared_tools, parse_chunks, splits
+from support.parsing import Case, family_tests
 
 FAMILY = "llama3_json"
 TAG = "<|python_tag|>"
@@ -149,16 +145,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_case(case: Case) -> None:
-    check_case(FAMILY, case)
-
-
-@settings(max_examples=60, deadline=None)
-@given(data=st.data(), case=st.sampled_from(CASES))
-def test_any_split_gives_the_same_message(data: st.DataObject, case: Case) -> None:
-    chunks = data.draw(splits(case.output))
-    assert_message(parse_chunks(FAMILY, chunks, declared_tools(case)), case)
+globals().update(family_tests(FAMILY, CASES))
 
 
 def test_prose_streams_at_once() -> None:

@@ -4,15 +4,11 @@
 
 from __future__ import annotations
 
-import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from rotor.pipeline.parse.base import Content, Tools
 from rotor.pipeline.parse.message import MessageParser
 from rotor.pipeline.parse.tools import tool_parser
 
-from support.parsing import Case, assert_message, check_case, declared_tools, parse_chunks, splits
+from support.parsing import Case, family_tests, parse_chunks
 
 FAMILY = "mistral"
 TC = "[TOOL_CALLS]"
@@ -135,16 +131,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_case(case: Case) -> None:
-    check_case(FAMILY, case)
-
-
-@settings(max_examples=60, deadline=None)
-@given(data=st.data(), case=st.sampled_from(CASES))
-def test_any_split_gives_the_same_message(data: st.DataObject, case: Case) -> None:
-    chunks = data.draw(splits(case.output))
-    assert_message(parse_chunks(FAMILY, chunks, declared_tools(case)), case)
+globals().update(
+    family_tests(FAMILY, CASES, special_tokens=True, fast_path="no markup here, just words")
+)
 
 
 def test_call_ids_written_by_the_model_are_kept() -> None:
@@ -174,12 +163,3 @@ def test_call_is_sent_when_its_arguments_close() -> None:
     assert parser.feed(TC + 'f[ARGS]{"a": {"b": 1}') == []
     pieces = parser.feed("}")
     assert [(p.name, p.arguments) for p in pieces] == [("f", '{"a": {"b": 1}}')]
-
-
-def test_markers_are_special_tokens() -> None:
-    assert tool_parser(FAMILY).needs_special_tokens
-
-
-def test_plain_text_takes_the_fast_path() -> None:
-    parser = tool_parser(FAMILY)(Tools())
-    assert parser.feed("no markup here, just words") == [Content("no markup here, just words")]

@@ -5,13 +5,11 @@ head of the output, `[f(a=1), g()]`, optionally wrapped in Llama 4's
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from rotor.pipeline.parse.base import Content, ToolCall, Tools
 from rotor.pipeline.parse.tools import tool_parser
 
-from support.parsing import Case, assert_message, check_case, declared_tools, parse_chunks, splits
+from support.parsing import Case, family_tests
 
 FAMILY = "pythonic"
 START = "<|python_start|>"
@@ -134,16 +132,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_case(case: Case) -> None:
-    check_case(FAMILY, case)
-
-
-@settings(max_examples=60, deadline=None)
-@given(data=st.data(), case=st.sampled_from(CASES))
-def test_any_split_gives_the_same_message(data: st.DataObject, case: Case) -> None:
-    chunks = data.draw(splits(case.output))
-    assert_message(parse_chunks(FAMILY, chunks, declared_tools(case)), case)
+globals().update(family_tests(FAMILY, CASES, special_tokens=True))
 
 
 def test_prose_streams_at_once() -> None:
@@ -177,7 +166,3 @@ def test_values_are_never_evaluated(monkeypatch: pytest.MonkeyPatch) -> None:
     pieces = parser.feed(output) + parser.finish()
     assert pieces == [Content(output)]
     assert ran == []
-
-
-def test_markers_are_special_tokens() -> None:
-    assert tool_parser(FAMILY).needs_special_tokens

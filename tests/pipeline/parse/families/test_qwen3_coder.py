@@ -3,14 +3,10 @@
 
 from __future__ import annotations
 
-import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from rotor.pipeline.parse.base import Content, Tools
 from rotor.pipeline.parse.tools import tool_parser
 
-from support.parsing import Case, assert_message, check_case, declared_tools, parse_chunks, splits
+from support.parsing import Case, family_tests
 
 FAMILY = "qwen3_coder"
 
@@ -166,21 +162,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_case(case: Case) -> None:
-    check_case(FAMILY, case)
-
-
-@settings(max_examples=60, deadline=None)
-@given(data=st.data(), case=st.sampled_from(CASES))
-def test_any_split_gives_the_same_message(data: st.DataObject, case: Case) -> None:
-    chunks = data.draw(splits(case.output))
-    assert_message(parse_chunks(FAMILY, chunks, declared_tools(case)), case)
-
-
-def test_plain_text_takes_the_fast_path() -> None:
-    parser = tool_parser(FAMILY)(Tools({"f": {}}))
-    assert parser.feed("no markup here") == [Content("no markup here")]
+globals().update(family_tests(FAMILY, CASES, fast_path="no markup here", fast_path_tools={"f": {}}))
 
 
 def test_text_is_released_once_it_cannot_be_a_marker() -> None:

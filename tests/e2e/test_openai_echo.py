@@ -298,3 +298,24 @@ def test_client_disconnect_stops_the_engine() -> None:
         assert srv.metric("rotor_engine_tokens_generated") == produced
         assert produced < 1000
         assert srv.metric("rotor_disconnected_clients_total") == 1
+
+
+@pytest.mark.parametrize("path", ["/chat/completions", "/completions"])
+def test_non_streaming_client_disconnect_stops_the_engine(path: str) -> None:
+    text = "y" * 2000  # 20 s of output at 10 ms per token
+    body = (
+        {"model": "echo", "messages": [{"role": "user", "content": text}]}
+        if path == "/chat/completions"
+        else {"model": "echo", "prompt": text}
+    )
+    with rotor_server(env={"ROTOR_ECHO_DELAY_MS": "10"}) as srv:
+        with pytest.raises(httpx.ReadTimeout):  # the client gives up and hangs up
+            httpx.post(srv.v1 + path, json=body, timeout=httpx.Timeout(5, read=0.5))
+        deadline = time.monotonic() + 5
+        while srv.metric("rotor_engine_active_requests") != 0:
+            assert time.monotonic() < deadline, "engine still running after the client left"
+            time.sleep(0.02)
+        produced = srv.metric("rotor_engine_tokens_generated")
+        time.sleep(0.3)
+        assert srv.metric("rotor_engine_tokens_generated") == produced < 1000
+        assert srv.metric("rotor_disconnected_clients_total") == 1

@@ -31,7 +31,10 @@ from starlette.responses import JSONResponse, Response
 from rotor.api.errors import APIError, error_response
 from rotor.api.metrics import Metrics
 from rotor.api.route import (
+    ClientGone,
     chat_request,
+    client_gone,
+    collect,
     disconnect_counter,
     observed,
     read_request,
@@ -519,7 +522,10 @@ def register_anthropic(app: FastAPI, frontend: Frontend, metrics: Metrics) -> No
             body = sse_body(with_pings(events, PING_INTERVAL_S))
             return SSEResponse(body, headers, disconnect_counter(metrics, resp.model))
         try:
-            message = fold_message([e async for e in events])
+            gone = disconnect_counter(metrics, resp.model)
+            message = fold_message(await collect(request, events, gone))
+        except ClientGone:
+            return client_gone()
         except MessageFailed as e:
             return error_response(500, str(e), headers=headers)
         return Response(orjson.dumps(message), media_type="application/json", headers=headers)

@@ -22,6 +22,9 @@ from rotor.api.metrics import Metrics
 from rotor.api.responses import register_responses
 from rotor.api.route import (
     DEFAULT_BODY_LIMIT,
+    ClientGone,
+    client_gone,
+    collect,
     disconnect_counter,
     observed,
     read_request,
@@ -94,9 +97,12 @@ def create_app(
                 _openai_sse(chunks), headers, disconnect_counter(metrics, resp.model)
             )
         try:
-            body = fold([c async for c in chunks], resp.n, resp.usage)
+            items = await collect(request, chunks, disconnect_counter(metrics, resp.model))
+        except ClientGone:
+            return client_gone()
         except RequestFailed as e:
             return error_response(500, str(e), headers=headers)
+        body = fold(items, resp.n, resp.usage)
         return Response(orjson.dumps(body), media_type="application/json", headers=headers)
 
     @app.post("/v1/chat/completions")

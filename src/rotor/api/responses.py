@@ -19,7 +19,10 @@ from starlette.responses import Response
 from rotor.api.errors import error_response
 from rotor.api.metrics import Metrics
 from rotor.api.route import (
+    ClientGone,
     chat_request,
+    client_gone,
+    collect,
     disconnect_counter,
     observed,
     read_request,
@@ -429,7 +432,11 @@ def register_responses(app: FastAPI, frontend: Frontend, metrics: Metrics) -> No
         events = shaped_events(shaper, chunks)
         if req.stream:
             return SSEResponse(sse_body(events), headers, disconnect_counter(metrics, resp.model))
-        body = fold_response([e async for e in events])
+        try:
+            gone = disconnect_counter(metrics, resp.model)
+            body = fold_response(await collect(request, events, gone))
+        except ClientGone:
+            return client_gone()
         if body["status"] == "failed":
             return error_response(500, body["error"]["message"], headers=headers)
         return Response(orjson.dumps(body), media_type="application/json", headers=headers)

@@ -3,6 +3,7 @@ starting a chat on the frontend, metrics around a chunk stream, SSE framing."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -11,9 +12,11 @@ from typing import Any, Protocol, TypeVar
 import orjson
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
+from starlette.responses import Response
 
 from rotor.api.errors import APIError, describe_validation
 from rotor.api.metrics import Metrics
+from rotor.api.sse import wait_disconnect
 from rotor.frontend import Frontend, ModelNotFound
 from rotor.frontend import Response as ChatResponse
 from rotor.pipeline.preprocess import RequestError
@@ -177,6 +180,40 @@ async def shaped_events(
             yield event
     finally:
         await chunks.aclose()
+
+
+class ClientGone(Exception):
+    """The client disconnected before its non-streaming response was ready."""
+
+
+async def collect(
+    request: Request, items: AsyncGenerator[Any, None], on_disconnect: Callable[[], None]
+) -> list[Any]:
+    """All of `items` — unless the client goes away first: then the work is
+    cancelled at once (closing the pipeline aborts the engine) and ClientGone
+    is raised. Non-streaming responses need this as much as streams do."""
+
+    async def gather_all() -> list[Any]:
+        return [item async for item in items]
+
+    work = asyncio.ensure_future(gather_all())
+    watch = asyncio.ensure_future(wait_disconnect(request.receive))
+    try:
+        done, _ = await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (work, watch):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(work, watch, return_exceptions=True)
+    if work in done:
+        return work.result()
+    on_disconnect()
+    raise ClientGone
+
+
+def client_gone() -> Response:
+    """What a vanished client 'gets' (nobody reads it): nginx's 499."""
+    return Response(status_code=499)
 
 
 def sse(event: dict[str, Any]) -> bytes:

@@ -52,7 +52,7 @@ class SSEResponse(Response):
         ] + [(k.lower().encode(), v.encode()) for k, v in self.extra_headers.items()]
         await send({"type": "http.response.start", "status": 200, "headers": raw_headers})
         pump = asyncio.ensure_future(self._pump(send))
-        watch = asyncio.ensure_future(_wait_disconnect(receive))
+        watch = asyncio.ensure_future(wait_disconnect(receive))
         try:
             done, _ = await asyncio.wait({pump, watch}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -76,7 +76,8 @@ class SSEResponse(Response):
                 await aclose()
 
 
-async def _wait_disconnect(receive: Callable) -> None:
+async def wait_disconnect(receive: Callable) -> None:
+    """Returns when the client has gone away (after the body has been read)."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":

@@ -8,7 +8,8 @@ from typing import Any
 
 from rotor.pipeline.parse.base import ToolCall
 
-_OPEN = {"{": "}", "[": "]"}
+_SPACE = " \t\r\n"
+_CLOSER = {"[": "]", "{": "}"}
 
 
 def dumps_args(args: Any) -> str:
@@ -18,37 +19,78 @@ def dumps_args(args: Any) -> str:
 
 def json_value_end(text: str, start: int = 0) -> int | None:
     """Index just past the JSON object/array that begins at the first
-    non-space character at or after `start`; None while it is incomplete or
-    when no object/array starts there. Strings and escapes are respected."""
-    n = len(text)
-    i = start
-    while i < n and text[i] in " \t\r\n":
-        i += 1
-    if i >= n or text[i] not in _OPEN:
+    non-space character at or after `start`; None while it is incomplete, when
+    no object/array starts there, or when a bracket closes the wrong one."""
+    finder = JsonValueEnd()
+    found = finder.find(text[start:])
+    if found is None or not finder.well_formed:
         return None
-    stack: list[str] = []
-    in_str = False
-    esc = False
-    while i < n:
-        c = text[i]
-        if in_str:
-            if esc:
-                esc = False
-            elif c == "\\":
-                esc = True
-            elif c == '"':
-                in_str = False
-        elif c == '"':
-            in_str = True
-        elif c in _OPEN:
-            stack.append(_OPEN[c])
-        elif c in "}]":
-            if not stack or stack.pop() != c:
+    return start + found[1]
+
+
+class JsonValueEnd:
+    """Where a section that is one JSON array/object (no end marker) ends.
+
+    It resumes where the last call stopped instead of rescanning the body, so
+    a long argument costs one pass, not one pass per token. One instance per
+    parser: it starts afresh after each end it reports. After an end,
+    `well_formed` says whether a whole value closed there (or the body did not
+    open with a bracket / closed the wrong one)."""
+
+    __slots__ = ("_pos", "_stack", "_in_str", "_esc", "well_formed")
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the section: the next `find` reads a new body from its start."""
+        self._pos = 0  # next character of the body to look at
+        self._stack: list[str] = []  # closers still owed; empty before the value opens
+        self._in_str = False
+        self._esc = False
+        self.well_formed = False
+
+    def find(self, buf: str) -> tuple[int, int] | None:
+        """(end of body, end of section) once the value is complete. A body
+        that does not open with `[` or `{`, or closes a bracket it did not
+        open, ends there: the family's parse then rejects it as malformed."""
+        i, n = self._pos, len(buf)
+        stack = self._stack
+        if not stack:
+            while i < n and buf[i] in _SPACE:
+                i += 1
+            if i == n:
+                self._pos = i
                 return None
-            if not stack:
-                return i + 1
-        i += 1
-    return None
+            if buf[i] not in _CLOSER:
+                self.reset()
+                return i, i
+            stack.append(_CLOSER[buf[i]])
+            i += 1
+        in_str, esc = self._in_str, self._esc
+        while i < n:
+            c = buf[i]
+            i += 1
+            if in_str:
+                if esc:
+                    esc = False
+                elif c == "\\":
+                    esc = True
+                elif c == '"':
+                    in_str = False
+            elif c == '"':
+                in_str = True
+            elif c in _CLOSER:
+                stack.append(_CLOSER[c])
+            elif c in "]}":
+                matched = stack.pop() == c
+                # Either the value just closed, or it closed the wrong bracket.
+                if not matched or not stack:
+                    self.reset()
+                    self.well_formed = matched
+                    return i, i
+        self._pos, self._in_str, self._esc = i, in_str, esc
+        return None
 
 
 def call_from_obj(obj: Any) -> ToolCall | None:

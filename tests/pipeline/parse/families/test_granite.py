@@ -9,8 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rotor.pipeline.parse.base import Content, ToolCall, Tools
-from rotor.pipeline.parse.families._json_section import JsonValueEnd
-from rotor.pipeline.parse.jsonutil import json_value_end
+from rotor.pipeline.parse.jsonutil import JsonValueEnd, json_value_end
 from rotor.pipeline.parse.tools import tool_parser
 
 from support.parsing import Case, family_tests, splits

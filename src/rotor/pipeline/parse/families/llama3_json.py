@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 
 from rotor.pipeline.parse.base import ToolCall, Tools
-from rotor.pipeline.parse.families._json_section import JsonValueEnd
 from rotor.pipeline.parse.families._leading import LeadingParser, skip_space
-from rotor.pipeline.parse.jsonutil import call_from_obj
+from rotor.pipeline.parse.jsonutil import JsonValueEnd, call_from_obj
 
 
 class Llama3JsonParser(LeadingParser):

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rotor.pipeline.parse.base import ToolCall, Tools
-from rotor.pipeline.parse.families._json_section import JsonValueEnd
 from rotor.pipeline.parse.families._leading import skip_space
-from rotor.pipeline.parse.jsonutil import call_from_obj
+from rotor.pipeline.parse.jsonutil import JsonValueEnd, call_from_obj
 from rotor.pipeline.parse.marker import MarkerToolParser
 
 ARGS = "[ARGS]"

@@ -6,8 +6,7 @@ content. `functools` not followed by `[` (`functools.partial`) is content."""
 from __future__ import annotations
 
 from rotor.pipeline.parse.base import ToolCall, Tools
-from rotor.pipeline.parse.families._json_section import JsonValueEnd
-from rotor.pipeline.parse.jsonutil import calls_from_json
+from rotor.pipeline.parse.jsonutil import JsonValueEnd, calls_from_json
 from rotor.pipeline.parse.marker import MarkerToolParser
 
 

@@ -824,3 +824,14 @@ def test_compiled_once_per_source() -> None:
     a = ChatTemplate("{{ messages[0].content }}")
     b = ChatTemplate("{{ messages[0].content }}", bos_token="<s>")
     assert a._template is b._template
+
+
+def test_a_template_cannot_exhaust_memory_with_repetition() -> None:
+    for source in ("{{ 'x' * 10**9 }}", "{{ ['a'] * 100000000 }}", "{{ 2 ** 100000 }}"):
+        with pytest.raises(TemplateError, match="too large|that large"):
+            ChatTemplate(source).render([{"role": "user", "content": "hi"}])
+    # Ordinary arithmetic and short repetition still work.
+    out = ChatTemplate("{{ '-' * 3 }}{{ 2 ** 3 }}{{ 4 * 5 }}").render(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=False
+    )
+    assert out == "---820"

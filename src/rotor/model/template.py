@@ -71,10 +71,27 @@ class _Sandbox(ImmutableSandboxedEnvironment):
     of rendering a prompt that silently lacks text.
     """
 
+    # `'x' * 10**9` would exhaust memory before any limit of ours could act.
+    intercepted_binops = frozenset({"*", "**"})
+
     def unsafe_undefined(self, obj: Any, attribute: str) -> NoReturn:
         raise SecurityError(
             f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe"
         )
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**" and isinstance(right, int) and abs(right) > _MAX_EXPONENT:
+            raise SecurityError(f"exponent {right} is too large for a template")
+        if operator == "*":
+            for seq, times in ((left, right), (right, left)):
+                sized = isinstance(seq, (str, list, tuple)) and isinstance(times, int)
+                if sized and len(seq) * times > _MAX_REPEAT:
+                    raise SecurityError("a template may not build a sequence that large")
+        return super().call_binop(context, operator, left, right)
+
+
+_MAX_REPEAT = 1_000_000  # characters or items one `*` may produce
+_MAX_EXPONENT = 1_000
 
 
 def _raise_exception(message: str) -> NoReturn:

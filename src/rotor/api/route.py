@@ -36,8 +36,6 @@ def request_id(request: Request) -> str:
 
 M = TypeVar("M", bound=BaseModel)
 
-# -- route plumbing shared with api/anthropic.py ------------------------------------------
-
 
 async def read_request(request: Request, model: type[M], limit: int) -> M:
     """The JSON body validated as `model`: 413 over `limit`, 400 naming bad fields."""

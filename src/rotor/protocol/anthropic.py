@@ -1,7 +1,7 @@
 """Anthropic Messages API request models (`/v1/messages`, `/v1/messages/count_tokens`).
 
 Unknown fields are rejected (a 400 naming them), never silently ignored, as in
-protocol/openai.py. Responses are not modelled: api/anthropic.py builds them
+protocol/openai.py. Responses are not modelled: api/anthropic/ builds them
 from an allow-list of fields.
 """
 

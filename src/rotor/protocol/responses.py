@@ -2,7 +2,7 @@
 
 Unknown fields are rejected (a 400 naming them), as in protocol/openai.py.
 rotor keeps no responses, so `store: true` and `previous_response_id` are
-400s that say so. Responses are not modelled: api/responses.py builds them
+400s that say so. Responses are not modelled: api/responses/ builds them
 from an allow-list of fields.
 """
 

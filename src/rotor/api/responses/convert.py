@@ -1,0 +1,137 @@
+"""A Responses request → the internal `ChatCompletionRequest`, so it runs
+through the one chat pipeline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rotor.api.route import chat_request
+from rotor.protocol.openai import ChatCompletionRequest
+from rotor.protocol.responses import (
+    FormatJSONObject,
+    FormatJSONSchema,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    FunctionChoice,
+    MessageItem,
+    Part,
+    ReasoningItem,
+    Refusal,
+    ResponsesRequest,
+)
+
+# RequestError params in chat terms → the Responses field the client sent.
+_PARAMS = {
+    "messages": "input",
+    "max_tokens": "max_output_tokens",
+    "response_format": "text.format",
+    "guided_json": "text.format",
+}
+
+
+def to_chat(req: ResponsesRequest) -> ChatCompletionRequest:
+    messages: list[dict[str, Any]] = []
+    if req.instructions:
+        messages.append({"role": "system", "content": req.instructions})
+    if isinstance(req.input, str):
+        messages.append({"role": "user", "content": req.input})
+    else:
+        messages.extend(_messages(req.input))
+    tools = None
+    if req.tools:
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    k: v
+                    for k, v in (
+                        ("name", t.name),
+                        ("description", t.description),
+                        ("parameters", t.parameters),
+                        ("strict", t.strict),
+                    )
+                    if v is not None
+                },
+            }
+            for t in req.tools
+        ]
+    tool_choice: Any = req.tool_choice
+    if isinstance(tool_choice, FunctionChoice):
+        tool_choice = {"type": "function", "function": {"name": tool_choice.name}}
+    fmt = req.text.format if req.text else None
+    response_format = None
+    if isinstance(fmt, FormatJSONSchema):
+        schema: dict[str, Any] = {"name": fmt.name, "schema": fmt.schema_}
+        if fmt.strict is not None:
+            schema["strict"] = fmt.strict
+        response_format = {"type": "json_schema", "json_schema": schema}
+    elif isinstance(fmt, FormatJSONObject):
+        response_format = {"type": "json_object"}
+    return chat_request(
+        {
+            "model": req.model,
+            "messages": messages,
+            "max_tokens": req.max_output_tokens,
+            "temperature": req.temperature,
+            "top_p": req.top_p,
+            "stop": req.stop,
+            "stream": req.stream,
+            "tools": tools,
+            "tool_choice": tool_choice,
+            "parallel_tool_calls": req.parallel_tool_calls,
+            "response_format": response_format,
+            "reasoning_effort": req.reasoning.effort if req.reasoning else None,
+            "metadata": req.metadata,
+            "user": req.user,
+            "mock": req.mock.model_dump() if req.mock else None,
+        }
+    )
+
+
+def _messages(items: list[Any]) -> list[dict[str, Any]]:
+    """Input items → chat messages. Function calls join the assistant turn just
+    before them; reasoning items become the next assistant turn's reasoning."""
+    out: list[dict[str, Any]] = []
+    reasoning: list[str] = []
+
+    def assistant(content: Any) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": content}
+        if reasoning:
+            msg["reasoning_content"] = "".join(reasoning)
+            reasoning.clear()
+        out.append(msg)
+        return msg
+
+    for item in items:
+        if isinstance(item, MessageItem):
+            content = _content(item.content)
+            if item.role == "assistant":
+                assistant(content)
+            else:
+                out.append({"role": item.role, "content": content})
+        elif isinstance(item, FunctionCallItem):
+            call = {
+                "id": item.call_id,
+                "type": "function",
+                "function": {"name": item.name, "arguments": item.arguments},
+            }
+            last = out[-1] if out else None
+            if last is not None and last["role"] == "assistant" and not reasoning:
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                assistant(None)["tool_calls"] = [call]
+        elif isinstance(item, FunctionCallOutputItem):
+            out.append(
+                {"role": "tool", "tool_call_id": item.call_id, "content": _content(item.output)}
+            )
+        elif isinstance(item, ReasoningItem):
+            parts = item.content if item.content is not None else item.summary
+            reasoning.append("".join(p.text for p in parts))
+    return out
+
+
+def _content(content: str | list[Part]) -> str:
+    """Parts joined into one string: every template can render a string."""
+    if isinstance(content, str):
+        return content
+    return "\n".join(p.refusal if isinstance(p, Refusal) else p.text for p in content)

@@ -8,14 +8,15 @@ which constraint goes to the engine. A problem with the request is a
 
 from __future__ import annotations
 
-import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from rotor.model.card import ModelCard
 from rotor.model.template import ChatTemplate, TemplateError
 from rotor.model.tokenizer import Tokenizer
+from rotor.pipeline import grammar
 from rotor.pipeline.choice import ChoicePipeline
 from rotor.pipeline.decode import ChoiceDecoder
 from rotor.pipeline.parse.base import ReasoningParser, ToolParser, Tools
@@ -204,33 +205,8 @@ def prepare_chat(
         token_ids = tok.encode(prompt_text)
         prompt_tokens = len(token_ids)
 
-    # Which parsers run.
-    tools_parser: ToolParser | None = None
-    grammar_installed = False
-    guided = _request_guided(req)
-    if family is not None and (family.handles_reasoning or tools_active):
-        active_tools = tools if tools_active else Tools()
-        if mode == "named" and not family.handles_reasoning:
-            tools_parser = NamedToolParser(active_tools, named)  # type: ignore[arg-type]
-        else:
-            tools_parser = family(active_tools)
-        if tools_active and family.name == "beam":
-            from rotor.pipeline import grammar
-
-            turn = grammar.beam_turn_grammar(tools, _tool_choice_value(req))
-            if card.capabilities.structural_tags and req.turn_grammar:
-                guided = turn
-                grammar_installed = True
-        elif tools_active and mode in ("required", "named") and card.capabilities.structural_tags:
-            from rotor.pipeline import grammar
-
-            guided = grammar.tool_choice_guided(tools, _tool_choice_value(req)) or guided
-    elif mode == "named":
-        tools_parser = NamedToolParser(tools, named)  # type: ignore[arg-type]
-        if card.capabilities.structural_tags:
-            from rotor.pipeline import grammar
-
-            guided = grammar.tool_choice_guided(tools, _tool_choice_value(req)) or guided
+    plan = _plan_tools(model, req, family, tools, mode, named)
+    guided, grammar_installed = plan.guided, plan.grammar_installed
 
     thinking_off = _thinking_disabled(req.chat_template_kwargs)
     reasoning_cls: type[ReasoningParser] | None = None
@@ -277,9 +253,7 @@ def prepare_chat(
     for i in range(req.n):
         parser = MessageParser(
             reasoning=reasoning_cls(starts_inside) if reasoning_cls else None,
-            tools=tools_parser
-            if i == 0
-            else _clone_parser(tools_parser, family, tools, mode, named),
+            tools=plan.make_parser() if plan.make_parser else None,
             parallel_tool_calls=req.parallel_tool_calls,
         )
         choices.append(
@@ -294,18 +268,44 @@ def prepare_chat(
     return Prepared(engine_request, choices, prompt_tokens, prompt_text)
 
 
-def _clone_parser(
-    first: ToolParser | None,
+@dataclass
+class _ToolPlan:
+    """How a request's tools are handled: the parser each choice gets, and the
+    constraint (if any) the engine decodes under."""
+
+    make_parser: Callable[[], ToolParser] | None
+    guided: dict[str, Any] | None
+    grammar_installed: bool
+
+
+def _plan_tools(
+    model: ServedModel,
+    req: ChatCompletionRequest,
     family: type[ToolParser] | None,
     tools: Tools,
     mode: str,
     named: str | None,
-) -> ToolParser | None:
-    if first is None:
-        return None
-    if isinstance(first, NamedToolParser):
-        return NamedToolParser(first.tools, first.tool)
-    return type(first)(first.tools)
+) -> _ToolPlan:
+    """tool-calling.md's tool_choice table, and beam.md's turn grammar."""
+    guided = _request_guided(req)
+    accepts_constraints = model.card.capabilities.structural_tags
+    tools_active = mode != "none"
+    choice = _tool_choice_value(req)
+    make_parser: Callable[[], ToolParser] | None = None
+    if mode == "named" and (family is None or not family.handles_reasoning):
+        make_parser = lambda: NamedToolParser(tools, named)  # type: ignore[arg-type]  # noqa: E731
+    elif family is not None and (family.handles_reasoning or tools_active):
+        # harmony/beam frame reasoning themselves: they run even without tools.
+        active = tools if tools_active else Tools()
+        make_parser = lambda: family(active)  # noqa: E731
+    grammar_installed = False
+    if tools_active and family is not None and family.name == "beam":
+        if accepts_constraints and req.turn_grammar:
+            guided = grammar.beam_turn_grammar(tools, choice)
+            grammar_installed = True
+    elif accepts_constraints and (mode == "named" or (mode == "required" and family is not None)):
+        guided = grammar.tool_choice_guided(tools, choice) or guided
+    return _ToolPlan(make_parser, guided, grammar_installed)
 
 
 def _tool_choice_value(req: ChatCompletionRequest) -> str | dict[str, Any]:
@@ -516,7 +516,3 @@ def _decoder(
         token_text=lambda ids: tok.decode(ids, skip_special_tokens=False),
         retain_eos_text=retain_eos,
     )
-
-
-def created_now() -> int:
-    return int(time.time())

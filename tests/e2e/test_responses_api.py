@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from support.models import beam_model
+from support.scripts import hermes
 from support.server import Server, rotor_server
 
 pytestmark = pytest.mark.e2e
@@ -34,10 +35,6 @@ TIME = {
     "name": "get_time",
     "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}},
 }
-
-
-def hermes(name: str, arguments: dict[str, Any]) -> str:
-    return f'<tool_call>{{"name": "{name}", "arguments": {orjson.dumps(arguments).decode()}}}</tool_call>'
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from support.scripts import hermes as _hermes
 from support.server import Server, rotor_server
+
+
+def hermes(name: str, args: dict[str, Any]) -> str:
+    return _hermes(name, args, newlines=True)
+
 
 pytestmark = pytest.mark.e2e
 
@@ -52,10 +58,6 @@ TOOLS: list[dict[str, Any]] = [
         },
     },
 ]
-
-
-def hermes(name: str, args: dict[str, Any]) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': args})}\n</tool_call>"
 
 
 WEATHER = ("get_weather", {"city": "Paris"})

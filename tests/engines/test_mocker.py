@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -22,29 +21,13 @@ from rotor.protocol.engine import (
     StopParams,
 )
 
+from support.mocker import MakeEngine
+
 CARD, TOK = builtin_test_model()
 EOS = CARD.eos_token_ids[0]
 PROMPT = "<|im_start|>user\nHello, world!<|im_end|>\n<|im_start|>assistant\n"
 TEXT = "The quick brown fox jumps over the lazy dog."
 _ids = itertools.count()
-
-MakeEngine = Callable[..., Awaitable[MockerEngine]]
-
-
-@pytest.fixture
-async def make_engine() -> AsyncIterator[MakeEngine]:
-    engines: list[MockerEngine] = []
-
-    async def make(**config: Any) -> MockerEngine:
-        config.setdefault("speedup_ratio", 0)
-        engine = MockerEngine(CARD, TOK, MockerConfig(**config))
-        await engine.start()
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        await engine.stop()
 
 
 def request(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -15,28 +14,12 @@ from rotor.engines.mocker import MockerConfig, MockerEngine
 from rotor.model.builtin import builtin_test_model
 from rotor.protocol.engine import EngineOutput, EngineRequest, SamplingParams, StopParams
 
+from support.mocker import MakeEngine
+
 CARD, TOK = builtin_test_model()
 EOS = CARD.eos_token_ids[0]
 SYSTEM = "<|im_start|>system\nYou are a helpful assistant. Answer briefly.<|im_end|>\n"
 _ids = itertools.count()
-
-MakeEngine = Callable[..., Awaitable[MockerEngine]]
-
-
-@pytest.fixture
-async def make_engine() -> AsyncIterator[MakeEngine]:
-    engines: list[MockerEngine] = []
-
-    async def make(**config: Any) -> MockerEngine:
-        config.setdefault("speedup_ratio", 0)
-        engine = MockerEngine(CARD, TOK, MockerConfig(**config))
-        await engine.start()
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        await engine.stop()
 
 
 def request(prompt: str, mock: Any = None, n: int = 1, **kw: Any) -> EngineRequest:

@@ -316,7 +316,10 @@ def test_final_assistant_message_is_continued(client: anthropic.Anthropic) -> No
 
 
 def test_tool_choice_any_and_named_tool(client: anthropic.Anthropic) -> None:
-    call = hermes("get_weather", {"city": "Rome"})
+    # `any` is `required`: the mocker accepts constraints, so the model writes
+    # the JSON array the constraint forces; under `auto`, hermes markup.
+    forced = '[{"name": "get_weather", "parameters": {"city": "Rome"}}]'
+    outputs = {"any": forced, "auto": hermes("get_weather", {"city": "Rome"})}
     for choice in ({"type": "any"}, {"type": "auto", "disable_parallel_tool_use": True}):
         reply = client.messages.create(
             model=MODEL,
@@ -324,7 +327,7 @@ def test_tool_choice_any_and_named_tool(client: anthropic.Anthropic) -> None:
             messages=ask(),
             tools=[WEATHER, TIME],
             tool_choice=choice,
-            extra_body={"mock": {"output": call}},
+            extra_body={"mock": {"output": outputs[choice["type"]]}},
         )
         assert blocks(reply) == [
             {"type": "tool_use", "name": "get_weather", "input": {"city": "Rome"}}

@@ -317,13 +317,18 @@ def test_output_sent_back_as_input_continues_the_conversation(client: openai.Ope
     assert second.usage.input_tokens > first.usage.input_tokens
 
 
+FORCED_ROME = '[{"name": "get_weather", "parameters": {"city": "Rome"}}]'
+
+
 def test_tool_choice_required_and_named(client: openai.OpenAI) -> None:
     response = client.responses.create(
         model=MODEL,
         input="Weather?",
         tools=[WEATHER, TIME],
         tool_choice="required",
-        extra_body={"mock": {"output": hermes("get_weather", {"city": "Rome"})}},
+        # The mocker accepts constraints: under `required` the model writes the
+        # JSON array the constraint forces, not hermes markup.
+        extra_body={"mock": {"output": FORCED_ROME}},
     )
     assert items(response) == [call("get_weather", {"city": "Rome"})]
     response = client.responses.create(

@@ -31,7 +31,7 @@ from rotor.pipeline.preprocess import Prepared, RequestError, ServedModel, prepa
 from rotor.protocol.engine import EngineOutput
 from rotor.protocol.openai import ChatCompletionRequest
 
-from support.models import beam_model
+from support.models import beam_model, harmony_model
 from support.server import Server, rotor_server
 
 WEATHER = {
@@ -168,8 +168,31 @@ def test_tool_choice_required_constrains_when_the_engine_can(structural_tags: bo
         guided = prepared.request.sampling.guided
         assert guided is not None and guided["json_schema"]["minItems"] == 1
     assert prepared.prompt_text is not None and "get_weather" in prepared.prompt_text
-    pieces = play(model, prepared.choices[0], HERMES_CALL)
+    # Under the constraint the model writes the JSON array it forces, not the
+    # family's markup; without it, the family's own markup.
+    forced = '[{"name": "get_weather", "parameters": {"city": "Paris"}}]'
+    pieces = play(model, prepared.choices[0], forced if structural_tags else HERMES_CALL)
     assert calls(pieces) == [("get_weather", {"city": "Paris"})]
+    choice = prepared.choices[0]
+    assert choice.finished is not None and choice.finished.finish_reason == "tool_calls"
+
+
+def test_required_constraint_output_that_is_not_calls_stays_content() -> None:
+    model = chatml(structural_tags=True)
+    prepared = prepare(model, tools=TOOLS, tool_choice="required")
+    pieces = play(model, prepared.choices[0], "no calls, sorry")
+    assert calls(pieces) == [] and content(pieces) == "no calls, sorry"
+
+
+def test_harmony_named_choice_gets_no_bare_json_constraint(tmp_path: Path) -> None:
+    # harmony frames its own output in channels: a bare-arguments constraint
+    # would force text its parser cannot read, so none is installed.
+    card, tok = load_model(harmony_model(tmp_path))
+    card.capabilities.structural_tags = True
+    model = ServedModel.build(card, tok, tool_parser_name="harmony")
+    for choice in ("required", NAMED):
+        prepared = prepare(model, tools=TOOLS, tool_choice=choice)
+        assert prepared.request.sampling.guided is None
 
 
 @pytest.mark.parametrize("structural_tags", [True, False])

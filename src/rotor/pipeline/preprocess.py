@@ -23,6 +23,7 @@ from rotor.pipeline.parse.base import ReasoningParser, ToolParser, Tools
 from rotor.pipeline.parse.message import MessageParser
 from rotor.pipeline.parse.named import NamedToolParser
 from rotor.pipeline.parse.reasoning import reasoning_parser
+from rotor.pipeline.parse.required import RequiredToolsParser
 from rotor.pipeline.parse.tools import tool_parser
 from rotor.protocol.engine import (
     EngineRequest,
@@ -291,20 +292,32 @@ def _plan_tools(
     accepts_constraints = model.card.capabilities.structural_tags
     tools_active = mode != "none"
     choice = _tool_choice_value(req)
+    # harmony / beam frame their own output (channels, their own grammar): a
+    # bare-JSON constraint would write something their parser cannot read.
+    frames_output = family is not None and family.handles_reasoning
     make_parser: Callable[[], ToolParser] | None = None
-    if mode == "named" and (family is None or not family.handles_reasoning):
-        make_parser = lambda: NamedToolParser(tools, named)  # type: ignore[arg-type]  # noqa: E731
-    elif family is not None and (family.handles_reasoning or tools_active):
-        # harmony/beam frame reasoning themselves: they run even without tools.
-        active = tools if tools_active else Tools()
-        make_parser = lambda: family(active)  # noqa: E731
     grammar_installed = False
     if tools_active and family is not None and family.name == "beam":
         if accepts_constraints and req.turn_grammar:
             guided = grammar.beam_turn_grammar(tools, choice)
             grammar_installed = True
-    elif accepts_constraints and (mode == "named" or (mode == "required" and family is not None)):
+    elif (
+        accepts_constraints
+        and not frames_output
+        and (mode == "named" or (mode == "required" and family is not None))
+    ):
         guided = grammar.tool_choice_guided(tools, choice) or guided
+        # The output is what the constraint forced, not the family's markup.
+        if mode == "named":
+            make_parser = lambda: NamedToolParser(tools, named)  # type: ignore[arg-type]  # noqa: E731
+        else:
+            make_parser = lambda: RequiredToolsParser(tools)  # noqa: E731
+    if make_parser is None and mode == "named" and not frames_output:
+        make_parser = lambda: NamedToolParser(tools, named)  # type: ignore[arg-type]  # noqa: E731
+    elif make_parser is None and family is not None and (frames_output or tools_active):
+        # harmony/beam frame reasoning themselves: they run even without tools.
+        active = tools if tools_active else Tools()
+        make_parser = lambda: family(active)  # noqa: E731
     return _ToolPlan(make_parser, guided, grammar_installed)
 
 

@@ -139,10 +139,13 @@ def schema_types(schema: dict[str, Any]) -> list[str]:
     if isinstance(types, list):
         return [t for t in types if isinstance(t, str)]
     found: list[str] = []
-    for sub in (schema.get("anyOf") or []) + (schema.get("oneOf") or []):
-        if isinstance(sub, dict):
-            found.extend(schema_types(sub))
-    for value in schema.get("enum") or []:
+    for key in ("anyOf", "oneOf"):
+        subs = schema.get(key)
+        for sub in subs if isinstance(subs, list) else ():
+            if isinstance(sub, dict):
+                found.extend(schema_types(sub))
+    enum = schema.get("enum")
+    for value in enum if isinstance(enum, list) else ():
         kind = {bool: "boolean", int: "integer", float: "number", type(None): "null"}.get(
             type(value)
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
+import dataclasses
 import math
 from typing import Any
 
@@ -11,56 +11,53 @@ import pytest
 
 from rotor.engines.base import EngineError
 from rotor.engines.mocker import MockerConfig, MockerEngine
-from rotor.model.builtin import builtin_test_model
 from rotor.model.tokenizer import Tokenizer
-from rotor.protocol.engine import (
-    EngineOutput,
-    EngineRequest,
-    OutputParams,
-    SamplingParams,
-    StopParams,
-)
+from rotor.pipeline.preprocess import RequestError, ServedModel, prepare_completion
+from rotor.protocol.engine import EngineOutput, OutputParams, SamplingParams, StopParams
+from rotor.protocol.openai import CompletionRequest
 
-from support.mocker import MakeEngine
+from support.mocker import CARD, EOS, TOK, MakeEngine, collect, ids_of, request
 
-CARD, TOK = builtin_test_model()
-EOS = CARD.eos_token_ids[0]
-PROMPT = "<|im_start|>user\nHello, world!<|im_end|>\n<|im_start|>assistant\n"
 TEXT = "The quick brown fox jumps over the lazy dog."
-_ids = itertools.count()
-
-
-def request(
-    mock: Any = None, prompt: str = PROMPT, n: int = 1, rid: str | None = None, **kw: Any
-) -> EngineRequest:
-    annotations = {"mock": mock} if mock is not None else {}
-    return EngineRequest(
-        request_id=rid or f"req-{next(_ids)}",
-        model=CARD.name,
-        token_ids=TOK.encode(prompt),
-        n=n,
-        annotations=annotations,
-        **kw,
-    )
-
-
-async def collect(engine: MockerEngine, req: EngineRequest) -> list[EngineOutput]:
-    return [out async for out in engine.generate(req)]
-
-
-def ids_of(outs: list[EngineOutput], index: int = 0) -> list[int]:
-    return [t for o in outs if o.index == index for t in o.token_ids]
 
 
 # -- scripted output -----------------------------------------------------------
 
 
 def test_card_capabilities() -> None:
+    before = dataclasses.replace(CARD, capabilities=dataclasses.replace(CARD.capabilities))
     engine = MockerEngine(CARD, TOK, MockerConfig(structural_tags=False))
+    assert before == CARD  # the caller's card is not mutated
+    assert CARD.capabilities.structural_tags is True
     caps = engine.card.capabilities
     assert (caps.logprobs, caps.mock_scripts, caps.structural_tags) == (True, True, False)
     assert MockerEngine(CARD, TOK, MockerConfig()).card.capabilities.structural_tags is True
-    assert CARD.capabilities.structural_tags is True  # the caller's card is not mutated
+
+
+def test_card_context_length_is_what_the_kv_cache_holds() -> None:
+    assert CARD.context_length == 32768
+    small = MockerEngine(CARD, TOK, MockerConfig(num_kv_blocks=4, block_size=4))
+    assert small.card.context_length == 16  # 4 blocks of 4 tokens
+    assert CARD.context_length == 32768  # the caller's card is not mutated
+    big = MockerEngine(CARD, TOK, MockerConfig(num_kv_blocks=8192, block_size=16))
+    assert big.card.context_length == 32768  # the model's own limit, when smaller
+
+
+def test_the_frontends_context_check_applies_to_the_kv_limit() -> None:
+    engine = MockerEngine(CARD, TOK, MockerConfig(num_kv_blocks=4, block_size=4))
+    served = ServedModel.build(engine.card, TOK)
+    prompt_tokens = len(TOK.encode("Hello there"))
+    too_long = CompletionRequest(model=CARD.name, prompt="Hello there", max_tokens=14)
+    with pytest.raises(
+        RequestError, match=rf"(?i)context length is 16 .*{prompt_tokens} prompt"
+    ) as e:
+        prepare_completion(served, too_long, "r")
+    assert e.value.param == "max_tokens"
+    (fits,) = prepare_completion(
+        served, CompletionRequest(model=CARD.name, prompt="Hello there"), "r"
+    )
+    assert fits.request.stop.max_tokens == 16 - prompt_tokens
+    engine.validate(fits.request)
 
 
 @pytest.mark.parametrize(
@@ -152,8 +149,9 @@ async def test_n2_list_of_outputs(make_engine: MakeEngine) -> None:
 async def test_script_validation(make_engine: MakeEngine, mock: Any, n: int, field: str) -> None:
     engine = await make_engine()
     req = request(mock, n=n)
-    with pytest.raises(EngineError, match=field):
+    with pytest.raises(EngineError, match=field) as e:
         engine.validate(req)
+    assert e.value.param == "mock"
     gen = engine.generate(req)
     with pytest.raises(EngineError, match=field):
         await gen.__anext__()  # raised on first iteration, before any output
@@ -168,12 +166,18 @@ async def test_script_validation(make_engine: MakeEngine, mock: Any, n: int, fie
 
 async def test_request_validation(make_engine: MakeEngine) -> None:
     engine = await make_engine(num_kv_blocks=4, block_size=4)
-    with pytest.raises(EngineError, match="empty"):
+    with pytest.raises(EngineError, match="empty") as e:
         engine.validate(request(prompt=""))
-    with pytest.raises(EngineError, match="token_ids"):
+    assert e.value.param == "prompt"
+    with pytest.raises(EngineError, match="token_ids") as e:
         engine.validate(request(prompt=TEXT * 3))  # longer than the 16-token cache
-    with pytest.raises(EngineError, match="max_tokens"):
+    assert e.value.param == "prompt"
+    with pytest.raises(EngineError, match="max_tokens") as e:
         engine.validate(request(prompt="Hi", stop=StopParams(max_tokens=0)))
+    assert e.value.param == "max_tokens"
+    with pytest.raises(EngineError, match="n must be") as e:
+        engine.validate(request({"output": "ok"}, n=0))
+    assert e.value.param == "n"
     engine.validate(
         request({"output": "ok"}, prompt="Hi", stop=StopParams(max_tokens=0))
     )  # scripts ignore it
@@ -183,9 +187,59 @@ async def test_duplicate_request_id_rejected(make_engine: MakeEngine) -> None:
     engine = await make_engine()
     first = engine.generate(request({"output": TEXT}, rid="same"))
     await first.__anext__()
-    with pytest.raises(EngineError, match="already running"):
+    with pytest.raises(EngineError, match="already running") as e:
         await engine.generate(request({"output": TEXT}, rid="same")).__anext__()
-    await first.aclose()
+    assert e.value.param is None
+    assert engine.state()["active_requests"] == 1
+    rest = [out async for out in first]  # the first request is undisturbed
+    assert rest[-1].finish == "eos"
+
+
+async def test_no_eos_id_refuses_eos_ends_only() -> None:
+    no_eos = dataclasses.replace(CARD, eos_token_ids=[])
+    engine = MockerEngine(no_eos, TOK, MockerConfig(speedup_ratio=0, eos_probability=1.0))
+    await engine.start()
+    try:
+        for end in ("eos", "eos_hidden"):
+            req = request({"output": TEXT, "end": end})
+            with pytest.raises(EngineError, match="no EOS token id") as e:
+                engine.validate(req)
+            assert e.value.param == "mock"
+            with pytest.raises(EngineError, match="no EOS token id"):
+                await engine.generate(req).__anext__()
+        # The request's own EOS ids stand in for the card's.
+        req = request({"output": TEXT}, stop=StopParams(eos_token_ids=[EOS]))
+        assert ids_of(await collect(engine, req)) == TOK.encode(TEXT) + [EOS]
+        # Other ends, and seeded output (which then never samples an EOS), still run.
+        outs = await collect(engine, request({"output": TEXT, "end": "stop"}))
+        assert ids_of(outs) == TOK.encode(TEXT) and outs[-1].finish == "stop"
+        outs = await collect(engine, request(stop=StopParams(max_tokens=8)))
+        assert len(ids_of(outs)) == 8 and EOS not in ids_of(outs)
+        assert outs[-1].finish == "length"
+        assert engine.state()["active_requests"] == 0
+    finally:
+        await engine.stop()
+
+
+async def test_validate_parses_the_script_once_per_call(
+    make_engine: MakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rotor.engines.mocker import engine as engine_module
+
+    engine = await make_engine()
+    calls: list[Any] = []
+    real = engine_module.parse_script
+
+    def counting(raw: Any, n: int) -> Any:
+        calls.append(raw)
+        return real(raw, n)
+
+    monkeypatch.setattr(engine_module, "parse_script", counting)
+    req = request({"output": TEXT})
+    engine.validate(req)  # the frontend's call
+    assert len(calls) == 1
+    assert ids_of(await collect(engine, req)) == TOK.encode(TEXT) + [EOS]
+    assert len(calls) == 2  # generate parses once, for its check and for admission
 
 
 async def test_not_started_is_an_error() -> None:
@@ -326,6 +380,45 @@ async def test_logprobs_are_well_formed(make_engine: MakeEngine, top: int) -> No
         request(stop=StopParams(max_tokens=20), sampling=SamplingParams(seed=3), output=output),
     )
     assert ids_of(with_lp) == ids_of(plain)  # asking for logprobs never changes the tokens
+
+
+# -- a consumer that falls behind ---------------------------------------------------
+
+
+async def test_a_slow_consumer_gets_each_choices_tokens_merged(make_engine: MakeEngine) -> None:
+    engine = await make_engine()
+    texts = [TEXT * 3, "A second, shorter answer."]
+    output = OutputParams(logprobs=True)
+    gen = engine.generate(request({"output": texts}, n=2, output=output))
+    outs = [await gen.__anext__()]
+    while engine.state()["running"]:  # every token is computed while nobody reads
+        await asyncio.sleep(0)
+    outs += [out async for out in gen]
+    for index, text in enumerate(texts):
+        mine = [o for o in outs if o.index == index]
+        assert ids_of(outs, index) == TOK.encode(text) + [EOS]
+        # What was queued when the consumer first looked, then all the rest at once.
+        assert len(mine) <= 2 < len(TOK.encode(text))
+        assert [o.finish for o in mine][-1] == "eos" and mine[-1].matched == EOS
+        assert all(o.finish is None for o in mine[:-1])
+        assert all(len(o.logprobs or []) == len(o.token_ids) for o in mine)
+        assert mine[0].cached_tokens == 0
+        assert all(o.cached_tokens is None for o in mine[1:])
+
+
+async def test_merging_keeps_a_closed_choices_output_before_its_end(
+    make_engine: MakeEngine,
+) -> None:
+    engine = await make_engine()
+    texts = ["ends with no finish at all", TEXT]
+    gen = engine.generate(request({"output": texts, "end": "eof"}, n=2))
+    outs = [await gen.__anext__()]
+    while engine.state()["running"]:
+        await asyncio.sleep(0)
+    outs += [out async for out in gen]
+    assert [ids_of(outs, i) for i in range(2)] == [TOK.encode(t) for t in texts]
+    assert all(o.finish is None for o in outs)
+    assert len(outs) <= 4
 
 
 # -- abort -----------------------------------------------------------------------

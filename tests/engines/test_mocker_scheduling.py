@@ -4,41 +4,17 @@ prefill, batching and simulated time."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from typing import Any
 
 import pytest
 
 from rotor.engines.mocker import MockerConfig, MockerEngine
-from rotor.model.builtin import builtin_test_model
-from rotor.protocol.engine import EngineOutput, EngineRequest, SamplingParams, StopParams
+from rotor.protocol.engine import EngineRequest, SamplingParams, StopParams
 
-from support.mocker import MakeEngine
+from support.mocker import EOS, TOK, MakeEngine, collect, ids_of, request
 
-CARD, TOK = builtin_test_model()
-EOS = CARD.eos_token_ids[0]
 SYSTEM = "<|im_start|>system\nYou are a helpful assistant. Answer briefly.<|im_end|>\n"
-_ids = itertools.count()
-
-
-def request(prompt: str, mock: Any = None, n: int = 1, **kw: Any) -> EngineRequest:
-    return EngineRequest(
-        request_id=f"req-{next(_ids)}",
-        model=CARD.name,
-        token_ids=TOK.encode(prompt),
-        n=n,
-        annotations={"mock": mock} if mock is not None else {},
-        **kw,
-    )
-
-
-async def collect(engine: MockerEngine, req: EngineRequest) -> list[EngineOutput]:
-    return [out async for out in engine.generate(req)]
-
-
-def ids_of(outs: list[EngineOutput], index: int = 0) -> list[int]:
-    return [t for o in outs if o.index == index for t in o.token_ids]
 
 
 # -- prefix reuse -------------------------------------------------------------------
@@ -48,11 +24,11 @@ async def test_repeated_prompt_reuses_cached_blocks(make_engine: MakeEngine) -> 
     engine = await make_engine(block_size=4)
     prompt = SYSTEM + "<|im_start|>user\nWhat is the weather like in Paris?<|im_end|>\n"
     length = len(TOK.encode(prompt))
-    first = await collect(engine, request(prompt, {"output": "Sunny."}))
+    first = await collect(engine, request({"output": "Sunny."}, prompt))
     assert first[0].cached_tokens == 0
     assert all(o.cached_tokens is None for o in first[1:])  # reported once, on the first output
     assert engine.state()["kv_blocks_cached"] > 0
-    again = await collect(engine, request(prompt, {"output": "Sunny."}))
+    again = await collect(engine, request({"output": "Sunny."}, prompt))
     # Every full block is reused except that the last token is always computed.
     assert again[0].cached_tokens == (length - 1) // 4 * 4 > 0
     assert ids_of(again) == ids_of(first)
@@ -61,9 +37,9 @@ async def test_repeated_prompt_reuses_cached_blocks(make_engine: MakeEngine) -> 
 async def test_shared_prefix_hits_only_its_blocks(make_engine: MakeEngine) -> None:
     engine = await make_engine(block_size=4)
     shared = TOK.encode(SYSTEM)
-    await collect(engine, request(SYSTEM + "<|im_start|>user\nHello, world!", {"output": "x"}))
+    await collect(engine, request({"output": "x"}, SYSTEM + "<|im_start|>user\nHello, world!"))
     outs = await collect(
-        engine, request(SYSTEM + "<|im_start|>user\nHow are you today?", {"output": "x"})
+        engine, request({"output": "x"}, SYSTEM + "<|im_start|>user\nHow are you today?")
     )
     cached = outs[0].cached_tokens
     assert cached is not None and cached % 4 == 0
@@ -71,7 +47,7 @@ async def test_shared_prefix_hits_only_its_blocks(make_engine: MakeEngine) -> No
         len(shared) // 4 * 4 <= cached < len(TOK.encode(SYSTEM + "<|im_start|>user\nHow are you"))
     )
     unrelated = await collect(
-        engine, request("Numbers: 0 1 2 3 4 5 6 7 8 9 10 42", {"output": "x"})
+        engine, request({"output": "x"}, "Numbers: 0 1 2 3 4 5 6 7 8 9 10 42")
     )
     assert unrelated[0].cached_tokens == 0
 
@@ -81,7 +57,7 @@ async def test_n_choices_share_prompt_blocks(make_engine: MakeEngine) -> None:
     prompt = SYSTEM * 3
     prompt_blocks = len(TOK.encode(prompt)) // 4
     assert prompt_blocks >= 10
-    gen = engine.generate(request(prompt, {"output": "The quick brown fox " * 4}, n=2))
+    gen = engine.generate(request({"output": "The quick brown fox " * 4}, prompt, n=2))
     first = await gen.__anext__()
     state = engine.state()
     used = state["kv_blocks_total"] - state["kv_blocks_free"]
@@ -100,7 +76,7 @@ async def test_preemption_under_a_tiny_cache_completes_every_request(
     texts = [
         f"Answer {i}: the quick brown fox jumps over the lazy dog {i} times." for i in range(8)
     ]
-    reqs = [request(f"Question {i}?", {"output": text}) for i, text in enumerate(texts)]
+    reqs = [request({"output": text}, f"Question {i}?") for i, text in enumerate(texts)]
     for req, text in zip(reqs, texts, strict=True):
         assert len(req.token_ids) + len(TOK.encode(text)) + 1 < 48  # each fits alone
     results = await asyncio.gather(*(collect(engine, req) for req in reqs))
@@ -119,7 +95,9 @@ async def test_preemption_keeps_seeded_output(make_engine: MakeEngine) -> None:
     crowded = await make_engine(num_kv_blocks=12, block_size=4)
 
     def reqs() -> list[EngineRequest]:
-        return [request(f"Q{i}", stop=stop, sampling=SamplingParams(seed=i)) for i in range(6)]
+        return [
+            request(prompt=f"Q{i}", stop=stop, sampling=SamplingParams(seed=i)) for i in range(6)
+        ]
 
     expected = [ids_of(await collect(alone, r)) for r in reqs()]
     got = await asyncio.gather(*(collect(crowded, r) for r in reqs()))
@@ -129,7 +107,7 @@ async def test_preemption_keeps_seeded_output(make_engine: MakeEngine) -> None:
 
 async def test_max_num_seqs_limits_the_running_batch(make_engine: MakeEngine) -> None:
     engine = await make_engine(max_num_seqs=2)
-    gens = [engine.generate(request(f"Q{i}", {"output": "word " * 50})) for i in range(5)]
+    gens = [engine.generate(request({"output": "word " * 50}, f"Q{i}")) for i in range(5)]
     firsts = [asyncio.ensure_future(g.__anext__()) for g in gens]
     await asyncio.wait(firsts, return_when=asyncio.FIRST_COMPLETED)
     state = engine.state()
@@ -146,7 +124,7 @@ async def test_max_num_seqs_limits_the_running_batch(make_engine: MakeEngine) ->
 
 async def test_long_prompt_is_prefilled_in_chunks(make_engine: MakeEngine) -> None:
     engine = await make_engine(max_num_batched_tokens=32)
-    req = request(SYSTEM * 8, {"output": ""})
+    req = request({"output": ""}, SYSTEM * 8)
     length = len(req.token_ids)
     assert length > 3 * 32
     outs = await collect(engine, req)
@@ -157,8 +135,8 @@ async def test_long_prompt_is_prefilled_in_chunks(make_engine: MakeEngine) -> No
 
 async def test_decodes_batch_with_a_chunked_prefill(make_engine: MakeEngine) -> None:
     engine = await make_engine(max_num_batched_tokens=16)
-    short = request("Hi", {"output": "one two three four five six seven eight nine ten"})
-    long = request(SYSTEM * 4, {"output": "done"})
+    short = request({"output": "one two three four five six seven eight nine ten"}, "Hi")
+    long = request({"output": "done"}, SYSTEM * 4)
     short_outs, long_outs = await asyncio.gather(collect(engine, short), collect(engine, long))
     assert ids_of(short_outs) == TOK.encode("one two three four five six seven eight nine ten") + [
         EOS
@@ -181,28 +159,53 @@ def _timed_config(ratio: float, decode_ms: float) -> dict[str, Any]:
     }
 
 
-async def _timed_run(engine: MockerEngine, decode_steps: int) -> float:
-    ids = TOK.encode("x " * 60)[:decode_steps]  # + EOS: one prefill step, then decode steps
+def _script(decode_steps: int) -> dict[str, Any]:
+    """A script whose request takes one prefill step, then `decode_steps` decode steps."""
+    ids = TOK.encode("x " * 60)[:decode_steps]  # + EOS
     text = TOK.decode(ids)
     assert len(TOK.encode(text)) == decode_steps
+    return {"output": text}
+
+
+async def _timed_run(engine: MockerEngine, decode_steps: int) -> float:
     start = time.perf_counter()
-    outs = await collect(engine, request("Hi", {"output": text}))
+    outs = await collect(engine, request(_script(decode_steps), "Hi"))
     elapsed = time.perf_counter() - start
     assert len(outs) == decode_steps + 1
     return elapsed
 
 
+async def _recorded_sleeps(engine: MockerEngine, decode_steps: int) -> list[float]:
+    """What the step loop asked to sleep, one entry per step (without sleeping)."""
+    sleeps: list[float] = []
+
+    async def record(seconds: float) -> None:
+        sleeps.append(seconds)
+        await asyncio.sleep(0)
+
+    engine._sleep = record
+    outs = await collect(engine, request(_script(decode_steps), "Hi"))
+    assert len(outs) == decode_steps + 1
+    return sleeps
+
+
 async def test_speedup_ratio_scales_sleep(make_engine: MakeEngine) -> None:
     slow = await make_engine(**_timed_config(1.0, 100.0))
     fast = await make_engine(**_timed_config(10.0, 100.0))
-    slow_s = await _timed_run(slow, 20)
-    fast_s = await _timed_run(fast, 20)
+    slow_sleeps = await _recorded_sleeps(slow, 20)
+    fast_sleeps = await _recorded_sleeps(fast, 20)
     # Simulated time does not depend on the ratio; only the sleeping does.
     assert slow.state()["simulated_ms"] == pytest.approx(2000.0)
     assert fast.state()["simulated_ms"] == pytest.approx(2000.0)
-    assert slow_s >= 2.0 * 0.9  # sleeping never takes less than asked
-    assert fast_s >= 0.2 * 0.9
-    assert slow_s >= 5 * fast_s
+    # One sleep per step: the (free) prefill, then 20 decode steps of 100 ms each.
+    assert slow_sleeps == pytest.approx([0.0] + [0.1] * 20)
+    assert fast_sleeps == pytest.approx([s / 10 for s in slow_sleeps])
+    assert sum(slow_sleeps) == pytest.approx(slow.state()["simulated_ms"] / 1000)
+
+
+async def test_steps_really_sleep(make_engine: MakeEngine) -> None:
+    engine = await make_engine(**_timed_config(1.0, 20.0))
+    assert await _timed_run(engine, 5) >= 0.1 * 0.9  # sleeping never takes less than asked
 
 
 async def test_speedup_zero_never_sleeps(make_engine: MakeEngine) -> None:

@@ -11,7 +11,16 @@ from rotor.protocol.engine import EngineOutput, EngineRequest
 
 
 class EngineError(Exception):
-    """The engine cannot run this request (bad `mock` script, unsupported option)."""
+    """The engine cannot run this request (bad `mock` script, unsupported option).
+
+    `param` names the request field at fault, as the API spells it ("mock", "n",
+    "max_tokens", "prompt"), or is None when no field is (a duplicate request id,
+    an engine that is not started).
+    """
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class Engine(Protocol):
@@ -22,11 +31,21 @@ class Engine(Protocol):
 
     async def stop(self) -> None: ...
 
+    def validate(self, request: EngineRequest) -> None:
+        """Raise EngineError if this request cannot run, before any work is done.
+
+        The frontend calls it before it starts streaming, so a request the engine
+        refuses is a 400 naming `EngineError.param`, not a broken stream;
+        `generate` checks again (and may raise the same error on first iteration).
+        """
+        ...
+
     def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         """Stream outputs for all `request.n` choices (each tagged with its `index`).
 
         Closing the iterator early (the client went away) must abort the work at
-        once; `abort` stops a single choice that the frontend has finished.
+        once; `abort` stops a single choice that the frontend has finished. A
+        `request_id` that is already running is refused with EngineError.
         """
         ...
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from rotor.engines.base import EngineError
@@ -33,6 +34,14 @@ def delay_from_env() -> float:
         ) from None
 
 
+@dataclass(slots=True)
+class _Running:
+    """A request in flight: its choice count and the choices aborted so far."""
+
+    n: int
+    aborted: set[int] = field(default_factory=set)
+
+
 class EchoEngine:
     def __init__(
         self, card: ModelCard, tokenizer: Tokenizer | None = None, delay_ms: float | None = None
@@ -40,64 +49,75 @@ class EchoEngine:
         self.card = card
         self.tokenizer = tokenizer
         self.delay = (delay_from_env() if delay_ms is None else delay_ms) / 1000.0
-        self._aborted: dict[str, set[int]] = {}
+        self._running: dict[str, _Running] = {}
         self.tokens_generated = 0
 
     async def start(self) -> None:
         return None
 
     async def stop(self) -> None:
-        self._aborted.clear()
+        # Nothing runs in the background; streams still in flight end on their
+        # own (or when their consumer closes them) and stay abortable meanwhile.
+        return None
+
+    def validate(self, request: EngineRequest) -> None:
+        if self.tokenizer is None and request.annotations.get("echo_text") is None:
+            raise EngineError("the echo engine needs the text to echo")
 
     def abort(self, request_id: str, index: int | None = None) -> None:
-        aborted = self._aborted.get(request_id)
-        if aborted is not None:
-            aborted.update(range(1 << 16) if index is None else (index,))
+        running = self._running.get(request_id)
+        if running is None:
+            return
+        if index is None:
+            running.aborted.update(range(running.n))
+        elif 0 <= index < running.n:
+            running.aborted.add(index)
 
     def state(self) -> dict[str, Any]:
-        return {"active_requests": len(self._aborted), "tokens_generated": self.tokens_generated}
+        return {"active_requests": len(self._running), "tokens_generated": self.tokens_generated}
 
-    def _script(self, request: EngineRequest) -> tuple[list[str] | None, list[int] | None]:
+    def _script(self, request: EngineRequest) -> list[str] | list[int]:
+        """What each step sends: a character (text out) or a token id."""
         if self.tokenizer is None:
-            text = request.annotations.get("echo_text")
-            if text is None:
-                raise EngineError("the echo engine needs the text to echo")
-            return list(text), None
+            return list(request.annotations["echo_text"])
         # An EOS id means "the model ended" to the frontend, so the prompt's own
         # EOS-id tokens (ChatML's <|im_end|> after every turn) are not echoed:
         # only the last token is the EOS.
         eos_ids = set(self.card.eos_token_ids)
         prompt = [t for t in request.token_ids if t not in eos_ids]
-        return None, prompt + self.card.eos_token_ids[:1]
+        return prompt + self.card.eos_token_ids[:1]
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
-        chars, ids = self._script(request)
+        self.validate(request)
         rid = request.request_id
-        aborted: set[int] = set()
-        self._aborted[rid] = aborted
+        if rid in self._running:
+            raise EngineError(f"request_id {rid!r} is already running")
+        script = self._script(request)
         n = request.n
-        length = len(chars) if chars is not None else len(ids)  # type: ignore[arg-type]
+        length = len(script)
         limit = min(length, request.stop.max_tokens)
+        running = self._running[rid] = _Running(n)
+        aborted = running.aborted
         try:
             for step in range(limit):
                 if self.delay:
                     await asyncio.sleep(self.delay)
                 elif step % _YIELD_EVERY == _YIELD_EVERY - 1:
                     await asyncio.sleep(0)
+                item = script[step]
                 last = step == length - 1
                 for index in range(n):
                     if index in aborted:
                         continue
                     self.tokens_generated += 1
-                    if chars is not None:
-                        out = EngineOutput(index=index, text=chars[step])
+                    if isinstance(item, str):
+                        out = EngineOutput(index=index, text=item)
                         if last:
                             out.finish, out.matched = "eos", ECHO_EOS_ID
                     else:
-                        tid = ids[step]  # type: ignore[index]
-                        out = EngineOutput(index=index, token_ids=[tid])
+                        out = EngineOutput(index=index, token_ids=[item])
                         if last:
-                            out.finish, out.matched = "eos", tid
+                            out.finish, out.matched = "eos", item
                     yield out
                 if len(aborted) >= n:
                     return
@@ -109,4 +129,4 @@ class EchoEngine:
                     if index not in aborted:
                         yield EngineOutput(index=index, finish="length")
         finally:
-            self._aborted.pop(rid, None)
+            self._running.pop(rid, None)

@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,7 @@ from rotor.engines.base import EngineError
 from rotor.engines.mocker.config import MockerConfig
 from rotor.engines.mocker.sampler import LogprobMaker, RandomSource
 from rotor.engines.mocker.scheduler import Scheduler
-from rotor.engines.mocker.script import ScriptSource, parse_script
+from rotor.engines.mocker.script import Script, ScriptSource, parse_script
 from rotor.engines.mocker.sequence import Sequence, SequenceStatus, TokenSource
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
@@ -64,26 +64,31 @@ class _Outbox:
 
 
 def _merge(items: list[EngineOutput | _Closed]) -> list[EngineOutput | _Closed]:
-    """Consecutive outputs of one choice become one output carrying all their tokens."""
+    """Each choice's outputs become one output carrying all their tokens (and its
+    finish, if one came), in the place of the choice's first output; choices may
+    interleave. A choice's `_Closed` stays after its output."""
     merged: list[EngineOutput | _Closed] = []
+    pending: dict[int, EngineOutput] = {}  # per choice: the output still taking tokens
     for item in items:
-        last = merged[-1] if merged else None
-        if (
-            isinstance(item, EngineOutput)
-            and isinstance(last, EngineOutput)
-            and last.index == item.index
-            and last.finish is None
-            and last.text is None
-            and item.text is None
-        ):
-            last.token_ids = last.token_ids + item.token_ids
-            if last.logprobs is not None and item.logprobs is not None:
-                last.logprobs = last.logprobs + item.logprobs
-            last.finish, last.matched, last.error = item.finish, item.matched, item.error
-            if last.cached_tokens is None:
-                last.cached_tokens = item.cached_tokens
-        else:
+        if isinstance(item, _Closed):
+            pending.pop(item.index, None)
             merged.append(item)
+            continue
+        into = pending.get(item.index)
+        if into is None:
+            merged.append(item)
+            into = item
+        else:
+            into.token_ids.extend(item.token_ids)
+            if into.logprobs is not None and item.logprobs is not None:
+                into.logprobs.extend(item.logprobs)
+            into.finish, into.matched, into.error = item.finish, item.matched, item.error
+            if into.cached_tokens is None:
+                into.cached_tokens = item.cached_tokens
+        if into.finish is None:
+            pending[item.index] = into
+        else:
+            pending.pop(item.index, None)
     return merged
 
 
@@ -93,8 +98,12 @@ class _Request:
     logprobs: list[LogprobMaker | None]
     queue: _Outbox = field(default_factory=_Outbox)
     aborted: set[int] = field(default_factory=set)
-    started: set[int] = field(default_factory=set)  # choices that sent their first output
-    cached_tokens: int | None = None
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens the prefix cache held when the request was first admitted:
+        its first admitted choice's count (choices are admitted in index order)."""
+        return next((s.cached_tokens for s in self.seqs if s.cached_tokens is not None), 0)
 
 
 class MockerEngine:
@@ -108,10 +117,16 @@ class MockerEngine:
             mock_scripts=True,
             structural_tags=config.structural_tags,
         )
-        self.card = dataclasses.replace(card, capabilities=caps)
+        # The card tells the frontend how long a sequence may get, so its context
+        # check (prompt + max_tokens) also keeps every request within the KV cache.
+        self.card = dataclasses.replace(
+            card,
+            capabilities=caps,
+            context_length=min(card.context_length, config.capacity_tokens),
+        )
         self.tokenizer = tokenizer
         self.scheduler = Scheduler(config)
-        self.max_seq_len = min(card.context_length, config.capacity_tokens)
+        self.max_seq_len = self.card.context_length
         added = tokenizer.raw.get_added_tokens_decoder()
         self.vocab = [i for i in range(tokenizer.vocab_size) if i not in added]
         self.steps = 0
@@ -119,6 +134,8 @@ class MockerEngine:
         self._requests: dict[str, _Request] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # How the step loop waits out a step's simulated time (tests record it).
+        self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
     # -- lifecycle -------------------------------------------------------
 
@@ -140,33 +157,18 @@ class MockerEngine:
     def validate(self, request: EngineRequest) -> None:
         """Raise EngineError if this request cannot run; the frontend calls it
         before it starts streaming, so a bad `mock` script is a 400, not a broken stream."""
-        if request.n < 1:
-            raise EngineError(f"n must be at least 1, got {request.n}")
-        if not request.token_ids:
-            raise EngineError("token_ids: the prompt is empty")
-        if len(request.token_ids) >= self.max_seq_len:
-            raise EngineError(
-                f"token_ids: the prompt has {len(request.token_ids)} tokens; this engine "
-                f"holds at most {self.max_seq_len} per sequence, prompt and output"
-            )
-        raw = request.annotations.get("mock")
-        if raw is not None:
-            script = parse_script(raw, request.n)
-            if script.end in ("eos", "eos_hidden") and self._eos_id(request) is None:
-                raise EngineError(f"mock.end {script.end!r}: the model has no EOS token id")
-        elif request.stop.max_tokens < 1:
-            raise EngineError(f"stop.max_tokens must be at least 1, got {request.stop.max_tokens}")
+        self._parse(request)
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         """Admit the request's n sequences and relay their outputs until every
         choice has ended; leaving early aborts whatever is still running."""
-        self.validate(request)
+        script = self._parse(request)
         if self._task is None:
             raise EngineError("the mocker engine is not started")
         rid = request.request_id
         if rid in self._requests:
             raise EngineError(f"request_id {rid!r} is already running")
-        req = self._admit(request)
+        req = self._admit(request, script)
         done: set[int] = set()
         try:
             while len(done) < request.n:
@@ -217,9 +219,35 @@ class MockerEngine:
         eos = self.card.eos_token_ids or request.stop.eos_token_ids
         return eos[0] if eos else None
 
-    def _admit(self, request: EngineRequest) -> _Request:
-        script = request.annotations.get("mock")
-        parsed = parse_script(script, request.n) if script is not None else None
+    def _parse(self, request: EngineRequest) -> Script | None:
+        """Check the request; its parsed `mock` script, or None for seeded output."""
+        if request.n < 1:
+            raise EngineError(f"n must be at least 1, got {request.n}", "n")
+        if not request.token_ids:
+            raise EngineError("token_ids: the prompt is empty", "prompt")
+        if len(request.token_ids) >= self.max_seq_len:
+            # The frontend's context check (against this engine's card) comes
+            # first; this one keeps a direct caller from queueing a sequence that
+            # could never be scheduled.
+            raise EngineError(
+                f"token_ids: the prompt has {len(request.token_ids)} tokens; this engine "
+                f"holds at most {self.max_seq_len} per sequence, prompt and output",
+                "prompt",
+            )
+        raw = request.annotations.get("mock")
+        if raw is None:
+            if request.stop.max_tokens < 1:
+                raise EngineError(
+                    f"stop.max_tokens must be at least 1, got {request.stop.max_tokens}",
+                    "max_tokens",
+                )
+            return None
+        script = parse_script(raw, request.n)
+        if script.end in ("eos", "eos_hidden") and self._eos_id(request) is None:
+            raise EngineError(f"mock.end {script.end!r}: the model has no EOS token id", "mock")
+        return script
+
+    def _admit(self, request: EngineRequest, parsed: Script | None) -> _Request:
         eos_id = self._eos_id(request)
         seqs: list[Sequence] = []
         makers: list[LogprobMaker | None] = []
@@ -278,37 +306,30 @@ class MockerEngine:
         ms = self.config.step_ms(batch.prefill_tokens, batch.decode_seqs)
         self.simulated_ms += ms
         ratio = self.config.speedup_ratio
-        await asyncio.sleep(ms / 1000.0 / ratio if ratio > 0 else 0)
+        await self._sleep(ms / 1000.0 / ratio if ratio > 0 else 0)
         self.steps += 1
         for seq in list(self.scheduler.advance(batch)):
             self._sample(seq)
 
     def _sample(self, seq: Sequence) -> None:
         req = self._requests[seq.request_id]
-        emission = seq.source.next(seq.num_generated, self.max_seq_len - seq.num_tokens)
-        seq.token_ids.extend(emission.token_ids)
-        if not emission.ended and seq.num_tokens >= self.max_seq_len:
-            emission.finish = "length"  # the sequence fills what the engine can hold
-        if emission.token_ids or emission.finish is not None:
-            out = EngineOutput(
-                index=seq.index,
-                token_ids=emission.token_ids,
-                finish=emission.finish,
-                matched=emission.matched,
-                error=emission.error,
-            )
+        first = seq.num_generated == 0  # every output carries tokens or the finish
+        out = seq.source.next(seq.num_generated, self.max_seq_len - seq.num_tokens)
+        seq.token_ids.extend(out.token_ids)
+        closed = seq.source.closed
+        if out.finish is None and not closed and seq.num_tokens >= self.max_seq_len:
+            out.finish = "length"  # the sequence fills what the engine can hold
+        if out.token_ids or out.finish is not None:
+            out.index = seq.index
             maker = req.logprobs[seq.index]
             if maker is not None:
-                out.logprobs = [maker.make(t) for t in emission.token_ids]
-            if seq.index not in req.started:
-                req.started.add(seq.index)
-                if req.cached_tokens is None:
-                    req.cached_tokens = seq.cached_tokens or 0
+                out.logprobs = [maker.make(t) for t in out.token_ids]
+            if first:
                 out.cached_tokens = req.cached_tokens
             req.queue.put_nowait(out)
-        if emission.ended:
+        if out.finish is not None or closed:
             self.scheduler.finish(seq)
-        if emission.closed:
+        if closed:
             req.queue.put_nowait(_Closed(seq.index))
 
     def _fail_all(self, message: str) -> None:

@@ -111,8 +111,10 @@ class KVCache:
         else:
             block_id, _ = self.free_cached.popitem(last=False)
             block = self.blocks[block_id]
-            if block.hash is not None and self.hash_to_block.get(block.hash) == block_id:
-                del self.hash_to_block[block.hash]
+            # `free` caches only blocks registered under their hash, and a
+            # registration is dropped only here.
+            assert block.hash is not None
+            del self.hash_to_block[block.hash]
             block.hash = None
         self.blocks[block_id].ref_count = 1
         return block_id

@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 import random
 
-from rotor.engines.mocker.sequence import Emission
-from rotor.protocol.engine import StopParams, TokenLogprob
+from rotor.protocol.engine import EngineOutput, StopParams, TokenLogprob
 
 
 class RandomSource:
     """Ordinary tokens until a seeded coin says EOS, or max_tokens says length."""
+
+    closed = False
 
     def __init__(
         self,
@@ -33,16 +34,16 @@ class RandomSource:
         self.min_tokens = stop.min_tokens
         self.eos_probability = eos_probability
 
-    def next(self, num_generated: int, limit: int) -> Emission:
+    def next(self, num_generated: int, limit: int) -> EngineOutput:
         may_stop = num_generated >= self.min_tokens
         if may_stop and self.eos_id is not None and self.rng.random() < self.eos_probability:
-            return Emission([self.eos_id], "eos", matched=self.eos_id)
+            return EngineOutput(token_ids=[self.eos_id], finish="eos", matched=self.eos_id)
         token = self.rng.choice(self.vocab)
         if may_stop and token in self.stop_ids:
-            return Emission([token], "stop", matched=token)
+            return EngineOutput(token_ids=[token], finish="stop", matched=token)
         if num_generated + 1 >= self.max_tokens:
-            return Emission([token], "length")
-        return Emission([token])
+            return EngineOutput(token_ids=[token], finish="length")
+        return EngineOutput(token_ids=[token])
 
 
 class LogprobMaker:

@@ -7,11 +7,10 @@ scheduler and KV cache treat scripted and sampled output alike.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Protocol
 
-from rotor.protocol.engine import Finish
+from rotor.protocol.engine import EngineOutput
 
 
 class SequenceStatus(Enum):
@@ -20,24 +19,14 @@ class SequenceStatus(Enum):
     FINISHED = auto()
 
 
-@dataclass(slots=True)
-class Emission:
-    """What a sequence produces in one step."""
-
-    token_ids: list[int] = field(default_factory=list)
-    finish: Finish | None = None
-    matched: int | None = None
-    error: str | None = None
-    closed: bool = False  # the choice ends with no finish at all (script end "eof")
-
-    @property
-    def ended(self) -> bool:
-        return self.finish is not None or self.closed
-
-
 class TokenSource(Protocol):
-    def next(self, num_generated: int, limit: int) -> Emission:
-        """The next tokens (at most `limit`) after `num_generated` were produced."""
+    # True once the source has ended its choice with no finish at all (script
+    # end "eof"): the output it last returned is the choice's last.
+    closed: bool
+
+    def next(self, num_generated: int, limit: int) -> EngineOutput:
+        """The next tokens (at most `limit`) after `num_generated` were produced,
+        and the finish if they end the choice; the engine sets the output's index."""
         ...
 
 

@@ -8,6 +8,7 @@ merged (adjacent Content / Reasoning joined) — the property tests check that.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -132,12 +133,59 @@ class ReasoningParser:
 def partial_marker_len(text: str, markers: tuple[str, ...]) -> int:
     """Length of the longest suffix of `text` that is a proper prefix of a marker.
 
-    That suffix is held back: it might still become a marker."""
+    That suffix is held back: it might still become a marker. Only the places
+    where a marker's first character sits near the end are candidates; the
+    earliest that fits is the longest."""
+    n = len(text)
     best = 0
     for marker in markers:
-        upto = min(len(marker) - 1, len(text))
-        for n in range(upto, best, -1):
-            if text.endswith(marker[:n]):
-                best = n
+        if not marker:
+            continue
+        first = marker[0]
+        # A candidate suffix is shorter than the marker and longer than `best`.
+        stop = n - best
+        s = text.find(first, max(0, n - len(marker) + 1), stop)
+        while s >= 0:
+            if marker.startswith(text[s:]):
+                best = n - s
                 break
+            s = text.find(first, s + 1, stop)
     return best
+
+
+def trim_partial(text: str, markers: tuple[str, ...]) -> str:
+    """`text` less a trailing proper prefix of one of `markers`: at the end of
+    a stream the model may have stopped halfway through writing one."""
+    cut = partial_marker_len(text, markers)
+    return text[: len(text) - cut] if cut else text
+
+
+def earliest(text: str, markers: tuple[str, ...], start: int = 0) -> tuple[int, str | None]:
+    """The first of `markers` in `text` at or after `start`, and where it is
+    ((-1, None) when there is none). Of two at the same place, the one listed first."""
+    best, found = -1, None
+    for marker in markers:
+        i = text.find(marker, start)
+        if i >= 0 and (best < 0 or i < best):
+            best, found = i, marker
+    return best, found
+
+
+_SPACE_RUN = re.compile(r"\s*")  # `\s` is exactly `str.isspace`
+
+
+def skip_space(text: str, i: int = 0) -> int:
+    """Index of the first non-whitespace character at or after `i` (len(text) if none)."""
+    if i >= len(text) or not text[i].isspace():
+        return i  # the usual case: nothing to skip
+    match = _SPACE_RUN.match(text, i)
+    return match.end() if match else i
+
+
+def plain_name(text: str) -> str | None:
+    """A function or parameter name: one token once the surrounding space is
+    gone, no whitespace or markup (`<`, `>`) inside; None otherwise."""
+    name = text.strip()
+    if not name or "<" in name or ">" in name or any(c.isspace() for c in name):
+        return None
+    return name

@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rotor.pipeline.parse.base import ToolCall
+from rotor.pipeline.parse.base import ToolCall, skip_space
 
-_SPACE = " \t\r\n"
 _CLOSER = {"[": "]", "{": "}"}
 
 
@@ -17,15 +16,15 @@ def dumps_args(args: Any) -> str:
     return json.dumps(args, ensure_ascii=False)
 
 
-def json_value_end(text: str, start: int = 0) -> int | None:
+def json_value_end(text: str) -> int | None:
     """Index just past the JSON object/array that begins at the first
-    non-space character at or after `start`; None while it is incomplete, when
-    no object/array starts there, or when a bracket closes the wrong one."""
+    non-space character of `text`; None while it is incomplete, when no
+    object/array starts there, or when a bracket closes the wrong one."""
     finder = JsonValueEnd()
-    found = finder.find(text[start:])
+    found = finder.find(text)
     if found is None or not finder.well_formed:
         return None
-    return start + found[1]
+    return found[1]
 
 
 class JsonValueEnd:
@@ -35,11 +34,13 @@ class JsonValueEnd:
     a long argument costs one pass, not one pass per token. One instance per
     parser: it starts afresh after each end it reports. After an end,
     `well_formed` says whether a whole value closed there (or the body did not
-    open with a bracket / closed the wrong one)."""
+    open with a bracket / closed the wrong one). `opens`: the brackets a
+    value may open with."""
 
-    __slots__ = ("_pos", "_stack", "_in_str", "_esc", "well_formed")
+    __slots__ = ("_opens", "_pos", "_stack", "_in_str", "_esc", "well_formed")
 
-    def __init__(self) -> None:
+    def __init__(self, opens: str = "[{") -> None:
+        self._opens = opens
         self.reset()
 
     def reset(self) -> None:
@@ -50,19 +51,19 @@ class JsonValueEnd:
         self._esc = False
         self.well_formed = False
 
-    def find(self, buf: str) -> tuple[int, int] | None:
-        """(end of body, end of section) once the value is complete. A body
-        that does not open with `[` or `{`, or closes a bracket it did not
-        open, ends there: the family's parse then rejects it as malformed."""
-        i, n = self._pos, len(buf)
+    def find(self, buf: str, start: int = 0) -> tuple[int, int] | None:
+        """(end of body, end of section) in `buf` once the value is complete.
+        The body begins at `start` (the same for every call on one body). A
+        body that does not open with one of `opens`, or closes a bracket it
+        did not open, ends there: the family's parse then rejects it as malformed."""
+        i, n = max(self._pos, start), len(buf)
         stack = self._stack
         if not stack:
-            while i < n and buf[i] in _SPACE:
-                i += 1
+            i = skip_space(buf, i)
             if i == n:
                 self._pos = i
                 return None
-            if buf[i] not in _CLOSER:
+            if buf[i] not in self._opens:
                 self.reset()
                 return i, i
             stack.append(_CLOSER[buf[i]])
@@ -93,6 +94,19 @@ class JsonValueEnd:
         return None
 
 
+def args_object(text: str) -> str | None:
+    """Serialised arguments from a JSON object's text; nothing at all is `{}`.
+    None when the text is not one JSON object."""
+    text = text.strip()
+    if not text:
+        return "{}"
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return dumps_args(value) if isinstance(value, dict) else None
+
+
 def call_from_obj(obj: Any) -> ToolCall | None:
     """`{"name": f, "arguments"|"parameters": {...} or "<json>"}` → ToolCall."""
     if not isinstance(obj, dict):
@@ -104,10 +118,8 @@ def call_from_obj(obj: Any) -> ToolCall | None:
     if args is None:
         args = {}
     if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except ValueError:
-            return None
+        serialised = args_object(args)
+        return None if serialised is None else ToolCall(name=name, arguments=serialised)
     if not isinstance(args, dict):
         return None
     return ToolCall(name=name, arguments=dumps_args(args))

@@ -2,10 +2,11 @@
 
 Text outside a tool section is content, streamed at once except for a suffix
 that could still become a start marker. A start marker opens a section; the
-section is buffered until its end (an end marker, or wherever the family says
-its body is complete), then the family parses the body into calls. A body that
-does not parse is released as content, markers included: nothing the model
-wrote is lost. A family is a subclass with its markers and `parse_section`.
+section is buffered until its end (one of its end markers, or wherever the
+family says its body is complete), then the family parses the body into calls.
+A body that does not parse is released as content, markers included: nothing
+the model wrote is lost. A family is a subclass with its markers and
+`parse_section`.
 """
 
 from __future__ import annotations
@@ -18,14 +19,24 @@ from rotor.pipeline.parse.base import (
     ToolCall,
     ToolParser,
     Tools,
+    earliest,
     partial_marker_len,
+    trim_partial,
 )
 
 
 class MarkerToolParser(ToolParser):
     start_markers: ClassVar[tuple[str, ...]] = ()
-    # None: the family overrides `section_end`.
+    # Any of them ends a section; none: the family overrides `section_end`.
+    end_markers: ClassVar[tuple[str, ...]] = ()
+    # The first of `end_markers` (None without): derived, a family sets `end_markers`.
     end_marker: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "end_marker" in vars(cls):
+            raise TypeError(f"{cls.__name__}: set end_markers; end_marker follows from it")
+        cls.end_marker = cls.end_markers[0] if cls.end_markers else None
 
     def __init__(self, tools: Tools) -> None:
         super().__init__(tools)
@@ -33,6 +44,8 @@ class MarkerToolParser(ToolParser):
         self._open: str | None = None  # the start marker of the open section
         self._scan = 0  # where to resume looking for the section's end
         self._firsts = frozenset(m[0] for m in self.start_markers)
+        # An end marker the last feed cut: this many characters are read again.
+        self._end_tail = max((len(m) for m in self.end_markers), default=1) - 1
 
     # -- what a family defines -------------------------------------------------
 
@@ -42,16 +55,19 @@ class MarkerToolParser(ToolParser):
 
     def section_end(self, buf: str, scan_from: int) -> tuple[int, int] | None:
         """(end of body, end of section) in `buf`, or None while still open."""
-        end = self.end_marker
-        assert end is not None, "a family without end_marker must override section_end"
-        j = buf.find(end, scan_from)
-        if j < 0:
+        assert self.end_markers, "a family without end_markers must override section_end"
+        j, end = earliest(buf, self.end_markers, scan_from)
+        if end is None:
             return None
         return j, j + len(end)
 
+    def open_section(self) -> None:
+        """A section just opened: a family that keeps scan state starts afresh."""
+
     def unterminated(self, body: str) -> list[ToolCall] | None:
         """At the end of the stream, an open section: recover its calls when the
-        body is complete, else None (released as content)."""
+        body is complete, else None (released as content). `body` comes
+        without an end marker the stream stopped halfway through."""
         return self.parse_section(body)
 
     # -- the machine ------------------------------------------------------------
@@ -71,7 +87,7 @@ class MarkerToolParser(ToolParser):
         while True:
             buf = self._buf
             if self._open is None:
-                idx, marker = self._find_start(buf)
+                idx, marker = earliest(buf, self.start_markers)
                 if marker is None:
                     keep = partial_marker_len(buf, self.start_markers)
                     if len(buf) > keep:
@@ -83,11 +99,12 @@ class MarkerToolParser(ToolParser):
                 self._open = marker
                 self._buf = buf[idx + len(marker) :]
                 self._scan = 0
+                self.open_section()
                 continue
             found = self.section_end(buf, self._scan)
             if found is None:
-                tail = len(self.end_marker) - 1 if self.end_marker else 0
-                self._scan = max(0, len(buf) - tail) if self.end_marker else 0
+                if self.end_markers:
+                    self._scan = max(0, len(buf) - self._end_tail)
                 return out
             body_end, section_end = found
             calls = self.parse_section(buf[:body_end])
@@ -98,18 +115,10 @@ class MarkerToolParser(ToolParser):
             self._open = None
             self._buf = buf[section_end:]
 
-    def _find_start(self, buf: str) -> tuple[int, str | None]:
-        best, found = -1, None
-        for marker in self.start_markers:
-            i = buf.find(marker)
-            if i >= 0 and (best < 0 or i < best):
-                best, found = i, marker
-        return best, found
-
     def finish(self) -> list[Piece]:
         out = self._drain()
         if self._open is not None:
-            calls = self.unterminated(self._buf)
+            calls = self.unterminated(trim_partial(self._buf, self.end_markers))
             if calls:
                 out.extend(calls)
             else:

@@ -37,10 +37,6 @@ class MessageParser:
         self._segment_has_text = False
         self._calls = 0
 
-    @property
-    def passthrough(self) -> bool:
-        return self._reasoning is None and self._tools is None
-
     def feed(self, text: str) -> list[Piece]:
         if self._reasoning is None:
             if self._tools is None:

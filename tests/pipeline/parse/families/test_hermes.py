@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from support.parsing import Case, family_tests
+from support.parsing import Case, check_case, family_tests
 
 FAMILY = "hermes"
 
@@ -66,3 +66,17 @@ CASES = [
 
 
 globals().update(family_tests(FAMILY, CASES))
+
+
+def test_complete_call_cut_off_inside_its_end_marker_is_recovered() -> None:
+    """A half-written `</tool_call>` at the end of the stream says nothing
+    about the call before it: the call goes out, the marker piece is dropped."""
+    check_case(
+        FAMILY,
+        Case(
+            "cut_off_inside_end_marker",
+            'Sure <tool_call>{"name": "f", "arguments": {"a": "b"}}</tool_',
+            "Sure ",
+            [("f", {"a": "b"})],
+        ),
+    )

@@ -3,7 +3,7 @@ object with `name` and `parameters`, then `<|action_end|>`."""
 
 from __future__ import annotations
 
-from support.parsing import Case, family_tests
+from support.parsing import Case, check_case, family_tests
 
 FAMILY = "internlm"
 
@@ -86,3 +86,15 @@ CASES = [
 globals().update(
     family_tests(FAMILY, CASES, special_tokens=True, fast_path="no markup here, just words")
 )
+
+
+def test_complete_call_cut_off_inside_its_end_marker_is_recovered() -> None:
+    check_case(
+        FAMILY,
+        Case(
+            "cut_off_inside_end_marker",
+            START + '{"name": "f", "parameters": {"a": 1}}<|action_',
+            None,
+            [("f", {"a": 1})],
+        ),
+    )

@@ -3,7 +3,7 @@ objects (the parallel calls), then `</tool_calls>`."""
 
 from __future__ import annotations
 
-from support.parsing import Case, family_tests
+from support.parsing import Case, check_case, family_tests
 
 FAMILY = "jamba"
 
@@ -100,3 +100,16 @@ CASES = [
 globals().update(
     family_tests(FAMILY, CASES, special_tokens=True, fast_path="no markup here, just words")
 )
+
+
+def test_complete_list_cut_off_inside_its_end_marker_is_recovered() -> None:
+    check_case(
+        FAMILY,
+        Case(
+            "cut_off_inside_end_marker",
+            START
+            + '[{"name": "a", "arguments": {"x": 1}}, {"name": "b", "arguments": {}}]</tool_ca',
+            None,
+            [("a", {"x": 1}), ("b", {})],
+        ),
+    )

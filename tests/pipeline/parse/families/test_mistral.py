@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
-from rotor.pipeline.parse.base import Content, Tools
+import pytest
+
+from rotor.pipeline.parse.base import Content, ToolCall, Tools
+from rotor.pipeline.parse.families import mistral
 from rotor.pipeline.parse.message import MessageParser
 from rotor.pipeline.parse.tools import tool_parser
 
@@ -163,3 +166,33 @@ def test_call_is_sent_when_its_arguments_close() -> None:
     assert parser.feed(TC + 'f[ARGS]{"a": {"b": 1}') == []
     pieces = parser.feed("}")
     assert [(p.name, p.arguments) for p in pieces] == [("f", '{"a": {"b": 1}}')]
+
+
+@pytest.mark.parametrize(
+    "head", ["get_weather[ARGS]", "get_weather[CALL_ID]a1b2c3d4e[ARGS] ", "get_weather", ""]
+)
+def test_a_long_call_reads_its_head_once(head: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the head (name, id, `[ARGS]`) is known, later tokens only extend
+    the value scan: the head is not parsed again per token."""
+    reads = 0
+    real_head = mistral._head
+
+    def counted(body: str) -> object:
+        nonlocal reads
+        reads += 1
+        return real_head(body)
+
+    monkeypatch.setattr(mistral, "_head", counted)
+    args = '{"city": "' + "x" * 4000 + '"}'
+    value = ('[{"name": "get_weather", "arguments": ' + args + "}]") if not head else args
+    output = TC + head + value + " then"
+    parser = tool_parser(FAMILY)(Tools({"get_weather": {}}))
+    pieces = []
+    for i in range(0, len(output), 4):
+        pieces += parser.feed(output[i : i + 4])
+    pieces += parser.finish()
+    calls = [p for p in pieces if isinstance(p, ToolCall)]
+    assert [(c.name, c.arguments) for c in calls] == [("get_weather", args)]
+    assert "".join(p.text for p in pieces if isinstance(p, Content)) == " then"
+    # While the head arrives (a feed of 4 characters each), then once to parse it.
+    assert reads <= len(head) // 4 + 4

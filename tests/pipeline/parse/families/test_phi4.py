@@ -83,3 +83,16 @@ def test_calls_are_sent_when_the_list_closes() -> None:
 
 def test_functools_is_plain_text() -> None:
     assert not tool_parser(FAMILY).needs_special_tokens
+
+
+def test_functools_before_anything_but_a_list_is_prose_at_once() -> None:
+    """`functools{` opens no call: the text streams on instead of being held
+    until some brace closes (or the stream ends)."""
+    parser = tool_parser(FAMILY)(Tools({"f": {}}))
+    text = "functools{ is not how phi4 opens calls, so this streams"
+    pieces = parser.feed(text)
+    assert all(isinstance(p, Content) for p in pieces)
+    assert "".join(p.text for p in pieces if isinstance(p, Content)) == text
+    # A real call still follows.
+    pieces = parser.feed(' functools[{"name": "f", "arguments": {}}]') + parser.finish()
+    assert [p.name for p in pieces if not isinstance(p, Content)] == ["f"]

@@ -4,12 +4,16 @@ head of the output, `[f(a=1), g()]`, optionally wrapped in Llama 4's
 
 from __future__ import annotations
 
-import pytest
+import json
 
-from rotor.pipeline.parse.base import Content, ToolCall, Tools
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from rotor.pipeline.parse.base import Content, Piece, ToolCall, Tools
 from rotor.pipeline.parse.tools import tool_parser
 
-from support.parsing import Case, family_tests
+from support.parsing import Case, family_tests, splits
 
 FAMILY = "pythonic"
 START = "<|python_start|>"
@@ -166,3 +170,70 @@ def test_values_are_never_evaluated(monkeypatch: pytest.MonkeyPatch) -> None:
     pieces = parser.feed(output) + parser.finish()
     assert pieces == [Content(output)]
     assert ran == []
+
+
+def feed_in_pieces(output: str, size: int) -> list[Piece]:
+    parser = tool_parser(FAMILY)(Tools({"f": {}}))
+    pieces: list[Piece] = []
+    for i in range(0, len(output), size):
+        pieces += parser.feed(output[i : i + size])
+    return pieces + parser.finish()
+
+
+def test_a_long_argument_in_small_pieces_is_one_call() -> None:
+    value = "x" * 64_000
+    output = START + '[f(a="' + value + '", b=' + "'''it's \"q\"'''" + ")]" + END
+    pieces = feed_in_pieces(output, 4)
+    assert [type(p) for p in pieces] == [ToolCall]
+    assert json.loads(pieces[0].arguments) == {"a": value, "b": 'it\'s "q"'}
+
+
+def test_the_list_is_read_once_however_it_arrives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each token only extends the scan: the characters the end finder looks
+    at add up to about the list's length, not to its length once per token."""
+    reads = 0
+
+    class Counted(str):
+        def __getitem__(self, key: int | slice) -> str:  # type: ignore[override]
+            nonlocal reads
+            reads += 1
+            return str.__getitem__(self, key)
+
+    parser = tool_parser(FAMILY)(Tools({"f": {}}))
+    section_end = parser.section_end
+    monkeypatch.setattr(
+        parser, "section_end", lambda body, final: section_end(Counted(body), final)
+    )
+    value = "x" * 4000
+    output = '[f(a="' + value + "\", b=[1, {'k': (2,)}], c='''t\\\\''')] ok"
+    pieces: list[Piece] = []
+    for i in range(0, len(output), 4):
+        pieces += parser.feed(output[i : i + 4])
+    pieces += parser.finish()
+    calls = [json.loads(p.arguments) for p in pieces if isinstance(p, ToolCall)]
+    assert calls == [{"a": value, "b": [1, {"k": [2]}], "c": "t\\"}]
+    assert "".join(p.text for p in pieces if isinstance(p, Content)) == " ok"
+    assert reads < 2 * len(output)
+
+
+_python_text = st.text(alphabet="ab '\"\\\n[](){}#,", max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), a=_python_text, b=_python_text, quote=st.sampled_from(["'''", '"""']))
+def test_strings_cut_anywhere_give_the_same_calls(
+    data: st.DataObject, a: str, b: str, quote: str
+) -> None:
+    """Quotes of either kind, triple quotes and escapes, cut at any point: the
+    scan resumes inside them and finds the list's end all the same."""
+    # `b` goes raw between the triple quotes: no quote of that kind, no escape.
+    assume(quote[0] not in b and "\\" not in b)
+    output = f"[f(a={a!r}, b={quote}{b}{quote}), f(c=[{a!r}])] after"
+    parser = tool_parser(FAMILY)(Tools({"f": {}}))
+    pieces: list[Piece] = []
+    for chunk in data.draw(splits(output)):
+        pieces += parser.feed(chunk)
+    pieces += parser.finish()
+    calls = [json.loads(p.arguments) for p in pieces if isinstance(p, ToolCall)]
+    assert calls == [{"a": a, "b": b}, {"c": [a]}]
+    assert "".join(p.text for p in pieces if isinstance(p, Content)) == " after"

@@ -1,18 +1,49 @@
-"""What the JSON families share: a section made of `begin…end` call blocks
-(deepseek_v3, deepseek_v31, kimi_k2), a section that is one JSON value with no
-end marker (granite), and the small checks on a name and an arguments object.
+"""What the JSON families share: a section whose body is JSON calls (hermes,
+internlm, jamba, nemotron_deci), a section that is one JSON value with no end
+marker (granite, phi4, mistral), and a section made of `begin…end` call blocks
+(deepseek_v3, deepseek_v31, kimi_k2).
 
 The parsing helpers answer None for malformed input, so the family's section
 is released as content instead of raising."""
 
 from __future__ import annotations
 
-import json
 from typing import ClassVar
 
-from rotor.pipeline.parse.base import ToolCall, partial_marker_len
-from rotor.pipeline.parse.jsonutil import dumps_args
+from rotor.pipeline.parse.base import ToolCall, Tools, skip_space, trim_partial
+from rotor.pipeline.parse.jsonutil import JsonValueEnd, calls_from_json
 from rotor.pipeline.parse.marker import MarkerToolParser
+
+
+class JsonCallsParser(MarkerToolParser):
+    """A section whose body is one JSON object (a call) or a list of them."""
+
+    # Exactly one call per section: a list of several is malformed.
+    single: ClassVar[bool] = False
+
+    def parse_section(self, body: str) -> list[ToolCall] | None:
+        calls = calls_from_json(body)
+        if self.single and calls and len(calls) > 1:
+            return None
+        return calls
+
+
+class JsonValueSectionParser(JsonCallsParser):
+    """No end marker: the section is the one JSON value that follows the start
+    marker (after whitespace), and text after it is content. A body that opens
+    with anything but one of `opens` ends at once, empty, and is malformed."""
+
+    opens: ClassVar[str] = "[{"
+
+    def __init__(self, tools: Tools) -> None:
+        super().__init__(tools)
+        self._value_end = JsonValueEnd(self.opens)
+
+    def open_section(self) -> None:
+        self._value_end.reset()
+
+    def section_end(self, buf: str, scan_from: int) -> tuple[int, int] | None:
+        return self._value_end.find(buf)
 
 
 def call_blocks(body: str, begin: str, end: str, open_last: bool = False) -> list[str] | None:
@@ -24,8 +55,7 @@ def call_blocks(body: str, begin: str, end: str, open_last: bool = False) -> lis
     blocks: list[str] = []
     pos, n = 0, len(body)
     while True:
-        while pos < n and body[pos].isspace():
-            pos += 1
+        pos = skip_space(body, pos)
         if pos == n:
             break
         if not body.startswith(begin, pos):
@@ -35,40 +65,11 @@ def call_blocks(body: str, begin: str, end: str, open_last: bool = False) -> lis
         if stop < 0:
             if not open_last:
                 return None
-            blocks.append(trim_partial(body[inner:], end))
+            blocks.append(trim_partial(body[inner:], (end,)))
             break
         blocks.append(body[inner:stop])
         pos = stop + len(end)
     return blocks or None
-
-
-def trim_partial(text: str, marker: str | None) -> str:
-    """`text` less a trailing proper prefix of `marker`: at the end of a stream
-    the model may have stopped halfway through writing it."""
-    if not marker:
-        return text
-    cut = partial_marker_len(text, (marker,))
-    return text[: len(text) - cut] if cut else text
-
-
-def call_name(text: str) -> str | None:
-    """A function name: non-empty, one word once the surrounding space is gone."""
-    name = text.strip()
-    if not name or any(c.isspace() for c in name):
-        return None
-    return name
-
-
-def args_object(text: str) -> str | None:
-    """Serialised arguments from a JSON object's text; nothing at all is `{}`."""
-    text = text.strip()
-    if not text:
-        return "{}"
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return dumps_args(value) if isinstance(value, dict) else None
 
 
 class BlockSectionParser(MarkerToolParser):
@@ -87,7 +88,6 @@ class BlockSectionParser(MarkerToolParser):
         return self._calls(call_blocks(body, self.call_begin, self.call_end))
 
     def unterminated(self, body: str) -> list[ToolCall] | None:
-        body = trim_partial(body, self.end_marker)
         return self._calls(call_blocks(body, self.call_begin, self.call_end, open_last=True))
 
     def _calls(self, blocks: list[str] | None) -> list[ToolCall] | None:

@@ -26,17 +26,10 @@ from rotor.pipeline.parse.base import (
     ToolParser,
     Tools,
     partial_marker_len,
+    skip_space,
 )
 
 _HEAD, _PROSE, _SECTION = 0, 1, 2
-
-
-def skip_space(text: str, i: int = 0) -> int:
-    """Index of the first non-whitespace character at or after `i`."""
-    n = len(text)
-    while i < n and text[i].isspace():
-        i += 1
-    return i
 
 
 class LeadingParser(ToolParser):
@@ -53,10 +46,12 @@ class LeadingParser(ToolParser):
         self._buf = ""
         self._opener = ""  # what opened the current section: "", the marker or a separator
         self._after_call = False
+        # One step per state (_HEAD, _PROSE, _SECTION); a step says whether it moved on.
+        self._steps = (self._head, self._prose, self._section)
 
     # -- what a family defines -------------------------------------------------
 
-    def section_end(self, body: str, opener: str, final: bool) -> tuple[int, int] | None:
+    def section_end(self, body: str, final: bool) -> tuple[int, int] | None:
         """(end of the call text, end of the section) in `body`; None while it
         is still open. (0, 0): this is no call, only the opener is released and
         the body goes on as prose. `final`: the stream has ended, decide now."""
@@ -85,8 +80,8 @@ class LeadingParser(ToolParser):
 
     def _drain(self, final: bool) -> list[Piece]:
         out: list[Piece] = []
-        step = {_HEAD: self._head, _PROSE: self._prose, _SECTION: self._section}
-        while step[self._state](out, final):
+        steps = self._steps
+        while steps[self._state](out, final):
             pass
         return out
 
@@ -131,7 +126,7 @@ class LeadingParser(ToolParser):
 
     def _section(self, out: list[Piece], final: bool) -> bool:
         body = self._buf
-        found = self.section_end(body, self._opener, final)
+        found = self.section_end(body, final)
         if found is None:
             if not final:
                 return False

@@ -7,18 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rotor.pipeline.parse.base import Tools, partial_marker_len
+from rotor.pipeline.parse.base import Tools, plain_name, skip_space
 from rotor.pipeline.parse.jsonutil import dumps_args, typed_value
-
-_WS = " \t\r\n"
-
-
-def skip_ws(text: str, i: int) -> int:
-    """Index of the first non-whitespace character at or after `i`."""
-    n = len(text)
-    while i < n and text[i] in _WS:
-        i += 1
-    return i
 
 
 def take(text: str, i: int, open_tag: str, close_tag: str) -> tuple[str, int] | None:
@@ -47,16 +37,29 @@ def tag_head(text: str, i: int, prefix: str) -> tuple[str, int] | None:
     return head, gt + 1
 
 
-def plain_name(text: str) -> str | None:
-    """A function or parameter name: one token, no markup."""
-    name = text.strip()
-    if not name or any(c in name for c in " \t\r\n<>"):
-        return None
-    return name
+def elements(text: str, open_prefix: str, close_tag: str) -> list[tuple[str, str]] | None:
+    """The `open_prefix head>inner close_tag` elements `text` is made of, as
+    (head, inner) in order; only whitespace may lie around and between them.
+    None at the first thing that is not such an element, or one left open."""
+    found: list[tuple[str, str]] = []
+    i, n = skip_space(text), len(text)
+    while i < n:
+        head = tag_head(text, i, open_prefix)
+        if head is None:
+            return None
+        end = text.find(close_tag, head[1])
+        if end < 0:
+            return None
+        found.append((head[0], text[head[1] : end]))
+        i = skip_space(text, end + len(close_tag))
+    return found
 
 
 def attr_name(head: str) -> str | None:
-    """`name="f"` (or single-quoted, or bare) → f."""
+    """` name="f"` (or single-quoted, or bare) → f; the head of `<tag name=…>`
+    after the tag's name, so it opens with a space or a tab."""
+    if head[:1] not in (" ", "\t"):
+        return None
     head = head.strip()
     if not head.startswith("name="):
         return None
@@ -64,13 +67,6 @@ def attr_name(head: str) -> str | None:
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         value = value[1:-1]
     return plain_name(value)
-
-
-def trim_partial(body: str, marker: str) -> str:
-    """`body` without a trailing proper prefix of `marker`: at the end of the
-    stream, a half-written end marker says nothing about the call before it."""
-    keep = partial_marker_len(body, (marker,))
-    return body[: len(body) - keep] if keep else body
 
 
 def typed_arguments(tools: Tools, tool: str, pairs: list[tuple[str, str]]) -> str:

@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from rotor.pipeline.parse.base import Content, ParseError, Piece, ToolCall, Tools
+from rotor.pipeline.parse.base import Content, ParseError, Piece, ToolCall, Tools, skip_space
 from rotor.pipeline.parse.families.harmony import (
     BODY,
     CALL,
@@ -37,7 +37,6 @@ from rotor.pipeline.parse.jsonutil import dumps_args, typed_value
 
 PARAM_OPEN = '<rfl:parameter name="'
 PARAM_CLOSE = "</rfl:parameter>"
-_WS = " \t\r\n"
 
 _TEXT_HEADER = re.compile(r"(?:<\|start\|>assistant)?<\|channel\|>(?:analysis|final)")
 _CALL_HEADER = re.compile(
@@ -62,8 +61,7 @@ def parse_params(
     last: str | None = None
     pos, n = 0, len(body)
     while True:
-        while pos < n and body[pos] in _WS:
-            pos += 1
+        pos = skip_space(body, pos)
         if pos == n:
             return args
         if not body.startswith(PARAM_OPEN, pos):

@@ -5,8 +5,9 @@ newline between them)."""
 
 from __future__ import annotations
 
-from rotor.pipeline.parse.base import ToolCall
-from rotor.pipeline.parse.families._json_section import BlockSectionParser, args_object, call_name
+from rotor.pipeline.parse.base import ToolCall, plain_name
+from rotor.pipeline.parse.families._json_section import BlockSectionParser
+from rotor.pipeline.parse.jsonutil import args_object
 
 SEP = "<｜tool▁sep｜>"
 FENCE = "```"
@@ -16,7 +17,7 @@ class DeepSeekV3Parser(BlockSectionParser):
     name = "deepseek_v3"
     needs_special_tokens = True
     start_markers = ("<｜tool▁calls▁begin｜>",)
-    end_marker = "<｜tool▁calls▁end｜>"
+    end_markers = ("<｜tool▁calls▁end｜>",)
     call_begin = "<｜tool▁call▁begin｜>"
     call_end = "<｜tool▁call▁end｜>"
 
@@ -35,7 +36,7 @@ class DeepSeekV3Parser(BlockSectionParser):
             payload = payload[: -len(FENCE)].removeprefix("json")
         else:
             head, _, payload = rest.partition("\n")
-        name = call_name(head)
+        name = plain_name(head)
         args = args_object(payload)
         if name is None or args is None:
             return None

@@ -4,8 +4,9 @@ fence, nothing between blocks in the official template)."""
 
 from __future__ import annotations
 
-from rotor.pipeline.parse.base import ToolCall
-from rotor.pipeline.parse.families._json_section import BlockSectionParser, args_object, call_name
+from rotor.pipeline.parse.base import ToolCall, plain_name
+from rotor.pipeline.parse.families._json_section import BlockSectionParser
+from rotor.pipeline.parse.jsonutil import args_object
 
 SEP = "<｜tool▁sep｜>"
 
@@ -14,7 +15,7 @@ class DeepSeekV31Parser(BlockSectionParser):
     name = "deepseek_v31"
     needs_special_tokens = True
     start_markers = ("<｜tool▁calls▁begin｜>",)
-    end_marker = "<｜tool▁calls▁end｜>"
+    end_markers = ("<｜tool▁calls▁end｜>",)
     call_begin = "<｜tool▁call▁begin｜>"
     call_end = "<｜tool▁call▁end｜>"
 
@@ -22,7 +23,7 @@ class DeepSeekV31Parser(BlockSectionParser):
         head, sep, payload = block.partition(SEP)
         if not sep:
             return None
-        name = call_name(head)
+        name = plain_name(head)
         args = args_object(payload)
         if name is None or args is None:
             return None

@@ -14,14 +14,8 @@ kept verbatim unless the tool's schema gives it a type.
 
 from __future__ import annotations
 
-from rotor.pipeline.parse.base import ToolCall
-from rotor.pipeline.parse.families._xml import (
-    plain_name,
-    skip_ws,
-    take,
-    trim_partial,
-    typed_arguments,
-)
+from rotor.pipeline.parse.base import ToolCall, plain_name, skip_space
+from rotor.pipeline.parse.families._xml import take, typed_arguments
 from rotor.pipeline.parse.marker import MarkerToolParser
 
 _KEY, _KEY_END = "<arg_key>", "</arg_key>"
@@ -31,7 +25,7 @@ _VALUE, _VALUE_END = "<arg_value>", "</arg_value>"
 class Glm45Parser(MarkerToolParser):
     name = "glm45"
     start_markers = ("<tool_call>",)
-    end_marker = "</tool_call>"
+    end_markers = ("</tool_call>",)
 
     def parse_section(self, body: str) -> list[ToolCall] | None:
         cut = body.find(_KEY)
@@ -44,20 +38,19 @@ class Glm45Parser(MarkerToolParser):
             key = take(body, i, _KEY, _KEY_END)
             if key is None:
                 return None
-            value = take(body, skip_ws(body, key[1]), _VALUE, _VALUE_END)
+            value = take(body, skip_space(body, key[1]), _VALUE, _VALUE_END)
             if value is None:
                 return None
             key_name = plain_name(key[0])
             if key_name is None:
                 return None
             pairs.append((key_name, value[0]))
-            i = skip_ws(body, value[1])
+            i = skip_space(body, value[1])
         return [ToolCall(name=name, arguments=typed_arguments(self.tools, name, pairs))]
 
     def unterminated(self, body: str) -> list[ToolCall] | None:
         """Cut off before `</tool_call>`: only a body that ends right after a
         closed value is a call; a bare name may still have been growing."""
-        body = trim_partial(body, "</tool_call>")
         if not body.rstrip().endswith(_VALUE_END):
             return None
         return self.parse_section(body)

@@ -17,8 +17,6 @@ those are the hooks below.
 
 from __future__ import annotations
 
-import json
-
 from rotor.pipeline.parse.base import (
     Content,
     Piece,
@@ -26,9 +24,10 @@ from rotor.pipeline.parse.base import (
     ToolCall,
     ToolParser,
     Tools,
+    earliest,
     partial_marker_len,
 )
-from rotor.pipeline.parse.jsonutil import dumps_args, json_value_end
+from rotor.pipeline.parse.jsonutil import args_object, json_value_end
 
 START = "<|start|>"
 CHANNEL = "<|channel|>"
@@ -48,16 +47,6 @@ _TAIL = max(len(m) for m in _OUT_STOPS) - 1
 
 # Where the machine is: between segments, in a header, in a text body, in a call body.
 OUT, HEAD, TEXT, BODY = range(4)
-
-
-def earliest(buf: str, markers: tuple[str, ...], start: int = 0) -> tuple[int, str | None]:
-    """The first marker in `buf` at or after `start`, and where it is."""
-    best, found = -1, None
-    for marker in markers:
-        i = buf.find(marker, start)
-        if i >= 0 and (best < 0 or i < best):
-            best, found = i, marker
-    return best, found
 
 
 def header_parts(header: str) -> tuple[str, str | None]:
@@ -113,11 +102,8 @@ class HarmonyParser(ToolParser):
             return ToolCall(name, "{}") if closed else None
         if not closed and json_value_end(text) != len(text):
             return None
-        try:
-            args = json.loads(text)
-        except ValueError:
-            return None
-        return ToolCall(name, dumps_args(args)) if isinstance(args, dict) else None
+        args = args_object(text)
+        return None if args is None else ToolCall(name, args)
 
     def malformed(self, raw: str, why: str) -> list[Piece]:
         """Markup that never became a segment or a call: released as written."""

@@ -3,16 +3,11 @@ repeated once per call."""
 
 from __future__ import annotations
 
-from rotor.pipeline.parse.base import ToolCall
-from rotor.pipeline.parse.jsonutil import calls_from_json
-from rotor.pipeline.parse.marker import MarkerToolParser
+from rotor.pipeline.parse.families._json_section import JsonCallsParser
 
 
-class HermesParser(MarkerToolParser):
+class HermesParser(JsonCallsParser):
     name = "hermes"
     start_markers = ("<tool_call>",)
-    end_marker = "</tool_call>"
-
-    def parse_section(self, body: str) -> list[ToolCall] | None:
-        calls = calls_from_json(body)
-        return calls if calls and len(calls) == 1 else None
+    end_markers = ("</tool_call>",)
+    single = True  # one call per section; parallel calls are one section each

@@ -4,17 +4,12 @@ a function call) is not a tool section and stays content."""
 
 from __future__ import annotations
 
-from rotor.pipeline.parse.base import ToolCall
-from rotor.pipeline.parse.jsonutil import calls_from_json
-from rotor.pipeline.parse.marker import MarkerToolParser
+from rotor.pipeline.parse.families._json_section import JsonCallsParser
 
 
-class InternLMParser(MarkerToolParser):
+class InternLMParser(JsonCallsParser):
     name = "internlm"
     needs_special_tokens = True
     start_markers = ("<|action_start|><|plugin|>",)
-    end_marker = "<|action_end|>"
-
-    def parse_section(self, body: str) -> list[ToolCall] | None:
-        calls = calls_from_json(body)
-        return calls if calls and len(calls) == 1 else None
+    end_markers = ("<|action_end|>",)
+    single = True  # one call per action

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 
-from rotor.pipeline.parse.base import ToolCall, Tools
-from rotor.pipeline.parse.families._leading import LeadingParser, skip_space
+from rotor.pipeline.parse.base import ToolCall, Tools, skip_space
+from rotor.pipeline.parse.families._leading import LeadingParser
 from rotor.pipeline.parse.jsonutil import JsonValueEnd, call_from_obj
 
 
@@ -28,14 +28,13 @@ class Llama3JsonParser(LeadingParser):
         super().__init__(tools)
         self._value_end = JsonValueEnd()
 
-    def section_end(self, body: str, opener: str, final: bool) -> tuple[int, int] | None:
+    def section_end(self, body: str, final: bool) -> tuple[int, int] | None:
         i = skip_space(body)
         if i == len(body):
             return None
         # A call object's first key is a string: `{ x` or `{1` is prose at once.
         k = skip_space(body, i + 1)
         if body[i] != "{" or (k < len(body) and body[k] not in '"}'):
-            self._value_end.reset()
             return 0, 0
         return None if k == len(body) else self._value_end.find(body)
 

@@ -16,10 +16,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from rotor.pipeline.parse.base import ToolCall, Tools
-from rotor.pipeline.parse.families._leading import skip_space
-from rotor.pipeline.parse.jsonutil import JsonValueEnd, call_from_obj
-from rotor.pipeline.parse.marker import MarkerToolParser
+from rotor.pipeline.parse.base import ToolCall, Tools, skip_space
+from rotor.pipeline.parse.families._json_section import JsonValueSectionParser
+from rotor.pipeline.parse.jsonutil import call_from_obj
 
 ARGS = "[ARGS]"
 CALL_ID = "[CALL_ID]"
@@ -34,23 +33,29 @@ class _Head:
     value_at: int  # where the JSON value (list, or the arguments) starts
 
 
-class MistralParser(MarkerToolParser):
+class MistralParser(JsonValueSectionParser):
     name = "mistral"
     needs_special_tokens = True
     start_markers = ("[TOOL_CALLS]",)
 
     def __init__(self, tools: Tools) -> None:
         super().__init__(tools)
-        self._value_end = JsonValueEnd()
+        self._value_at = -1  # where the open section's JSON value starts, once known
+
+    def open_section(self) -> None:
+        super().open_section()
+        self._value_at = -1
 
     def section_end(self, buf: str, scan_from: int) -> tuple[int, int] | None:
-        head = _head(buf)
-        if head is None or isinstance(head, int):
-            return None if head is None else (head, head)
-        found = self._value_end.find(buf[head.value_at :])
-        if found is None:
-            return None
-        return head.value_at + found[0], head.value_at + found[1]
+        if self._value_at < 0:
+            head = _head(buf)
+            if head is None or isinstance(head, int):
+                return None if head is None else (head, head)
+            self._value_at = head.value_at
+        found = self._value_end.find(buf, self._value_at)
+        if found is not None:
+            self._value_at = -1
+        return found
 
     def parse_section(self, body: str) -> list[ToolCall] | None:
         head = _head(body)

@@ -3,18 +3,13 @@ the list holds the parallel calls (a bare object is taken as a list of one)."""
 
 from __future__ import annotations
 
-from rotor.pipeline.parse.base import ToolCall
-from rotor.pipeline.parse.jsonutil import calls_from_json
-from rotor.pipeline.parse.marker import MarkerToolParser
+from rotor.pipeline.parse.families._json_section import JsonCallsParser
 
 
-class NemotronDeciParser(MarkerToolParser):
+class NemotronDeciParser(JsonCallsParser):
     name = "nemotron_deci"
     # vLLM decodes this family with skip_special_tokens=False: the markers are
     # added tokens in the Nemotron tokenizers.
     needs_special_tokens = True
     start_markers = ("<TOOLCALL>",)
-    end_marker = "</TOOLCALL>"
-
-    def parse_section(self, body: str) -> list[ToolCall] | None:
-        return calls_from_json(body)
+    end_markers = ("</TOOLCALL>",)

@@ -17,8 +17,8 @@ import math
 import warnings
 from typing import Any
 
-from rotor.pipeline.parse.base import ToolCall
-from rotor.pipeline.parse.families._leading import LeadingParser, skip_space
+from rotor.pipeline.parse.base import ToolCall, Tools, skip_space
+from rotor.pipeline.parse.families._leading import LeadingParser
 from rotor.pipeline.parse.jsonutil import dumps_args
 
 END = "<|python_end|>"
@@ -32,13 +32,29 @@ class PythonicParser(LeadingParser):
     lead = "["
     marker = "<|python_start|>"
 
-    def section_end(self, body: str, opener: str, final: bool) -> tuple[int, int] | None:
-        i = skip_space(body)
-        if i == len(body):
-            return None
-        if body[i] != "[" or _not_a_call_list(body, i):
-            return 0, 0
-        end = _list_end(body, i)
+    def __init__(self, tools: Tools) -> None:
+        super().__init__(tools)
+        self._list = _ListEnd()
+
+    def section_end(self, body: str, final: bool) -> tuple[int, int] | None:
+        found = self._section_end(body, final)
+        if found is not None or final:
+            self._list.reset()  # the section ends: the next one is read afresh
+        return found
+
+    def _section_end(self, body: str, final: bool) -> tuple[int, int] | None:
+        scan = self._list
+        if scan.pos < 0:  # the list is not known to be a call list yet
+            i = skip_space(body)
+            if i == len(body):
+                return None
+            opens = body[i] == "[" and _call_list_head(body, i)
+            if opens is None:
+                return None
+            if not opens:
+                return 0, 0
+            scan.start(i)
+        end = scan.find(body)
         if end is None:
             return None
         if end < 0:
@@ -103,57 +119,87 @@ def _json_value(value: Any) -> Any:
     raise ValueError(f"no JSON meaning: {type(value).__name__}")
 
 
-def _not_a_call_list(text: str, i: int) -> bool:
-    """True as soon as the list at `i` cannot open with `name(`: prose such as
-    `[1]` or `[see below]` is released without waiting for its end."""
+def _call_list_head(text: str, i: int) -> bool | None:
+    """Whether the list at `i` opens as a call list does (`[name(`, or `[]`,
+    which its parse turns down); None while that is still unknown. Prose such
+    as `[1]` or `[see below]` is told apart without waiting for its end."""
     n = len(text)
     k = skip_space(text, i + 1)
-    if k == n or text[k] == "]":
-        return False  # undecided, or `[]` (its parse says no)
-    if not (text[k].isalpha() or text[k] == "_"):
+    if k == n:
+        return None
+    if text[k] == "]":
         return True
+    if not (text[k].isalpha() or text[k] == "_"):
+        return False
     while k < n and (text[k].isalnum() or text[k] == "_"):
         k += 1
     k = skip_space(text, k)
-    return k < n and text[k] != "("
+    return None if k == n else text[k] == "("
 
 
-def _list_end(text: str, start: int) -> int | None:
-    """Index just past the Python list that opens at `start`; None while it is
-    incomplete, -1 when its brackets do not match. Strings (quotes of either
-    kind, triple-quoted, escapes) are skipped."""
-    stack: list[str] = []
-    i, n = start, len(text)
-    while i < n:
-        c = text[i]
-        if c in "'\"":
-            if n - i < 3 and text[i:] == c * (n - i):
-                return None  # may still become a triple quote
-            quote = c * 3 if text.startswith(c * 3, i) else c
-            i = _string_end(text, i + len(quote), quote)
-            if i < 0:
-                return None
-            continue
-        if c in _CLOSE:
-            stack.append(_CLOSE[c])
-        elif c in ")]}":
-            if not stack or stack.pop() != c:
-                return -1
-            if not stack:
-                return i + 1
-        i += 1
-    return None
+class _ListEnd:
+    """Where the Python list that opens a section ends. Strings (quotes of
+    either kind, triple-quoted, escapes) are skipped.
 
+    Like `jsonutil.JsonValueEnd`, it resumes where the last call stopped (the
+    position, the brackets still open, the open string's quote) instead of
+    reading the body again from `[`, so a long argument costs one pass, not
+    one pass per token. `reset` before a new body."""
 
-def _string_end(text: str, i: int, quote: str) -> int:
-    """Index just past the closing `quote` of a string whose text starts at `i`;
-    -1 when it has not arrived yet."""
-    n = len(text)
-    while i < n:
-        if text[i] == "\\":
-            i += 2
-        elif text.startswith(quote, i):
-            return i + len(quote)
-        else:
+    __slots__ = ("pos", "_stack", "_quote", "_end")
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.pos = -1  # next character to read; -1 before `start`
+        self._stack: list[str] = []  # closers still owed
+        self._quote = ""  # the open string's quote (', ", ''' or """); "" outside strings
+        self._end: int | None = None  # once found
+
+    def start(self, i: int) -> None:
+        """The list opens at `i`."""
+        self.pos = i
+
+    def find(self, text: str) -> int | None:
+        """Index just past the list; None while it is incomplete, -1 when its
+        brackets do not match."""
+        if self._end is not None:
+            return self._end
+        i, n = self.pos, len(text)
+        stack, quote = self._stack, self._quote
+        while i < n:
+            c = text[i]
+            if quote:
+                if c == "\\":
+                    if i + 1 == n:
+                        break  # what it escapes has not arrived
+                    i += 2
+                    continue
+                if c == quote[0]:
+                    if text.startswith(quote, i):
+                        i += len(quote)
+                        quote = ""
+                        continue
+                    if n - i < len(quote) and text[i:] == c * (n - i):
+                        break  # may still become the closing triple quote
+                i += 1
+                continue
+            if c in "'\"":
+                if n - i < 3 and text[i:] == c * (n - i):
+                    break  # may still become a triple quote
+                quote = c * 3 if text.startswith(c * 3, i) else c
+                i += len(quote)
+                continue
             i += 1
-    return -1
+            if c in _CLOSE:
+                stack.append(_CLOSE[c])
+            elif c in ")]}":
+                if not stack or stack.pop() != c:
+                    self._end = -1
+                    return -1
+                if not stack:
+                    self._end = i
+                    return i
+        self.pos, self._quote = i, quote
+        return None

@@ -17,14 +17,8 @@ at `</function>`; the function itself must be closed.
 
 from __future__ import annotations
 
-from rotor.pipeline.parse.base import ToolCall
-from rotor.pipeline.parse.families._xml import (
-    plain_name,
-    skip_ws,
-    tag_head,
-    trim_partial,
-    typed_arguments,
-)
+from rotor.pipeline.parse.base import ToolCall, plain_name, skip_space
+from rotor.pipeline.parse.families._xml import elements, tag_head, typed_arguments
 from rotor.pipeline.parse.marker import MarkerToolParser
 
 _FUNCTION = "<function="
@@ -36,35 +30,27 @@ _PARAM_END = "</parameter>"
 class Qwen3CoderParser(MarkerToolParser):
     name = "qwen3_coder"
     start_markers = ("<tool_call>",)
-    end_marker = "</tool_call>"
+    end_markers = ("</tool_call>",)
 
     def parse_section(self, body: str) -> list[ToolCall] | None:
+        functions = elements(body, _FUNCTION, _FUNCTION_END)
+        if not functions:
+            return None
         calls: list[ToolCall] = []
-        i = skip_ws(body, 0)
-        while i < len(body):
-            head = tag_head(body, i, _FUNCTION)
-            if head is None:
-                return None
-            name = plain_name(head[0])
-            end = body.find(_FUNCTION_END, head[1])
-            if name is None or end < 0:
-                return None
-            pairs = _parameters(body[head[1] : end])
-            if pairs is None:
+        for head, inner in functions:
+            name = plain_name(head)
+            pairs = _parameters(inner)
+            if name is None or pairs is None:
                 return None
             calls.append(ToolCall(name=name, arguments=typed_arguments(self.tools, name, pairs)))
-            i = skip_ws(body, end + len(_FUNCTION_END))
-        return calls or None
-
-    def unterminated(self, body: str) -> list[ToolCall] | None:
-        return self.parse_section(trim_partial(body, "</tool_call>"))
+        return calls
 
 
 def _parameters(inner: str) -> list[tuple[str, str]] | None:
     """The (name, raw value) pairs of one function body; None when it holds
     anything but parameters."""
     pairs: list[tuple[str, str]] = []
-    i = skip_ws(inner, 0)
+    i = skip_space(inner)
     while i < len(inner):
         head = tag_head(inner, i, _PARAM)
         if head is None:
@@ -82,7 +68,7 @@ def _parameters(inner: str) -> list[tuple[str, str]] | None:
         else:
             value, i = inner[start:], len(inner)
         pairs.append((name, _unwrap(value)))
-        i = skip_ws(inner, i)
+        i = skip_space(inner, i)
     return pairs
 
 

@@ -32,6 +32,7 @@ class Flag:
     type: Any = str
     default: Any = None
     action: str | None = None
+    choices: tuple[str, ...] | None = None
 
 
 FLAGS = [
@@ -45,7 +46,13 @@ FLAGS = [
     Flag("--chat-template", "a Jinja chat template file that replaces the model's"),
     Flag("--max-model-len", "context length (at most the model's)", int),
     Flag("--api-key", "require 'Authorization: Bearer KEY' on /v1/*"),
-    Flag("--log-level", "debug, info, warning, error", str, "warning"),
+    Flag(
+        "--log-level",
+        "debug, info, warning, error",
+        str.lower,
+        "warning",
+        choices=("debug", "info", "warning", "error"),
+    ),
     Flag("--output", "batch mode: where to write the answers (default FILE.out.jsonl)"),
     Flag("--max-tokens", "text/stdin/batch modes: max tokens per answer", int),
     # mocker
@@ -73,11 +80,16 @@ def _env_default(flag: Flag) -> Any:
     if flag.action == "store_true":
         return raw.lower() in ("1", "true", "yes", "on")
     try:
-        return flag.type(raw)
+        value = flag.type(raw)
     except ValueError:
         raise SystemExit(
             f"rotor: {env_name(flag.name)}={raw!r} is not a valid {flag.type.__name__}"
         ) from None
+    if flag.choices is not None and value not in flag.choices:
+        raise SystemExit(
+            f"rotor: {env_name(flag.name)}={raw!r} is not one of {', '.join(flag.choices)}"
+        )
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,7 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
                 flag.name, action=flag.action, default=_env_default(flag), help=help_text
             )
         else:
-            run.add_argument(flag.name, type=flag.type, default=_env_default(flag), help=help_text)
+            run.add_argument(
+                flag.name,
+                type=flag.type,
+                default=_env_default(flag),
+                choices=flag.choices,
+                help=help_text,
+            )
     return parser
 
 
@@ -133,12 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "run":
         kind, path, engine = parse_io(args.io)
+        from rotor.inputs.interrupt import EXIT_INTERRUPTED
         from rotor.launch import run
 
         try:
             return run(args, kind, path, engine)
         except KeyboardInterrupt:  # Ctrl-C before a mode installed its own handling
-            return 130
+            return EXIT_INTERRUPTED
     return 2  # pragma: no cover - argparse requires a command
 
 

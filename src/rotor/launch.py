@@ -19,33 +19,29 @@ class StartupError(Exception):
 
 
 def load(args: argparse.Namespace, engine_name: str) -> tuple[ModelCard, Tokenizer | None]:
-    if args.model_path:
-        from rotor.model.loader import ModelLoadError, load_model
+    """The served model: the model directory, else the engine's built-in one,
+    with --max-model-len and --chat-template applied (and checked) either way."""
+    from rotor.model.loader import ModelLoadError, apply_overrides, load_model
 
-        try:
+    try:
+        if args.model_path:
             return load_model(
                 args.model_path,
                 model_name=args.model_name,
                 max_model_len=args.max_model_len,
                 chat_template_file=args.chat_template,
             )
-        except ModelLoadError as e:
-            raise StartupError(str(e)) from None
-    if engine_name == "mocker":
-        from rotor.model.builtin import BUILTIN_MODEL_NAME, builtin_test_model
+        if engine_name == "mocker":
+            from rotor.model.builtin import BUILTIN_MODEL_NAME, builtin_test_model
 
-        card, tok = builtin_test_model(args.model_name or BUILTIN_MODEL_NAME)
-    else:
-        card, tok = echo_card(args.model_name or "echo"), None
-    if args.chat_template:
-        from pathlib import Path
-
-        try:
-            card.chat_templates = {"default": Path(args.chat_template).read_text()}
-        except OSError as e:
-            raise StartupError(f"--chat-template {args.chat_template}: {e.strerror}") from None
-    if args.max_model_len:
-        card.context_length = args.max_model_len
+            card, tok = builtin_test_model(args.model_name or BUILTIN_MODEL_NAME)
+            source = "the built-in test model"
+        else:
+            card, tok = echo_card(args.model_name or "echo"), None
+            source = "the echo engine"
+        apply_overrides(card, args.max_model_len, args.chat_template, source)
+    except ModelLoadError as e:
+        raise StartupError(str(e)) from None
     return card, tok
 
 

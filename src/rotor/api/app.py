@@ -3,39 +3,37 @@ the frontend runs the request; this module turns the result into HTTP."""
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import logging
-import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import orjson
 from fastapi import FastAPI, Request
-from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
 from rotor import __version__
 from rotor.api.anthropic import anthropic_model, anthropic_models, register_anthropic
-from rotor.api.errors import APIError, describe_validation, error_response
+from rotor.api.errors import APIError, error_response
 from rotor.api.metrics import Metrics
 from rotor.api.responses import register_responses
 from rotor.api.route import (
     DEFAULT_BODY_LIMIT,
-    ClientGone,
-    client_gone,
-    collect,
-    disconnect_counter,
-    observed,
+    APIView,
+    chat_request,
+    read_json,
     read_request,
     request_id,
-    start,
+    respond,
 )
-from rotor.api.sse import DONE, SSEResponse, sse_error, sse_event
+from rotor.api.sse import OPENAI
 from rotor.frontend import Frontend, ModelNotFound
 from rotor.frontend import Response as FrontendResponse
-from rotor.pipeline.preprocess import RequestError
-from rotor.pipeline.stream import RequestFailed, aggregate_chat, aggregate_completion
+from rotor.pipeline.generate import Usage
+from rotor.pipeline.preprocess import LONG_PROMPT_CHARS, RequestError, ServedModel
+from rotor.pipeline.stream import aggregate_chat, aggregate_completion
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 
 log = logging.getLogger("rotor.api")
@@ -63,7 +61,8 @@ def create_app(
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> Response:
-        return error_response(exc.status, exc.message, exc.param, _rid_header(request))
+        headers = {"x-request-id": request_id(request)}
+        return error_response(exc.status, exc.message, exc.param, headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -80,40 +79,18 @@ def create_app(
 
     # -- OpenAI routes ---------------------------------------------------------------
 
-    async def run(
-        request: Request,
-        endpoint: str,
-        req: ChatCompletionRequest | CompletionRequest,
-        call: Any,
-        fold: Any,
-    ) -> Response:
-        rid = request_id(request)
-        t0 = time.perf_counter()
-        resp: FrontendResponse = await start(call, req, rid, metrics, endpoint, frontend)
-        headers = {"x-request-id": rid}
-        chunks = observed(resp, metrics, endpoint, req.stream, t0)
-        if req.stream:
-            return SSEResponse(
-                _openai_sse(chunks), headers, disconnect_counter(metrics, resp.model)
-            )
-        try:
-            items = await collect(request, chunks, disconnect_counter(metrics, resp.model))
-        except ClientGone:
-            return client_gone()
-        except RequestFailed as e:
-            return error_response(500, str(e), headers=headers)
-        body = fold(items, resp.n, resp.usage)
-        return Response(orjson.dumps(body), media_type="application/json", headers=headers)
-
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         req = await read_request(request, ChatCompletionRequest, body_limit)
-        return await run(request, "chat", req, frontend.chat, aggregate_chat)
+        return await respond(request, frontend, metrics, "chat", req, _openai(aggregate_chat))
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         req = await read_request(request, CompletionRequest, body_limit)
-        return await run(request, "completions", req, frontend.completion, aggregate_completion)
+        view = _openai(aggregate_completion)
+        return await respond(
+            request, frontend, metrics, "completions", req, view, call=frontend.completion
+        )
 
     @app.get("/v1/models")
     async def list_models(request: Request) -> Response:
@@ -138,54 +115,51 @@ def create_app(
 
     @app.post("/tokenize")
     async def tokenize(request: Request) -> Response:
-        data = await _json(request)
+        data = await read_json(request, body_limit)
         served = _resolve(frontend, data.get("model"))
-        tok = served.tokenizer
-        if tok is None:
-            raise APIError(400, f"model {served.card.name!r} has no tokenizer")
+        tok = _tokenizer(served)
         if "messages" in data:
+            # The prompt exactly as chat prepares it, so `count` is chat's prompt_tokens.
+            chat = chat_request(
+                {
+                    "model": data.get("model"),
+                    "messages": data["messages"],
+                    "add_generation_prompt": data.get("add_generation_prompt", True),
+                    "tools": data.get("tools"),
+                    "tool_choice": data.get("tool_choice"),
+                    "chat_template_kwargs": data.get("chat_template_kwargs"),
+                }
+            )
             try:
-                chat = ChatCompletionRequest.model_validate(
-                    {
-                        "messages": data["messages"],
-                        "add_generation_prompt": data.get("add_generation_prompt", True),
-                        "tools": data.get("tools"),
-                        "chat_template_kwargs": data.get("chat_template_kwargs"),
-                    }
-                )
-            except ValidationError as e:
-                message, param = describe_validation(e)
-                raise APIError(400, message, param) from None
-            from rotor.pipeline.preprocess import render_chat
-
-            try:
-                text = render_chat(served, chat, tools_active=bool(chat.tools))
+                prepared = await frontend.prepare_chat(chat)
             except RequestError as e:
-                raise APIError(400, str(e), e.param) from None
-            ids = tok.encode(text)
+                raise APIError(e.status, str(e), e.param) from None
+            ids = prepared.request.token_ids
         elif isinstance(data.get("prompt"), str):
-            ids = tok.encode(
-                data["prompt"], add_special_tokens=data.get("add_special_tokens", True)
+            prompt: str = data["prompt"]
+            special = data.get("add_special_tokens", True)
+            ids = await _off_loop_if(
+                len(prompt) > LONG_PROMPT_CHARS, tok.encode, prompt, add_special_tokens=special
             )
         else:
             raise APIError(400, "give either 'prompt' (a string) or 'messages'", "prompt")
-        return JSONResponse(
-            {"count": len(ids), "max_model_len": served.card.context_length, "tokens": ids}
-        )
+        context = served.card.context_length
+        return JSONResponse({"count": len(ids), "max_model_len": context, "tokens": ids})
 
     @app.post("/detokenize")
     async def detokenize(request: Request) -> Response:
-        data = await _json(request)
-        served = _resolve(frontend, data.get("model"))
-        tok = served.tokenizer
+        data = await read_json(request, body_limit)
+        tok = _tokenizer(_resolve(frontend, data.get("model")))
         ids = data.get("tokens")
-        if tok is None:
-            raise APIError(400, f"model {served.card.name!r} has no tokenizer")
         if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
             raise APIError(400, "'tokens' must be a list of token ids", "tokens")
-        if any(t < 0 or t >= tok.vocab_size for t in ids):
-            raise APIError(400, f"token ids must be in [0, {tok.vocab_size})", "tokens")
-        return JSONResponse({"prompt": tok.decode(ids, skip_special_tokens=False)})
+        vocab = tok.vocab_size
+        if any(t < 0 or t >= vocab for t in ids):
+            raise APIError(400, f"token ids must be in [0, {vocab})", "tokens")
+        text = await _off_loop_if(
+            len(ids) > LONG_PROMPT_CHARS, tok.decode, ids, skip_special_tokens=False
+        )
+        return JSONResponse({"prompt": text})
 
     # -- operations ------------------------------------------------------------------
 
@@ -216,35 +190,20 @@ class APIKeyMiddleware:
 
     def __init__(self, app: Any, api_key: str) -> None:
         self.app = app
-        self.api_key = api_key
+        self.api_key = api_key.encode()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/v1/"):
             headers = dict(scope["headers"])
-            auth = headers.get(b"authorization", b"").decode("latin-1")
-            token = auth[7:] if auth.lower().startswith("bearer ") else None
+            auth = headers.get(b"authorization", b"")
+            token = auth[7:] if auth[:7].lower() == b"bearer " else None
             if token is None:
-                token = headers.get(b"x-api-key", b"").decode("latin-1") or None
-            if token != self.api_key:
+                token = headers.get(b"x-api-key", b"") or None
+            if token is None or not hmac.compare_digest(token, self.api_key):
                 response = error_response(401, "invalid or missing API key")
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-
-def _rid_header(request: Request) -> dict[str, str] | None:
-    rid = request.headers.get("x-request-id")
-    return {"x-request-id": rid} if rid else None
-
-
-async def _json(request: Request) -> dict[str, Any]:
-    try:
-        data = orjson.loads(await request.body())
-    except orjson.JSONDecodeError as e:
-        raise APIError(400, f"malformed JSON body: {e}") from None
-    if not isinstance(data, dict):
-        raise APIError(400, "the request body must be a JSON object")
-    return data
 
 
 def _resolve(frontend: Frontend, name: str | None) -> Any:
@@ -265,15 +224,21 @@ def _model_entry(frontend: Frontend) -> dict[str, Any]:
     }
 
 
-async def _openai_sse(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    """OpenAI's SSE framing: `data: <chunk>` events, then `data: [DONE]`; a failure
-    after the first chunk is an error event, then `[DONE]`."""
-    try:
-        async for chunk in chunks:
-            yield sse_event(chunk)
-        yield DONE
-    except RequestFailed as e:
-        yield sse_error(500, str(e))
-        yield DONE
-    finally:
-        await chunks.aclose()  # type: ignore[attr-defined]
+def _openai(
+    fold: Callable[[list[dict[str, Any]], int, Usage], dict[str, Any]],
+) -> Callable[[FrontendResponse, str], APIView]:
+    """OpenAI's view of a response: its chunks as they are, `fold` for the body."""
+    return lambda resp, rid: APIView(OPENAI, lambda chunks: fold(chunks, resp.n, resp.usage))
+
+
+def _tokenizer(served: ServedModel) -> Any:
+    if served.tokenizer is None:
+        raise APIError(400, f"model {served.card.name!r} has no tokenizer")
+    return served.tokenizer
+
+
+async def _off_loop_if(long: bool, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)`, in a worker thread when the input is long."""
+    if long:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    return fn(*args, **kwargs)

@@ -1,22 +1,33 @@
-"""Server-sent events with disconnect detection.
+"""Server-sent events: the two framings rotor's APIs use, and a response that
+streams them with disconnect detection.
 
 The response watches the connection while it streams: when the client goes
 away the stream is cancelled at once (which closes the pipeline and aborts the
-engine's work), not at the next write.
+engine's work), not at the next write. Non-streaming routes race their work
+against the same watch (`race_disconnect`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
+from typing import Any, Protocol, TypeVar
 
 import orjson
 from starlette.responses import Response
 
 from rotor.api.errors import error_body
+from rotor.pipeline.stream import RequestFailed
+
+log = logging.getLogger("rotor.api")
 
 DONE = b"data: [DONE]\n\n"
+
+# What a client is told when a stream breaks on a bug (the log has the traceback).
+INTERNAL_ERROR = "internal server error"
+
+T = TypeVar("T")
 
 
 def sse_event(data: Any) -> bytes:
@@ -27,8 +38,102 @@ def sse_error(status: int, message: str, param: str | None = None) -> bytes:
     return sse_event(error_body(status, message, param))
 
 
+def named_event(event: dict[str, Any]) -> bytes:
+    """One named SSE event, as Anthropic and the Responses API send them."""
+    return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+class Framing(Protocol):
+    """How an API writes its events as SSE."""
+
+    def body(self, events: AsyncGenerator[dict[str, Any], None]) -> AsyncIterator[bytes]: ...
+
+    def failure(self, message: str) -> bytes:
+        """What ends a stream that broke unexpectedly, in this API's terms."""
+        ...
+
+
+class OpenAIFraming:
+    """OpenAI's framing: `data: <chunk>` events, then `data: [DONE]`; a failure
+    after the first chunk is an error event, then `[DONE]`."""
+
+    async def body(self, events: AsyncGenerator[dict[str, Any], None]) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in events:
+                yield sse_event(chunk)
+            yield DONE
+        except RequestFailed as e:
+            yield self.failure(str(e))
+        finally:
+            await events.aclose()
+
+    def failure(self, message: str) -> bytes:
+        return sse_error(500, message) + DONE
+
+
+OPENAI = OpenAIFraming()
+
+
+class NamedFraming:
+    """Named events (`event: <type>` + `data: <event>`), as Anthropic and the
+    Responses API send them. `fail` gives the API's own failure events;
+    `wrap` (optional) adds to the event stream (Anthropic's pings)."""
+
+    def __init__(
+        self,
+        fail: Callable[[str], list[dict[str, Any]]],
+        wrap: Callable[[AsyncGenerator[dict[str, Any], None]], AsyncGenerator[dict[str, Any], None]]
+        | None = None,
+    ) -> None:
+        self._fail = fail
+        self._wrap = wrap
+
+    async def body(self, events: AsyncGenerator[dict[str, Any], None]) -> AsyncIterator[bytes]:
+        if self._wrap is not None:
+            events = self._wrap(events)
+        try:
+            async for event in events:
+                yield named_event(event)
+        finally:
+            await events.aclose()
+
+    def failure(self, message: str) -> bytes:
+        return b"".join(named_event(e) for e in self._fail(message))
+
+
+async def wait_disconnect(receive: Callable) -> None:
+    """Returns when the client has gone away (after the body has been read)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def race_disconnect(
+    work: Coroutine[Any, Any, T], receive: Callable
+) -> asyncio.Future[T] | None:
+    """Run `work` while watching the connection. The finished work (its
+    result or exception inside), or None when the client went away first —
+    the work is then cancelled, and done by the time this returns."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(wait_disconnect(receive))
+    try:
+        done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (task, watch):
+            if not t.done():
+                t.cancel()
+        await asyncio.gather(task, watch, return_exceptions=True)
+    return task if task in done else None
+
+
 class SSEResponse(Response):
-    """An ASGI response streaming `body` (already-encoded events)."""
+    """An ASGI response streaming `body` (already-encoded events).
+
+    `on_disconnect` is called when the client went away mid-stream. A body
+    that raises (a bug: the framings turn pipeline failures into events) is
+    logged with its traceback and the stream still ends cleanly, with
+    `failure()` as its last bytes when given."""
 
     media_type = "text/event-stream"
 
@@ -37,10 +142,12 @@ class SSEResponse(Response):
         body: AsyncIterator[bytes],
         headers: dict[str, str] | None = None,
         on_disconnect: Callable[[], None] | None = None,
+        failure: Callable[[], bytes] | None = None,
     ) -> None:
         self.body = body
         self.extra_headers = headers or {}
         self.on_disconnect = on_disconnect
+        self.failure = failure
         self.status_code = 200
         self.background = None
 
@@ -51,23 +158,27 @@ class SSEResponse(Response):
             (b"x-accel-buffering", b"no"),
         ] + [(k.lower().encode(), v.encode()) for k, v in self.extra_headers.items()]
         await send({"type": "http.response.start", "status": 200, "headers": raw_headers})
-        pump = asyncio.ensure_future(self._pump(send))
-        watch = asyncio.ensure_future(wait_disconnect(receive))
-        try:
-            done, _ = await asyncio.wait({pump, watch}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (pump, watch):
-                if not task.done():
-                    task.cancel()
-            await asyncio.gather(pump, watch, return_exceptions=True)
-        client_left = pump not in done or pump.exception() is not None
+        pump = await race_disconnect(self._pump(send), receive)
+        # The pump raises only when a write failed: the client is gone.
+        client_left = pump is None or pump.exception() is not None
         if client_left and self.on_disconnect is not None:
             self.on_disconnect()
 
     async def _pump(self, send: Callable) -> None:
         body = self.body
         try:
-            async for chunk in body:
+            iterator = body.__aiter__()
+            while True:
+                try:
+                    chunk = await iterator.__anext__()
+                except StopAsyncIteration:
+                    break
+                except Exception:
+                    rid = self.extra_headers.get("x-request-id")
+                    log.exception("the stream of request %s failed", rid)
+                    tail = self._failure_bytes()
+                    await send({"type": "http.response.body", "body": tail, "more_body": False})
+                    return
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
@@ -75,10 +186,11 @@ class SSEResponse(Response):
             if aclose is not None:
                 await aclose()
 
-
-async def wait_disconnect(receive: Callable) -> None:
-    """Returns when the client has gone away (after the body has been read)."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
+    def _failure_bytes(self) -> bytes:
+        if self.failure is None:
+            return b""
+        try:
+            return self.failure()
+        except Exception:
+            log.exception("the failure event of a broken stream could not be built")
+            return b""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import signal
 import sys
 import time
 from collections import deque
@@ -24,6 +23,7 @@ from pydantic import ValidationError
 
 from rotor.api.errors import describe_validation
 from rotor.frontend import Frontend, ModelNotFound
+from rotor.inputs.interrupt import EXIT_INTERRUPTED, Interrupted, until_interrupted
 from rotor.inputs.session import Answer, stream_chat
 from rotor.pipeline.preprocess import RequestError
 from rotor.pipeline.stream import RequestFailed
@@ -32,7 +32,6 @@ from rotor.protocol.openai import ChatCompletionRequest
 CONCURRENCY = 16
 WINDOW = 4 * CONCURRENCY  # requests started ahead of the oldest unwritten one
 EXIT_UNREADABLE = 2
-EXIT_INTERRUPTED = 130
 
 
 class LineError(ValueError):
@@ -46,6 +45,13 @@ def output_path(path: str, output: str | None) -> Path:
     if path.endswith(".jsonl"):
         return Path(path[: -len(".jsonl")] + ".out.jsonl")
     return Path(path + ".out.jsonl")
+
+
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of a JSONL file: split at "\\n" only (a "\\r" before it goes
+    too). str.splitlines would also split at U+2028, U+2029, U+0085, ...,
+    which JSON allows unescaped inside strings."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
 
 
 def build_request(line: str, max_tokens: int | None) -> ChatCompletionRequest:
@@ -180,7 +186,7 @@ async def run_batch(
     """0 when every line has its output line (errors included), 2 when FILE or
     the output cannot be opened, 130 on Ctrl-C (lines so far are written)."""
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         print(f"rotor: cannot read {path}: {reason}", file=sys.stderr)
@@ -192,7 +198,7 @@ async def run_batch(
         print(f"rotor: cannot write {out_path}: {e.strerror}", file=sys.stderr)
         return EXIT_UNREADABLE
     # Blank lines are not requests; `index` is the line's 0-based number in FILE.
-    work = [(i, line) for i, line in enumerate(lines) if line.strip()]
+    work = [(i, line) for i, line in enumerate(jsonl_lines(text)) if line.strip()]
     stats = Stats()
     progress = Progress(len(work))
     limit = asyncio.Semaphore(CONCURRENCY)
@@ -228,20 +234,14 @@ async def run_batch(
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
 
-    loop = asyncio.get_running_loop()
     await frontend.start()
     start = time.perf_counter()
-    task = asyncio.ensure_future(drive())
-    loop.add_signal_handler(signal.SIGINT, task.cancel)
     interrupted = False
     try:
-        await task
-    except asyncio.CancelledError:
-        if not task.cancelled():
-            raise
+        await until_interrupted(drive())
+    except Interrupted:
         interrupted = True
     finally:
-        loop.remove_signal_handler(signal.SIGINT)
         elapsed = time.perf_counter() - start
         progress.close()
         out.close()

@@ -15,6 +15,7 @@ from typing import Any
 from rotor.frontend import Frontend
 from rotor.pipeline.parse.base import Content, Piece, Reasoning, ToolCall
 from rotor.pipeline.preprocess import new_request_id
+from rotor.pipeline.stream import delta_pieces
 from rotor.protocol.openai import ChatCompletionRequest
 
 OnPiece = Callable[[Piece], None]
@@ -49,21 +50,6 @@ class Answer:
         return msg
 
 
-def pieces_of(delta: dict[str, Any], reasoning_field: str) -> list[Piece]:
-    """The generated pieces in one chunk's delta (the opening `role` chunk has none)."""
-    out: list[Piece] = []
-    reasoning = delta.get(reasoning_field)
-    if reasoning:
-        out.append(Reasoning(reasoning))
-    content = delta.get("content")
-    if content:
-        out.append(Content(content))
-    for call in delta.get("tool_calls") or ():
-        fn = call.get("function") or {}
-        out.append(ToolCall(fn.get("name", ""), fn.get("arguments", ""), call.get("id")))
-    return out
-
-
 async def stream_chat(
     frontend: Frontend, request: ChatCompletionRequest, on_piece: OnPiece | None = None
 ) -> Answer:
@@ -84,7 +70,7 @@ async def stream_chat(
             for choice in chunk["choices"]:
                 if choice["index"] != 0:
                     continue
-                for piece in pieces_of(choice["delta"], field_name):
+                for piece in delta_pieces(choice["delta"], field_name):
                     if answer.ttft_s is None:
                         answer.ttft_s = time.perf_counter() - start
                     if type(piece) is Content:

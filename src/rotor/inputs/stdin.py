@@ -8,7 +8,6 @@ goes to stderr, dimmed when stderr is a terminal.
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import sys
 
@@ -16,13 +15,12 @@ from pydantic import ValidationError
 
 from rotor.api.errors import describe_validation
 from rotor.frontend import Frontend, ModelNotFound
+from rotor.inputs.interrupt import EXIT_INTERRUPTED, Interrupted, until_interrupted
 from rotor.inputs.render import Renderer
 from rotor.inputs.session import stream_chat
 from rotor.pipeline.preprocess import RequestError
 from rotor.pipeline.stream import RequestFailed
 from rotor.protocol.openai import ChatCompletionRequest
-
-EXIT_INTERRUPTED = 130
 
 
 def read_message() -> str:
@@ -58,17 +56,11 @@ async def run_stdin(frontend: Frontend, max_tokens: int | None = None) -> int:
         print(f"rotor: {describe_validation(e)[0]}", file=sys.stderr)
         return 1
     renderer = Renderer(sys.stdout, reasoning_out=sys.stderr, dim=sys.stderr.isatty())
-    loop = asyncio.get_running_loop()
     await frontend.start()
-    task = asyncio.ensure_future(stream_chat(frontend, request, renderer.piece))
-    # Our own handler: the answer stops cleanly (engine work closed) instead
-    # of a KeyboardInterrupt traceback.
-    loop.add_signal_handler(signal.SIGINT, task.cancel)
     try:
-        await task
-    except asyncio.CancelledError:
-        if not task.cancelled():
-            raise
+        # Ctrl-C stops the answer cleanly (engine work closed), no traceback.
+        await until_interrupted(stream_chat(frontend, request, renderer.piece))
+    except Interrupted:
         renderer.finish()
         return EXIT_INTERRUPTED
     except (RequestError, RequestFailed, ModelNotFound) as e:
@@ -76,7 +68,6 @@ async def run_stdin(frontend: Frontend, max_tokens: int | None = None) -> int:
         print(f"rotor: {e}", file=sys.stderr)
         return 1
     finally:
-        loop.remove_signal_handler(signal.SIGINT)
         await frontend.stop()
     renderer.finish()
     return 0

@@ -10,7 +10,6 @@ Ctrl-D exit with 0.
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 from typing import Any
 
@@ -18,6 +17,7 @@ from pydantic import ValidationError
 
 from rotor.api.errors import describe_validation
 from rotor.frontend import Frontend, ModelNotFound
+from rotor.inputs.interrupt import EXIT_INTERRUPTED, Interrupted, until_interrupted
 from rotor.inputs.render import Renderer
 from rotor.inputs.session import stream_chat
 from rotor.pipeline.preprocess import RequestError
@@ -25,7 +25,6 @@ from rotor.pipeline.stream import RequestFailed
 from rotor.protocol.openai import ChatCompletionRequest
 
 PROMPT = "> "
-EXIT_INTERRUPTED = 130
 
 HELP = """\
 commands:
@@ -132,14 +131,9 @@ class Repl:
         except ValidationError as e:
             print(f"error: {describe_validation(e)[0]}")
             return
-        loop = asyncio.get_running_loop()
-        task = asyncio.ensure_future(stream_chat(self.frontend, request, renderer.piece))
-        loop.add_signal_handler(signal.SIGINT, task.cancel)
         try:
-            answer = await task
-        except asyncio.CancelledError:
-            if not task.cancelled():
-                raise
+            answer = await until_interrupted(stream_chat(self.frontend, request, renderer.piece))
+        except Interrupted:
             renderer.finish()
             print("(cancelled)")
             return
@@ -147,8 +141,6 @@ class Repl:
             renderer.finish()
             print(f"error: {e}")
             return
-        finally:
-            loop.remove_signal_handler(signal.SIGINT)
         renderer.finish()
         self.conversation.add(user, answer.message())
 

@@ -68,12 +68,16 @@ def load_model(
         name: _token_text(tokenizer_config, name, root / "tokenizer_config.json")
         for name in _SPECIAL_TOKEN_FIELDS
     }
+    context_length, context_source = _context_length(root, config, tokenizer_config)
     card = ModelCard(
         name=model_name or root.name,
         path=str(root),
-        context_length=_context_length(root, config, tokenizer_config, max_model_len),
+        context_length=context_length,
         eos_token_ids=_eos_token_ids(root, generation_config, tokenizer, special["eos_token"]),
-        chat_templates=_chat_templates(root, tokenizer_config, chat_template_file),
+        # The user's --chat-template replaces them all: the model's are not even read.
+        chat_templates={}
+        if chat_template_file is not None
+        else _chat_templates(root, tokenizer_config),
         tool_call_parser=tool_call_parser,
         reasoning_parser=reasoning_parser,
         generation_defaults=_generation_defaults(
@@ -82,7 +86,37 @@ def load_model(
         created=int(time.time()),
         **special,
     )
+    apply_overrides(card, max_model_len, chat_template_file, context_source)
     return card, tokenizer
+
+
+def apply_overrides(
+    card: ModelCard,
+    max_model_len: int | None = None,
+    chat_template_file: str | Path | None = None,
+    context_source: str | None = None,
+) -> None:
+    """The CLI's `--max-model-len` and `--chat-template` on a card, checked the
+    same way whether the card came from a model directory or is a built-in:
+    the length must be a positive integer no larger than the card's context
+    length (`context_source` says where that came from); the template file is
+    read as UTF-8 and then serves every request, tools or not."""
+    if max_model_len is not None:
+        if not _is_int(max_model_len) or max_model_len <= 0:
+            raise ModelLoadError(f"max_model_len must be a positive integer, got {max_model_len!r}")
+        if max_model_len > card.context_length:
+            where = f" ({context_source})" if context_source else ""
+            raise ModelLoadError(
+                f"max_model_len {max_model_len} is larger than the model's context length "
+                f"{card.context_length}{where}"
+            )
+        card.context_length = max_model_len
+    if chat_template_file is not None:
+        override = Path(chat_template_file).expanduser()
+        if not override.is_file():
+            raise ModelLoadError(f"chat template file {override} does not exist")
+        # No named variant (tool_use, ...) may bypass the user's template.
+        card.chat_templates = {"default": _read_text(override)}
 
 
 def _read_json(file: Path) -> dict[str, Any]:
@@ -211,18 +245,9 @@ def _eos_token_ids(
     return list(dict.fromkeys(ids))
 
 
-def _chat_templates(
-    root: Path, tokenizer_config: dict[str, Any], chat_template_file: str | Path | None
-) -> dict[str, str]:
+def _chat_templates(root: Path, tokenizer_config: dict[str, Any]) -> dict[str, str]:
     """Named templates; later sources win: tokenizer_config, chat_template.json,
-    chat_template.jinja, and the user's --chat-template file over everything."""
-    if chat_template_file is not None:
-        override = Path(chat_template_file).expanduser()
-        if not override.is_file():
-            raise ModelLoadError(f"chat template file {override} does not exist")
-        # The user's template serves every request, tools or not: no named variant may bypass it.
-        return {"default": _read_text(override)}
-
+    chat_template.jinja (the user's --chat-template wins over all: apply_overrides)."""
     templates = _named_templates(
         tokenizer_config.get("chat_template"), root / "tokenizer_config.json"
     )
@@ -259,28 +284,15 @@ def _named_templates(value: Any, file: Path) -> dict[str, str]:
 
 
 def _context_length(
-    root: Path,
-    config: dict[str, Any],
-    tokenizer_config: dict[str, Any],
-    max_model_len: int | None,
-) -> int:
-    """The model's context length, or the user's smaller `max_model_len`."""
+    root: Path, config: dict[str, Any], tokenizer_config: dict[str, Any]
+) -> tuple[int, str]:
+    """The model's context length, and where it came from."""
     found = _declared_context(config, root / "config.json")
     if found is None:
         found = _declared_context(
             tokenizer_config, root / "tokenizer_config.json", keys=("model_max_length",)
         )
-    length, source = found if found is not None else (DEFAULT_CONTEXT_LENGTH, "rotor's default")
-    if max_model_len is None:
-        return length
-    if not _is_int(max_model_len) or max_model_len <= 0:
-        raise ModelLoadError(f"max_model_len must be a positive integer, got {max_model_len!r}")
-    if max_model_len > length:
-        raise ModelLoadError(
-            f"max_model_len {max_model_len} is larger than the model's context length "
-            f"{length} ({source})"
-        )
-    return max_model_len
+    return found if found is not None else (DEFAULT_CONTEXT_LENGTH, "rotor's default")
 
 
 def _declared_context(

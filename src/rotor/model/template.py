@@ -11,25 +11,30 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, NoReturn
 
 import jinja2
 import jinja2.ext
+import jinja2.filters
 import jinja2.nodes
+from jinja2.compiler import CodeGenerator, Frame
 from jinja2.exceptions import SecurityError
 from jinja2.parser import Parser
 from jinja2.runtime import Macro
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-# Variables rotor sets itself; `chat_template_kwargs` cannot replace them.
-_RESERVED = frozenset(
+# Variables rotor sets itself (and render's own parameters): `chat_template_kwargs`
+# cannot replace them. Callers that pass such kwargs through filter with this set.
+RESERVED = frozenset(
     {
         "messages",
         "tools",
         "documents",
         "add_generation_prompt",
+        "continue_final_message",
         "bos_token",
         "eos_token",
         "unk_token",
@@ -63,16 +68,42 @@ class _GenerationTag(jinja2.ext.Extension):
         return str(caller())
 
 
+class _CodeGenerator(CodeGenerator):
+    """Compiles `~` to a call of the environment's `checked_concat`, as the
+    sandbox compiles intercepted binary operators to `call_binop`."""
+
+    def visit_Concat(self, node: jinja2.nodes.Concat, frame: Frame) -> None:
+        if frame.eval_ctx.volatile:
+            join = "(markup_join if context.eval_ctx.volatile else str_join)"
+        elif frame.eval_ctx.autoescape:
+            join = "markup_join"
+        else:
+            join = "str_join"
+        self.write(f"environment.checked_concat({join}, (")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
+
+
 class _Sandbox(ImmutableSandboxedEnvironment):
-    """The immutable sandbox, but unsafe attribute access fails at once.
+    """The immutable sandbox, but unsafe attribute access fails at once, and
+    the operations that build a large value from a small template are capped.
 
     jinja2's own sandbox answers `''.__class__` with an undefined value that
     prints as ''; a template probing for an escape should fail loudly instead
     of rendering a prompt that silently lacks text.
+
+    Capped (a SecurityError before the value is built): what one `*`, `+`,
+    `~` or `**` makes, the widths of `%` formatting and of the `format`,
+    `center` and `indent` filters, and of the str methods `center`, `ljust`,
+    `rjust`, `zfill` and `expandtabs`. Not capped: the template's total
+    output or run time (a loop can still write a long prompt), and
+    `str.format` widths.
     """
 
-    # `'x' * 10**9` would exhaust memory before any limit of ours could act.
-    intercepted_binops = frozenset({"*", "**"})
+    code_generator_class = _CodeGenerator
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
 
     def unsafe_undefined(self, obj: Any, attribute: str) -> NoReturn:
         raise SecurityError(
@@ -84,14 +115,84 @@ class _Sandbox(ImmutableSandboxedEnvironment):
             raise SecurityError(f"exponent {right} is too large for a template")
         if operator == "*":
             for seq, times in ((left, right), (right, left)):
-                sized = isinstance(seq, (str, list, tuple)) and isinstance(times, int)
-                if sized and len(seq) * times > _MAX_REPEAT:
-                    raise SecurityError("a template may not build a sequence that large")
+                if _sized(seq) and isinstance(times, int):
+                    _check_size(len(seq) * times)
+        elif operator == "+" and _sized(left) and _sized(right):
+            _check_size(len(left) + len(right))
+        elif operator == "%" and isinstance(left, str):
+            _check_printf(left, right)
         return super().call_binop(context, operator, left, right)
 
+    def checked_concat(self, join: Any, parts: tuple[Any, ...]) -> Any:
+        _check_size(sum(len(p) for p in parts if isinstance(p, str)))
+        return join(parts)
 
-_MAX_REPEAT = 1_000_000  # characters or items one `*` may produce
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        owner = getattr(__obj, "__self__", None)
+        if isinstance(owner, str) and getattr(__obj, "__name__", None) in _PADDING_METHODS:
+            _check_padding(owner, __obj.__name__, args, kwargs)
+        return super().call(__context, __obj, *args, **kwargs)
+
+
+_MAX_SIZE = 1_000_000  # characters or items one operation may produce
 _MAX_EXPONENT = 1_000
+_PADDING_METHODS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs"})
+# A printf conversion's width and precision (`%-10.3f`, `%*d`, `%(name)5s`).
+_PRINTF_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
+
+
+def _sized(value: Any) -> bool:
+    return isinstance(value, (str, list, tuple))
+
+
+def _check_size(size: int) -> None:
+    if size > _MAX_SIZE:
+        raise SecurityError("a template may not build a value that large")
+
+
+def _check_width(width: Any) -> None:
+    if isinstance(width, int) and width > _MAX_SIZE:
+        raise SecurityError(f"width {width} is too large for a template")
+
+
+def _check_printf(fmt: str, values: Any) -> None:
+    """`fmt % values` stays small: no width or precision over the cap, `*` included."""
+    starred = False
+    for match in _PRINTF_SPEC.finditer(fmt):
+        for number in match.groups():
+            if number == "*":
+                starred = True
+            elif number is not None:
+                _check_width(int(number))
+    if starred:
+        for value in values if isinstance(values, tuple) else (values,):
+            _check_width(value)
+
+
+def _check_padding(text: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    width = args[0] if args else kwargs.get("tabsize", 8)
+    if method == "expandtabs" and isinstance(width, int):
+        _check_size(len(text) + text.count("\t") * width)
+    else:
+        _check_width(width)
+
+
+def _center(value: Any, width: int = 80) -> str:
+    _check_width(width)
+    return jinja2.filters.do_center(value, width)
+
+
+def _format(value: Any, *args: Any, **kwargs: Any) -> str:
+    _check_printf(jinja2.filters.soft_str(value), kwargs or args)
+    return jinja2.filters.do_format(value, *args, **kwargs)
+
+
+def _indent(value: Any, width: int | str = 4, first: bool = False, blank: bool = False) -> str:
+    text = jinja2.filters.soft_str(value)
+    size = len(width) if isinstance(width, str) else width
+    if isinstance(size, int):
+        _check_size(len(text) + size * (text.count("\n") + 1))
+    return jinja2.filters.do_indent(text, width, first, blank)
 
 
 def _raise_exception(message: str) -> NoReturn:
@@ -131,6 +232,9 @@ _ENV = _Sandbox(
     extensions=[_GenerationTag, jinja2.ext.loopcontrols],
 )
 _ENV.filters["tojson"] = _tojson
+_ENV.filters["center"] = _center
+_ENV.filters["format"] = _format
+_ENV.filters["indent"] = _indent
 _ENV.globals["raise_exception"] = _raise_exception
 _ENV.globals["strftime_now"] = _strftime_now
 
@@ -186,7 +290,7 @@ class ChatTemplate:
                 )
             final_text = _final_text(messages)
 
-        variables = {name: value for name, value in kwargs.items() if name not in _RESERVED}
+        variables = {name: value for name, value in kwargs.items() if name not in RESERVED}
         variables.update(self._tokens)
         variables["messages"] = _prepare_messages(messages)
         variables["tools"] = _prepare_tools(tools)

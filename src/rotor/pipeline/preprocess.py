@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rotor.model.card import ModelCard
-from rotor.model.template import ChatTemplate, TemplateError
+from rotor.model.template import RESERVED, ChatTemplate, TemplateError
 from rotor.model.tokenizer import Tokenizer
 from rotor.pipeline import grammar
 from rotor.pipeline.choice import ChoicePipeline
@@ -111,12 +111,6 @@ def new_request_id() -> str:
 # -- chat ---------------------------------------------------------------------------
 
 
-# The request's own fields win over chat_template_kwargs of the same name.
-_RESERVED_TEMPLATE_ARGS = frozenset(
-    {"messages", "tools", "documents", "add_generation_prompt", "continue_final_message"}
-)
-
-
 def render_chat(model: ServedModel, req: ChatCompletionRequest, tools_active: bool) -> str:
     template = model.template(with_tools=bool(req.tools) and tools_active)
     if template is None:
@@ -124,7 +118,7 @@ def render_chat(model: ServedModel, req: ChatCompletionRequest, tools_active: bo
     kwargs = {
         k: v
         for k, v in (req.chat_template_kwargs or {}).items()
-        if k not in _RESERVED_TEMPLATE_ARGS
+        if k not in RESERVED  # the request's own fields win
     }
     if req.reasoning_effort is not None:
         kwargs.setdefault("reasoning_effort", req.reasoning_effort)
@@ -332,10 +326,7 @@ def _thinking_disabled(kwargs: dict[str, Any] | None) -> bool:
 
 
 def _request_guided(req: ChatCompletionRequest) -> dict[str, Any] | None:
-    try:
-        guided = req.guided()
-    except ValueError as e:
-        raise RequestError(str(e), "guided_json") from None
+    guided = req.guided()
     fmt = req.response_format
     if fmt is not None:
         kind = fmt.get("type")
@@ -361,10 +352,7 @@ def prepare_completion(
 ) -> list[Prepared]:
     """One Prepared per prompt; choice indices continue across prompts."""
     card, tok = model.card, model.tokenizer
-    try:
-        guided = req.guided()
-    except ValueError as e:
-        raise RequestError(str(e), "guided_json") from None
+    guided = req.guided()
     prepared = []
     for p_index, prompt in enumerate(req.prompts()):
         annotations: dict[str, Any] = {}

@@ -177,6 +177,23 @@ class ChatChunker:
         return {**self._head, "choices": [], "usage": self._usage.as_openai()}
 
 
+def delta_pieces(delta: dict[str, Any], reasoning_field: str) -> list[Piece]:
+    """The generated pieces in one chat chunk's delta, as `ChatChunker` wrote
+    them (the opening `role` chunk and finishing chunks have none). The APIs
+    built on chat (and the terminal inputs) read chunks through this."""
+    out: list[Piece] = []
+    reasoning = delta.get(reasoning_field)
+    if reasoning:
+        out.append(Reasoning(reasoning))
+    content = delta.get("content")
+    if content:
+        out.append(Content(content))
+    for call in delta.get("tool_calls") or ():
+        fn = call["function"]
+        out.append(ToolCall(fn["name"], fn["arguments"], call["id"]))
+    return out
+
+
 def aggregate_chat(chunks: list[dict[str, Any]], n: int, usage: Usage) -> dict[str, Any]:
     """Fold chat chunks into one `chat.completion`."""
     first = chunks[0] if chunks else {}

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rotor.protocol.openai import MAX_STOP, MockScript
+from rotor.protocol.openai import MockScript, stop_list
 
 
 class _Strict(BaseModel):
@@ -145,10 +145,4 @@ class MessagesRequest(CountTokensRequest):
     @field_validator("stop_sequences")
     @classmethod
     def _stops(cls, v: list[str] | None) -> list[str] | None:
-        if v is None:
-            return None
-        if len(v) > MAX_STOP:
-            raise ValueError(f"at most {MAX_STOP} stop sequences are allowed, got {len(v)}")
-        if any(s == "" for s in v):
-            raise ValueError("stop sequences must not be empty")
-        return v
+        return stop_list(v, "stop sequences")

@@ -9,11 +9,41 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 MAX_N = 16
 MAX_STOP = 4
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+def stop_list(value: str | list[str] | None, noun: str = "stop strings") -> list[str] | None:
+    """Stop strings as a list: at most MAX_STOP, none empty (`noun` names them in errors)."""
+    if value is None:
+        return None
+    stops = [value] if isinstance(value, str) else list(value)
+    if len(stops) > MAX_STOP:
+        raise ValueError(f"at most {MAX_STOP} {noun} are allowed, got {len(stops)}")
+    if any(s == "" for s in stops):
+        raise ValueError(f"{noun} must not be empty")
+    return stops
+
+
+def field_error(field: str, message: str, value: Any) -> ValidationError:
+    """A validation error located at `field`, for a check that spans fields:
+    its 400 names `field` as `param`."""
+    error = PydanticCustomError("value_error", message)
+    return ValidationError.from_exception_data(
+        "request", [InitErrorDetails(type=error, loc=(field,), input=value)]
+    )
 
 
 class StreamOptions(BaseModel):
@@ -66,35 +96,40 @@ class SamplingFields(BaseModel):
     @field_validator("stop")
     @classmethod
     def _stop(cls, v: str | list[str] | None) -> list[str] | None:
-        if v is None:
-            return None
-        stops = [v] if isinstance(v, str) else list(v)
-        if len(stops) > MAX_STOP:
-            raise ValueError(f"at most {MAX_STOP} stop strings are allowed, got {len(stops)}")
-        if any(s == "" for s in stops):
-            raise ValueError("stop strings must not be empty")
-        return stops
+        return stop_list(v)
+
+    @field_validator("stream_options")
+    @classmethod
+    def _stream_options(cls, v: StreamOptions | None, info: ValidationInfo) -> StreamOptions | None:
+        if v is not None and info.data.get("stream") is False:
+            raise ValueError("allowed only when stream is true")
+        return v
 
     @model_validator(mode="after")
-    def _stream_options(self) -> SamplingFields:
-        if self.stream_options is not None and not self.stream:
-            raise ValueError("stream_options is only allowed when stream is true")
+    def _one_guided(self) -> SamplingFields:
+        given = [
+            name
+            for name in ("guided_json", "guided_regex", "guided_choice")
+            if getattr(self, name) is not None
+        ]
+        if len(given) > 1:
+            raise field_error(
+                "guided_json",
+                f"only one of guided_json, guided_regex, guided_choice may be given "
+                f"(got {', '.join(given)})",
+                self.guided_json,
+            )
         return self
 
     def guided(self) -> dict[str, Any] | None:
-        given = [
-            x
-            for x in (
-                self.guided_json is not None
-                and {"type": "json_schema", "json_schema": self.guided_json},
-                self.guided_regex is not None and {"type": "regex", "regex": self.guided_regex},
-                self.guided_choice is not None and {"type": "choice", "choice": self.guided_choice},
-            )
-            if x
-        ]
-        if len(given) > 1:
-            raise ValueError("only one of guided_json, guided_regex, guided_choice may be given")
-        return given[0] if given else None
+        """The decoding constraint the request asks for (validation allows at most one)."""
+        if self.guided_json is not None:
+            return {"type": "json_schema", "json_schema": self.guided_json}
+        if self.guided_regex is not None:
+            return {"type": "regex", "regex": self.guided_regex}
+        if self.guided_choice is not None:
+            return {"type": "choice", "choice": self.guided_choice}
+        return None
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -121,8 +156,6 @@ class ChatCompletionRequest(SamplingFields):
         if not v:
             raise ValueError("messages must not be empty")
         for i, m in enumerate(v):
-            if not isinstance(m, dict):
-                raise ValueError(f"messages[{i}] must be an object")
             role = m.get("role")
             if role not in ROLES:
                 raise ValueError(f"messages[{i}].role {role!r} is not one of {sorted(ROLES)}")
@@ -135,18 +168,25 @@ class ChatCompletionRequest(SamplingFields):
     @classmethod
     def _tools(cls, v: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
         for i, t in enumerate(v or []):
-            fn = t.get("function") if isinstance(t, dict) else None
+            fn = t.get("function")
             if t.get("type", "function") != "function" or not isinstance(fn, dict):
                 raise ValueError(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}")
             if not isinstance(fn.get("name"), str) or not fn["name"]:
                 raise ValueError(f"tools[{i}].function.name is required")
+            parameters = fn.get("parameters")
+            if parameters is not None and not isinstance(parameters, dict):
+                raise ValueError(
+                    f"tools[{i}].function.parameters must be a JSON schema object, "
+                    f"got {type(parameters).__name__}"
+                )
         return v
 
-    @model_validator(mode="after")
-    def _logprobs(self) -> ChatCompletionRequest:
-        if self.top_logprobs and not self.logprobs:
-            raise ValueError("top_logprobs requires logprobs to be true")
-        return self
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_logprobs(cls, v: int | None, info: ValidationInfo) -> int | None:
+        if v and info.data.get("logprobs") is False:
+            raise ValueError("needs logprobs to be true")
+        return v
 
     def output_limit(self) -> int | None:
         """`max_completion_tokens` wins over `max_tokens`."""
@@ -167,15 +207,26 @@ class CompletionRequest(SamplingFields):
             raise ValueError("prompt must not be empty")
         return v
 
-    @model_validator(mode="after")
-    def _unsupported(self) -> CompletionRequest:
-        if self.echo:
-            raise ValueError("echo is not supported")
-        if self.suffix:
-            raise ValueError("suffix is not supported")
-        if self.best_of is not None and self.best_of != self.n:
-            raise ValueError("best_of is not supported (it must equal n)")
-        return self
+    @field_validator("echo")
+    @classmethod
+    def _echo(cls, v: bool) -> bool:
+        if v:
+            raise ValueError("not supported")
+        return v
+
+    @field_validator("suffix")
+    @classmethod
+    def _suffix(cls, v: str | None) -> str | None:
+        if v:
+            raise ValueError("not supported")
+        return v
+
+    @field_validator("best_of")
+    @classmethod
+    def _best_of(cls, v: int | None, info: ValidationInfo) -> int | None:
+        if v is not None and "n" in info.data and v != info.data["n"]:
+            raise ValueError("not supported (it must equal n)")
+        return v
 
     def output_limit(self) -> int | None:
         return self.max_tokens

@@ -16,6 +16,8 @@ from typing import Any
 import orjson
 
 from rotor.frontend import Response as ChatResponse
+from rotor.pipeline.parse.base import Content, Reasoning, ToolCall
+from rotor.pipeline.stream import RequestFailed, delta_pieces
 
 # Seconds of silence after which a streaming response sends a `ping`.
 PING_INTERVAL_S = float(os.environ.get("ROTOR_ANTHROPIC_PING_S", "10"))
@@ -68,15 +70,13 @@ class MessageStream:
     def chunk(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for choice in chunk["choices"]:
-            delta = choice["delta"]
-            text = delta.get("content")
-            if text:
-                out += self._delta("text", text)
-            thought = delta.get(self._reasoning)
-            if thought:
-                out += self._delta("thinking", thought)
-            for call in delta.get("tool_calls") or ():
-                out += self._tool_use(call)
+            for piece in delta_pieces(choice["delta"], self._reasoning):
+                if type(piece) is Content:
+                    out += self._delta("text", piece.text)
+                elif type(piece) is Reasoning:
+                    out += self._delta("thinking", piece.text)
+                else:
+                    out += self._tool_use(piece)  # type: ignore[arg-type]
             if choice.get("finish_reason") is not None:
                 self._finish = choice["finish_reason"]
                 self._stop = choice.get("stop_reason")
@@ -137,25 +137,25 @@ class MessageStream:
         self._open = None
         return [{"type": "content_block_stop", "index": self._index}]
 
-    def _tool_use(self, call: dict[str, Any]) -> list[dict[str, Any]]:
+    def _tool_use(self, call: ToolCall) -> list[dict[str, Any]]:
         out = self._close()
         self._index += 1
         self._calls += 1
-        fn = call["function"]
-        block = {"type": "tool_use", "id": tool_use_id(call["id"]), "name": fn["name"], "input": {}}
+        call_id = tool_use_id(call.id or "")  # the pipeline gives every call an id
+        block = {"type": "tool_use", "id": call_id, "name": call.name, "input": {}}
         i = self._index
         return out + [
             {"type": "content_block_start", "index": i, "content_block": block},
             {
                 "type": "content_block_delta",
                 "index": i,
-                "delta": {"type": "input_json_delta", "partial_json": fn["arguments"]},
+                "delta": {"type": "input_json_delta", "partial_json": call.arguments},
             },
             {"type": "content_block_stop", "index": i},
         ]
 
 
-class MessageFailed(Exception):
+class MessageFailed(RequestFailed):
     """The stream carried an `error` event: the non-streaming response is a 500."""
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from rotor.frontend import Response as ChatResponse
+from rotor.pipeline.parse.base import Content, Reasoning, ToolCall
+from rotor.pipeline.stream import RequestFailed, delta_pieces
 from rotor.protocol.responses import FunctionChoice, ResponsesRequest
 
 
@@ -57,15 +59,13 @@ class ResponseStream:
     def chunk(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for choice in chunk["choices"]:
-            delta = choice["delta"]
-            text = delta.get("content")
-            if text:
-                out += self._delta("message", text)
-            thought = delta.get(self._reasoning)
-            if thought:
-                out += self._delta("reasoning", thought)
-            for call in delta.get("tool_calls") or ():
-                out += self._call(call)
+            for piece in delta_pieces(choice["delta"], self._reasoning):
+                if type(piece) is Content:
+                    out += self._delta("message", piece.text)
+                elif type(piece) is Reasoning:
+                    out += self._delta("reasoning", piece.text)
+                else:
+                    out += self._call(piece)  # type: ignore[arg-type]
             if choice.get("finish_reason") is not None:
                 self.finish_reason = choice["finish_reason"]
         return out
@@ -161,28 +161,27 @@ class ResponseStream:
         self._output.append(item)
         return events
 
-    def _call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
+    def _call(self, call: ToolCall) -> list[dict[str, Any]]:
         out = self._close("completed")
         index = len(self._output)
-        fn = call["function"]
         item = {
             "id": f"fc_{self._rid}_{index}",
             "type": "function_call",
-            "call_id": call["id"],
-            "name": fn["name"],
+            "call_id": call.id,
+            "name": call.name,
             "arguments": "",
             "status": "in_progress",
         }
         where = {"item_id": item["id"], "output_index": index}
-        done = {**item, "arguments": fn["arguments"], "status": "completed"}
+        done = {**item, "arguments": call.arguments, "status": "completed"}
         out += [
             self._event("response.output_item.added", output_index=index, item=item),
-            self._event("response.function_call_arguments.delta", **where, delta=fn["arguments"]),
+            self._event("response.function_call_arguments.delta", **where, delta=call.arguments),
             self._event(
                 "response.function_call_arguments.done",
                 **where,
-                name=fn["name"],
-                arguments=fn["arguments"],
+                name=call.name,
+                arguments=call.arguments,
             ),
             self._event("response.output_item.done", output_index=index, item=done),
         ]
@@ -245,8 +244,12 @@ _TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
 def fold_response(events: list[dict[str, Any]]) -> dict[str, Any]:
     """The non-streaming response: the one the stream's terminal event carries,
-    which the stream assembled from the items it sent."""
+    which the stream assembled from the items it sent. A failed response is
+    RequestFailed (a 500 with its message)."""
     for event in reversed(events):
         if event["type"] in _TERMINAL:
-            return event["response"]
+            response = event["response"]
+            if response["status"] == "failed":
+                raise RequestFailed(response["error"]["message"])
+            return response
     raise RuntimeError("the response stream ended without a terminal event")

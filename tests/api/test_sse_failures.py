@@ -1,0 +1,150 @@
+"""SSEResponse driven by a tiny ASGI harness: a body that raises mid-stream is
+a bug to log, not a client that left, and the stream still ends cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from rotor.api.metrics import Metrics
+from rotor.api.route import observed
+from rotor.api.sse import INTERNAL_ERROR, OPENAI, SSEResponse
+from rotor.frontend import Response
+from rotor.pipeline.generate import Usage
+
+TIMEOUT_S = 5
+
+
+class Client:
+    """The ASGI side of one connection: what was sent, and a `receive` that
+    reports a disconnect only once `leave()` is called."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self._left = asyncio.Event()
+        self._read = False
+
+    def leave(self) -> None:
+        self._left.set()
+
+    async def receive(self) -> dict[str, Any]:
+        if not self._read:
+            self._read = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await self._left.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        return [m for m in self.sent if m["type"] == "http.response.body"]
+
+    @property
+    def text(self) -> bytes:
+        return b"".join(m["body"] for m in self.bodies)
+
+
+async def serve(response: SSEResponse, client: Client) -> None:
+    await asyncio.wait_for(response({"type": "http"}, client.receive, client.send), TIMEOUT_S)
+
+
+async def failing_body() -> AsyncIterator[bytes]:
+    yield b"data: 1\n\n"
+    raise RuntimeError("boom in the body")
+
+
+def counter() -> tuple[list[int], Callable[[], None]]:
+    calls: list[int] = []
+    return calls, lambda: calls.append(1)
+
+
+async def test_a_raising_body_is_logged_and_not_a_disconnect(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    gone, on_disconnect = counter()
+    client = Client()
+    with caplog.at_level(logging.ERROR):
+        await serve(SSEResponse(failing_body(), {"x-request-id": "r-1"}, on_disconnect), client)
+    assert gone == []
+    assert client.sent[0]["type"] == "http.response.start"
+    assert client.bodies[-1]["more_body"] is False
+    assert all(m["more_body"] for m in client.bodies[:-1])
+    assert client.text == b"data: 1\n\n"
+    (record,) = [r for r in caplog.records if r.exc_info]
+    assert "r-1" in record.getMessage()
+    assert "boom in the body" in str(record.exc_info[1])
+
+
+async def test_the_framings_failure_event_ends_a_broken_stream() -> None:
+    gone, on_disconnect = counter()
+    client = Client()
+    response = SSEResponse(
+        failing_body(), None, on_disconnect, failure=lambda: OPENAI.failure(INTERNAL_ERROR)
+    )
+    await serve(response, client)
+    assert gone == []
+    assert client.text.startswith(b"data: 1\n\ndata: {")
+    assert client.text.endswith(b"data: [DONE]\n\n")
+    assert INTERNAL_ERROR.encode() in client.text
+    assert b"boom" not in client.text  # the details are for the log
+    assert client.bodies[-1]["more_body"] is False
+
+
+async def test_a_client_that_leaves_is_still_counted() -> None:
+    gone, on_disconnect = counter()
+    client = Client()
+    closed = asyncio.Event()
+
+    async def slow_body() -> AsyncIterator[bytes]:
+        try:
+            yield b"data: 1\n\n"
+            client.leave()
+            await asyncio.sleep(TIMEOUT_S * 2)
+            yield b"data: never\n\n"
+        finally:
+            closed.set()
+
+    await serve(SSEResponse(slow_body(), None, on_disconnect), client)
+    assert gone == [1]
+    assert closed.is_set()
+    assert client.text == b"data: 1\n\n"
+
+
+async def test_a_failed_write_is_a_disconnect() -> None:
+    gone, on_disconnect = counter()
+    client = Client()
+
+    async def broken_send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            raise OSError("connection reset")
+        client.sent.append(message)
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"data: 1\n\n"
+
+    response = SSEResponse(body(), None, on_disconnect)
+    await asyncio.wait_for(response({"type": "http"}, client.receive, broken_send), TIMEOUT_S)
+    assert gone == [1]
+
+
+async def test_observed_counts_a_raising_stream_as_a_500_not_cancelled() -> None:
+    metrics = Metrics()
+    resp = Response("chatcmpl-x", "m", 0, 1, Usage(), [])
+
+    async def chunks() -> AsyncIterator[dict[str, Any]]:
+        yield {"choices": []}
+        raise RuntimeError("boom")
+
+    resp.chunks = chunks()
+    stream = observed(resp, metrics, "chat", True, 0.0)
+    with pytest.raises(RuntimeError):
+        async for _ in stream:
+            pass
+    assert metrics.requests.labels("m", "chat", "True", "500")._value.get() == 1
+    assert metrics.requests.labels("m", "chat", "True", "cancelled")._value.get() == 0

@@ -16,8 +16,7 @@ import pytest
 from support.models import beam_model
 from support.scripts import hermes
 from support.server import Server, rotor_server
-
-pytestmark = pytest.mark.e2e
+from support.sse import named_events
 
 MODEL = "mock-model"
 WEATHER = {
@@ -43,7 +42,7 @@ def server() -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def client(server: Server) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0)
+    return server.anthropic()
 
 
 def ask(text: str = "What is up?") -> list[dict[str, Any]]:
@@ -154,18 +153,6 @@ def test_max_tokens_ends_with_max_tokens(client: anthropic.Anthropic) -> None:
     assert summary(streamed) == summary(message)
 
 
-def sse_events(response: httpx.Response) -> list[tuple[str, dict[str, Any]]]:
-    events = []
-    for raw in response.text.split("\n\n"):
-        if not raw.strip():
-            continue
-        lines = dict(line.split(": ", 1) for line in raw.split("\n"))
-        data = orjson.loads(lines["data"])
-        assert data["type"] == lines["event"]
-        events.append((lines["event"], data))
-    return events
-
-
 def test_stream_sends_anthropics_event_sequence(server: Server) -> None:
     body = {
         "model": MODEL,
@@ -181,7 +168,7 @@ def test_stream_sends_anthropics_event_sequence(server: Server) -> None:
     r = httpx.post(server.v1 + "/messages", json=body, headers={"anthropic-version": "2023-06-01"})
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/event-stream")
-    events = sse_events(r)
+    events = named_events(r)
     kinds = [k for k, _ in events if k != "ping"]
     block = ["content_block_start", "content_block_delta", "content_block_stop"]
     assert kinds == ["message_start", *block * 3, "message_delta", "message_stop"]
@@ -269,8 +256,7 @@ def test_tool_round_trip_renders_like_the_chat_request(
             },
         }
     ]
-    tokenized = httpx.post(server.url + "/tokenize", json={"messages": chat, "tools": tools}).json()
-    assert counted.input_tokens == tokenized["count"]
+    assert counted.input_tokens == len(server.tokenize(messages=chat, tools=tools))
 
     reply = client.messages.create(
         model=MODEL,
@@ -426,11 +412,11 @@ def test_engine_failure_is_an_api_error(client: anthropic.Anthropic) -> None:
 
 def test_api_key_is_checked_with_anthropics_envelope() -> None:
     with rotor_server("out=mocker", "--speedup-ratio", "0", "--api-key", "sekrit") as srv:
-        wrong = anthropic.Anthropic(base_url=srv.url, api_key="wrong", max_retries=0)
+        wrong = srv.anthropic(api_key="wrong")
         with pytest.raises(anthropic.AuthenticationError) as e:
             wrong.messages.create(model=MODEL, max_tokens=10, messages=ask())
         assert e.value.body["error"]["type"] == "authentication_error"
-        right = anthropic.Anthropic(base_url=srv.url, api_key="sekrit", max_retries=0)
+        right = srv.anthropic(api_key="sekrit")
         reply = right.messages.create(
             model=MODEL, max_tokens=10, messages=ask(), extra_body={"mock": {"output": "ok"}}
         )
@@ -451,7 +437,9 @@ def test_models_answer_in_anthropics_shape(client: anthropic.Anthropic, server: 
 
 def test_request_id_and_metrics(client: anthropic.Anthropic, server: Server) -> None:
     labels = f'endpoint="messages",model="{MODEL}",status="200",stream="True"'
+    plain = f'endpoint="messages",model="{MODEL}",status="200",stream="False"'
     before = server.metric("rotor_requests_total", labels)
+    plain_before = server.metric("rotor_requests_total", plain)
     ttft_before = server.metric("rotor_time_to_first_token_seconds_count")
     raw = client.messages.with_raw_response.create(
         model=MODEL,
@@ -468,8 +456,7 @@ def test_request_id_and_metrics(client: anthropic.Anthropic, server: Server) -> 
         stream.get_final_message()
     assert server.metric("rotor_requests_total", labels) == before + 1
     assert server.metric("rotor_time_to_first_token_seconds_count") == ttft_before + 1
-    plain = f'endpoint="messages",model="{MODEL}",status="200",stream="False"'
-    assert server.metric("rotor_requests_total", plain) >= 1
+    assert server.metric("rotor_requests_total", plain) == plain_before + 1
 
 
 @pytest.fixture(scope="module")
@@ -489,7 +476,7 @@ def test_pings_while_the_model_is_quiet(slow_server: Server) -> None:
         "mock": {"output": "Hi"},
     }
     r = httpx.post(slow_server.v1 + "/messages", json=body, timeout=30)
-    events = sse_events(r)
+    events = named_events(r)
     kinds = [k for k, _ in events]
     assert kinds.count("ping") >= 3
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
@@ -510,13 +497,16 @@ def test_client_disconnect_aborts_the_engine_work(slow_server: Server) -> None:
             if "content_block_delta" in line:
                 break
     cancelled = f'endpoint="messages",model="{MODEL}",status="cancelled",stream="True"'
+    # The disconnect counter is the last thing the server records: once it
+    # moved, everything else about the request has been recorded too.
     deadline = time.monotonic() + 5
-    while slow_server.metric("rotor_requests_total", cancelled) < 1:
-        assert time.monotonic() < deadline, "the request was not cancelled"
+    while slow_server.metric("rotor_disconnected_clients_total") < 1:
+        assert time.monotonic() < deadline, "the disconnect was not noticed"
         time.sleep(0.05)
+    assert slow_server.metric("rotor_disconnected_clients_total") == 1
+    assert slow_server.metric("rotor_requests_total", cancelled) == 1
     assert slow_server.metric("rotor_engine_active_requests") == 0
     assert slow_server.metric("rotor_requests_in_flight") == 0
-    assert slow_server.metric("rotor_disconnected_clients_total") == 1
     assert slow_server.metric("rotor_engine_steps") < 20  # 200 words were scripted
 
 
@@ -531,7 +521,7 @@ def beam_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[anthropic.
     path: Path = beam_model(tmp_path_factory.mktemp("beam"))
     args = ("out=mocker", "--model-path", str(path), "--tool-call-parser", "beam")
     with rotor_server(*args, "--speedup-ratio", "0") as srv:
-        yield anthropic.Anthropic(base_url=srv.url, api_key="unused", max_retries=0)
+        yield srv.anthropic()
 
 
 def test_beam_call_closed_by_eos_is_a_tool_use(beam_client: anthropic.Anthropic) -> None:

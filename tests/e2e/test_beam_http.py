@@ -25,8 +25,7 @@ import pytest
 
 from support.models import beam_model
 from support.server import Server, rotor_server
-
-pytestmark = pytest.mark.e2e
+from support.sse import data_events
 
 TOOL = "weather.lookup"
 SCHEMA = {
@@ -303,27 +302,25 @@ def http(grammar_server: Server) -> Iterator[httpx.Client]:
 # -- running a case --------------------------------------------------------------------
 
 
-def tokenize(http: httpx.Client, server: Server, text: str) -> list[int]:
-    r = http.post(server.url + "/tokenize", json={"prompt": text, "add_special_tokens": False})
-    assert r.status_code == 200, r.text
-    return r.json()["tokens"]
+def tokenize(server: Server, text: str) -> list[int]:
+    return server.tokenize(str(text), add_special_tokens=False)
 
 
-def resolve(value: Any, http: httpx.Client, server: Server) -> Any:
+def resolve(value: Any, server: Server) -> Any:
     """Replace IdOf / CountOf placeholders (anywhere in a structure) by numbers."""
     if isinstance(value, IdOf):
-        ids = tokenize(http, server, value)
+        ids = tokenize(server, value)
         assert len(ids) == 1, f"{value!r} is not one token: {ids}"
         return ids[0]
     if isinstance(value, CountOf):
-        return len(tokenize(http, server, value))
+        return len(tokenize(server, value))
     if isinstance(value, dict):
-        return {k: resolve(v, http, server) for k, v in value.items()}
+        return {k: resolve(v, server) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        out = [resolve(v, http, server) for v in value]
+        out = [resolve(v, server) for v in value]
         return type(value)(out) if isinstance(value, tuple) else out
     if isinstance(value, Message):
-        return replace(value, stop_reason=resolve(value.stop_reason, http, server))
+        return replace(value, stop_reason=resolve(value.stop_reason, server))
     return value
 
 
@@ -393,12 +390,7 @@ def streaming(http: httpx.Client, server: Server, body: dict[str, Any]) -> list[
     assert r.status_code == 200, raw
     assert r.headers["content-type"].startswith("text/event-stream")
     assert_no_leak(raw)
-    assert raw.endswith("data: [DONE]\n\n")
-    events = [block for block in raw.split("\n\n") if block]
-    assert all(e.startswith("data: ") for e in events)
-    payloads = [e.removeprefix("data: ") for e in events]
-    assert payloads.count("[DONE]") == 1
-    chunks = [json.loads(p) for p in payloads[:-1]]
+    chunks = data_events(raw)
 
     errors = [c for c in chunks if "error" in c]
     if errors:
@@ -457,7 +449,7 @@ def run_both(
     http: httpx.Client, server: Server, case: Case, extra: dict[str, Any]
 ) -> list[Expected]:
     """Run a case non-streaming and streaming; they must agree."""
-    body = resolve(body_of(case, False, extra), http, server)
+    body = resolve(body_of(case, False, extra), server)
     whole = non_streaming(http, server, body)
     streamed = streaming(http, server, {**body, "stream": True})
     assert streamed == whole, f"streaming {streamed} != non-streaming {whole}"
@@ -470,7 +462,7 @@ def test_beam_case(
 ) -> None:
     for server, extra in targets(case, grammar_server, plain_server):
         expect = case.expect if isinstance(case.expect, tuple) else (case.expect,)
-        expected = [resolve(e, http, server) for e in expect]
+        expected = [resolve(e, server) for e in expect]
         assert run_both(http, server, case, extra) == expected
 
 
@@ -486,18 +478,14 @@ def test_any_chunking_gives_the_same_result(
     assert results[1] == results[3] == results[7] == [case.expect]
 
 
-def test_b23_value_really_splits_a_character(http: httpx.Client, grammar_server: Server) -> None:
+def test_b23_value_really_splits_a_character(grammar_server: Server) -> None:
     """B23-split tests what it claims: some token of its value is half of `é`."""
-    ids = tokenize(http, grammar_server, SPLIT_VALUE)
-    pieces = [
-        http.post(grammar_server.url + "/detokenize", json={"tokens": [t]}).json()["prompt"]
-        for t in ids
-    ]
+    ids = tokenize(grammar_server, SPLIT_VALUE)
+    pieces = [grammar_server.detokenize([t]) for t in ids]
     assert any("\ufffd" in p for p in pieces), pieces
 
 
-def test_b15_stop_reason_is_the_return_id(http: httpx.Client, grammar_server: Server) -> None:
+def test_b15_stop_reason_is_the_return_id(grammar_server: Server) -> None:
     """The resolved id is really `<|return|>`'s (not a placeholder that matched by accident)."""
-    (rid,) = tokenize(http, grammar_server, RETURN)
-    r = http.post(grammar_server.url + "/detokenize", json={"tokens": [rid]})
-    assert r.json()["prompt"] == RETURN
+    (rid,) = tokenize(grammar_server, RETURN)
+    assert grammar_server.detokenize([rid]) == RETURN

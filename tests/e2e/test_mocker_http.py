@@ -30,7 +30,7 @@ def server() -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def client(server: Server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0)
+    return server.openai()
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +38,6 @@ def model(client: openai.OpenAI) -> str:
     (entry,) = client.models.list().data
     assert entry.model_extra["max_model_len"] == CONTEXT
     return entry.id
-
-
-def tokenize(server: Server, text: str) -> list[int]:
-    resp = httpx.post(server.url + "/tokenize", json={"prompt": text}, timeout=10)
-    assert resp.status_code == 200, resp.text
-    return resp.json()["tokens"]
 
 
 def mock(output: str | list[str], **more: Any) -> dict[str, Any]:
@@ -64,7 +58,7 @@ def test_sdk_chat_non_streaming(server: Server, client: openai.OpenAI, model: st
     assert resp.object == "chat.completion"
     assert resp.model == model
     assert resp.id.startswith("chatcmpl-")
-    assert resp.usage.completion_tokens == len(tokenize(server, "Grüße aus 東京 🙂")) + 1
+    assert resp.usage.completion_tokens == len(server.tokenize("Grüße aus 東京 🙂")) + 1
 
 
 def test_sdk_chat_streaming(client: openai.OpenAI, model: str) -> None:
@@ -93,12 +87,12 @@ def test_sdk_chat_streaming(client: openai.OpenAI, model: str) -> None:
 def test_sdk_completions_every_prompt_shape(
     server: Server, client: openai.OpenAI, model: str, stream: bool
 ) -> None:
-    hello = tokenize(server, "hello there")
+    hello = server.tokenize("hello there")
     prompts: list[Any] = [
         "one prompt",
         ["first", "second"],
         hello,
-        [hello, tokenize(server, "again")],
+        [hello, server.tokenize("again")],
     ]
     for prompt in prompts:
         many = isinstance(prompt, list) and isinstance(prompt[0], (str, list))
@@ -122,7 +116,7 @@ def test_sdk_completions_every_prompt_shape(
 def test_completions_token_id_prompt_counts_its_tokens(
     server: Server, client: openai.OpenAI, model: str
 ) -> None:
-    ids = tokenize(server, "hello there, friend")
+    ids = server.tokenize("hello there, friend")
     resp = client.completions.create(model=model, prompt=ids, max_tokens=5, **mock("x"))
     assert resp.usage.prompt_tokens == len(ids)
     resp = client.completions.create(model=model, prompt=[ids, ids[:2]], max_tokens=5, **mock("x"))
@@ -309,7 +303,7 @@ def test_malformed_mock_list_length_is_400_naming_it(server: Server, stream: boo
 
 def test_mock_on_the_echo_engine_is_400() -> None:
     with rotor_server() as echo:
-        client = openai.OpenAI(base_url=echo.v1, api_key="unused", max_retries=0)
+        client = echo.openai()
         with pytest.raises(openai.BadRequestError) as info:
             client.chat.completions.create(model="echo", messages=MESSAGES, **mock("x"))
         assert "mock" in info.value.message
@@ -328,7 +322,7 @@ def test_missing_max_tokens_is_context_minus_prompt(
     server: Server, client: openai.OpenAI, model: str, endpoint: str, stream: bool
 ) -> None:
     long_script = "The quick brown fox jumps over the lazy dog. " * 60
-    assert len(tokenize(server, long_script)) > CONTEXT
+    assert len(server.tokenize(long_script)) > CONTEXT
     opts: dict[str, Any] = {"stream": stream, **mock(long_script)}
     if stream:
         opts["stream_options"] = {"include_usage": True}
@@ -372,7 +366,7 @@ def tiny() -> Iterator[Server]:
 def test_preemption_under_a_tiny_kv_cache_completes_every_request(tiny: Server) -> None:
     tail = "the quick brown fox jumps over the lazy dog, again and again."
     outputs = [f"request {i}: {tail} {tail}" for i in range(3)]
-    sizes = [len(tokenize(tiny, "hi")) + len(tokenize(tiny, o)) + 1 for o in outputs]
+    sizes = [len(tiny.tokenize("hi")) + len(tiny.tokenize(o)) + 1 for o in outputs]
     assert all(s <= BLOCK * BLOCKS for s in sizes), "each request fits alone"
     assert sizes[0] + sizes[1] > BLOCK * BLOCKS, "two together do not"
 
@@ -391,7 +385,7 @@ def test_preemption_under_a_tiny_kv_cache_completes_every_request(tiny: Server) 
         (choice,) = result["choices"]
         assert choice["text"] == text
         assert choice["finish_reason"] == "stop"
-        assert result["usage"]["completion_tokens"] == size - len(tokenize(tiny, "hi"))
+        assert result["usage"]["completion_tokens"] == size - len(tiny.tokenize("hi"))
     state = httpx.get(tiny.url + "/health", timeout=10).json()["engine"]
     assert state["preemptions"] > 0
     assert state["kv_blocks_total"] == BLOCKS
@@ -411,7 +405,7 @@ def per_token_seconds(server: Server) -> float:
     """The median gap between streamed content chunks of a scripted ~30-token
     answer (the median, so a busy machine's odd stall does not count)."""
     script = "The quick brown fox jumps over the lazy dog. " * 3
-    tokens = len(tokenize(server, script))
+    tokens = len(server.tokenize(script))
     assert tokens >= 20
     arrivals: list[float] = []
     body = {

@@ -64,12 +64,8 @@ def custom(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield srv
 
 
-def sdk(server: Server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0)
-
-
 def answer(server: Server, model: str, messages: list[dict], stream: bool, **kw: object) -> str:
-    client = sdk(server)
+    client = server.openai()
     if not stream:
         resp = client.chat.completions.create(model=model, messages=messages, **kw)
         assert resp.choices[0].finish_reason == "stop"
@@ -97,22 +93,19 @@ def test_chat_answers_with_the_rendered_prompt(server: Server, stream: bool) -> 
 
 def test_rendered_prompt_matches_tokenize_and_usage(server: Server) -> None:
     messages = [{"role": "user", "content": "count me"}]
-    rendered = httpx.post(server.url + "/tokenize", json={"messages": messages}, timeout=10).json()
-    prompt = httpx.post(server.url + "/detokenize", json={"tokens": rendered["tokens"]}, timeout=10)
-    assert (
-        prompt.json()["prompt"] == "<|im_start|>user\ncount me<|im_end|>\n<|im_start|>assistant\n"
-    )
-    resp = sdk(server).chat.completions.create(model="qwenish", messages=messages)
-    assert resp.usage.prompt_tokens == rendered["count"]
+    rendered = server.tokenize(messages=messages)
+    prompt = server.detokenize(rendered)
+    assert prompt == "<|im_start|>user\ncount me<|im_end|>\n<|im_start|>assistant\n"
+    resp = server.openai().chat.completions.create(model="qwenish", messages=messages)
+    assert resp.usage.prompt_tokens == len(rendered)
     # The echo is the prompt less its EOS-id tokens (an EOS would end the
     # answer), then one EOS.
-    im_end = httpx.post(server.url + "/tokenize", json={"prompt": "<|im_end|>"}, timeout=10)
-    (eos,) = im_end.json()["tokens"]
-    assert resp.usage.completion_tokens == rendered["count"] - rendered["tokens"].count(eos) + 1
+    (eos,) = server.tokenize("<|im_end|>")
+    assert resp.usage.completion_tokens == len(rendered) - rendered.count(eos) + 1
 
 
 def test_skip_special_tokens_false_shows_the_template_markers(server: Server) -> None:
-    resp = sdk(server).chat.completions.create(
+    resp = server.openai().chat.completions.create(
         model="qwenish",
         messages=[{"role": "user", "content": "x"}],
         extra_body={"skip_special_tokens": False},
@@ -137,18 +130,16 @@ def test_chat_template_kwargs_reach_the_template(server: Server, stream: bool) -
 
 
 def test_models_lists_the_directory_name_and_its_context(server: Server) -> None:
-    (entry,) = sdk(server).models.list().data
+    (entry,) = server.openai().models.list().data
     assert entry.id == "qwenish"
     assert entry.model_extra["max_model_len"] == MODEL_CONTEXT
 
 
 def test_context_length_check_names_both_numbers(server: Server) -> None:
     messages = [{"role": "user", "content": "hello"}]
-    count = httpx.post(server.url + "/tokenize", json={"messages": messages}, timeout=10).json()[
-        "count"
-    ]
+    count = len(server.tokenize(messages=messages))
     with pytest.raises(openai.BadRequestError) as info:
-        sdk(server).chat.completions.create(
+        server.openai().chat.completions.create(
             model="qwenish", messages=messages, max_tokens=MODEL_CONTEXT
         )
     message = info.value.body["message"]
@@ -172,7 +163,7 @@ def test_chat_template_file_overrides_the_models(custom: Server, stream: bool) -
 
 
 def test_model_name_is_the_served_name(custom: Server) -> None:
-    client = sdk(custom)
+    client = custom.openai()
     (entry,) = client.models.list().data
     assert entry.id == "custom-name"
     assert entry.model_extra["max_model_len"] == SMALL_CONTEXT
@@ -203,25 +194,23 @@ def test_template_raise_exception_is_400_with_its_message(custom: Server, stream
 
 def test_smaller_max_model_len_is_enforced(custom: Server) -> None:
     messages = [{"role": "user", "content": "hello"}]
-    count = httpx.post(custom.url + "/tokenize", json={"messages": messages}, timeout=10).json()[
-        "count"
-    ]
+    count = len(custom.tokenize(messages=messages))
     asked = SMALL_CONTEXT - count + 1
     with pytest.raises(openai.BadRequestError) as info:
-        sdk(custom).chat.completions.create(
+        custom.openai().chat.completions.create(
             model="custom-name", messages=messages, max_tokens=asked
         )
     message = info.value.body["message"]
     assert str(SMALL_CONTEXT) in message and str(count + asked) in message
     # One token less fits: the echo answers with the whole prompt.
-    ok = sdk(custom).chat.completions.create(
+    ok = custom.openai().chat.completions.create(
         model="custom-name", messages=messages, max_tokens=asked - 1
     )
     assert ok.choices[0].message.content == "[user] hello\n[assistant] "
     # A prompt that leaves no room at all, with no max_tokens, is refused too.
     long = [{"role": "user", "content": "word " * SMALL_CONTEXT}]
     with pytest.raises(openai.BadRequestError) as info:
-        sdk(custom).chat.completions.create(model="custom-name", messages=long)
+        custom.openai().chat.completions.create(model="custom-name", messages=long)
     assert str(SMALL_CONTEXT) in info.value.body["message"]
 
 
@@ -270,14 +259,18 @@ def startup_failures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tupl
         for name, (path, flags) in broken_dirs(tmp).items()
     }
     results = {}
-    for name, proc in procs.items():
-        try:
-            _, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            pytest.fail(f"rotor started although the setup is broken: {name}")
-        results[name] = (proc.returncode, err)
+    try:
+        for name, proc in procs.items():
+            try:
+                _, err = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"rotor started although the setup is broken: {name}")
+            results[name] = (proc.returncode, err)
+    finally:  # none is left running, whichever failed
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
     return results
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -20,7 +21,7 @@ def server() -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def client(server: Server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0)
+    return server.openai()
 
 
 def chat(client: openai.OpenAI, text: str, **kw):
@@ -174,38 +175,43 @@ def test_models_and_model(client: openai.OpenAI, server: Server) -> None:
 # -- errors ------------------------------------------------------------------------------
 
 
-def test_bad_requests_are_400_naming_the_field(client: openai.OpenAI) -> None:
-    cases = [
-        ({"messages": []}, "messages"),
-        ({"messages": [{"role": "wizard", "content": "x"}]}, "role"),
-        ({"temperature": 3}, "temperature"),
-        ({"top_p": 0}, "top_p"),
-        ({"max_tokens": 0}, "max_tokens"),
-        ({"n": 17}, "n"),
-        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
-        ({"stop": [""]}, "stop"),
-        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
-        ({"logprobs": True}, "logprobs"),
-        ({"stream_options": {"include_usage": True}}, "stream_options"),
-        ({"tool_choice": "required"}, "tool_choice"),
-        ({"bogus_field": 1}, "bogus_field"),
-        ({"mock": {"output": "x"}}, "mock"),
-    ]
-    for extra, needle in cases:
-        body = {"messages": [{"role": "user", "content": "hi"}], **extra}
-        with pytest.raises(openai.BadRequestError) as err:
-            client.chat.completions.create(
-                model="echo", **body
-            ) if "bogus_field" not in extra and "mock" not in extra else client.chat.completions.create(
-                model="echo", messages=body["messages"], extra_body={k: v for k, v in extra.items()}
-            )
-        assert err.value.status_code == 400
-        assert needle in str(err.value), (extra, str(err.value))
+# (body fields, the `param` sent back, a word the message must name)
+BAD_REQUESTS = [
+    ({"messages": []}, "messages", "messages"),
+    ({"messages": [{"role": "wizard", "content": "x"}]}, "messages", "role"),
+    ({"temperature": 3}, "temperature", "temperature"),
+    ({"top_p": 0}, "top_p", "top_p"),
+    ({"max_tokens": 0}, "max_tokens", "max_tokens"),
+    ({"n": 17}, "n", "n"),
+    ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "stop"),
+    ({"stop": [""]}, "stop", "stop"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", "top_logprobs"),
+    ({"logprobs": True}, "logprobs", "logprobs"),
+    ({"stream_options": {"include_usage": True}}, "stream_options", "stream_options"),
+    ({"tool_choice": "required"}, "tool_choice", "tool_choice"),
+    ({"bogus_field": 1}, "bogus_field", "bogus_field"),
+    ({"mock": {"output": "x"}}, "mock", "mock"),
+]
+
+
+@pytest.mark.parametrize(
+    ("extra", "param", "word"),
+    BAD_REQUESTS,
+    ids=[f"{word}-{i}" for i, (_, _, word) in enumerate(BAD_REQUESTS)],
+)
+def test_bad_requests_are_400_naming_the_field(
+    client: openai.OpenAI, extra: dict[str, Any], param: str, word: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as err:
+        chat(client, "hi", extra_body=extra)
+    assert err.value.status_code == 400
+    assert err.value.body["param"] == param, err.value.body
+    assert word in err.value.body["message"], err.value.body
 
 
 def test_context_length_error_names_both_numbers() -> None:
     with rotor_server("--max-model-len", "20") as srv:
-        client = openai.OpenAI(base_url=srv.v1, api_key="x", max_retries=0)
+        client = srv.openai()
         with pytest.raises(openai.BadRequestError) as err:
             chat(client, "0123456789", max_tokens=15)
         assert "20" in str(err.value) and "25" in str(err.value)
@@ -230,10 +236,10 @@ def test_raw_http_errors(server: Server) -> None:
 
 def test_api_key() -> None:
     with rotor_server("--api-key", "sekret") as srv:
-        bad = openai.OpenAI(base_url=srv.v1, api_key="wrong", max_retries=0)
+        bad = srv.openai(api_key="wrong")
         with pytest.raises(openai.AuthenticationError):
             chat(bad, "x")
-        good = openai.OpenAI(base_url=srv.v1, api_key="sekret", max_retries=0)
+        good = srv.openai(api_key="sekret")
         assert chat(good, "ok").choices[0].message.content == "ok"
         assert httpx.get(srv.url + "/health", timeout=5).status_code == 200
         assert httpx.get(srv.url + "/metrics", timeout=5).status_code == 200

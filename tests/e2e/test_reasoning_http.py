@@ -16,8 +16,7 @@ import openai
 import pytest
 
 from support.server import Server, free_port, rotor_server
-
-pytestmark = pytest.mark.e2e
+from support.sse import data_events
 
 MODEL = "mock-model"
 MOCKER = ("out=mocker", "--speedup-ratio", "0")
@@ -38,7 +37,7 @@ def server() -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def client(server: Server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0)
+    return server.openai()
 
 
 def body(output: str, tokens_per_step: int = 1, **extra: Any) -> dict[str, Any]:
@@ -58,19 +57,11 @@ def post(srv: Server, payload: dict[str, Any]) -> dict[str, Any]:
 
 def stream(srv: Server, payload: dict[str, Any]) -> list[dict[str, Any]]:
     """The chunks of a streamed request, as the JSON the server sent."""
-    chunks: list[dict[str, Any]] = []
     with httpx.stream(
         "POST", srv.v1 + "/chat/completions", json={**payload, "stream": True}, timeout=30
     ) as resp:
         assert resp.status_code == 200, resp.read()
-        for line in resp.iter_lines():
-            if not line.startswith("data: "):
-                continue
-            data = line[len("data: ") :]
-            if data == "[DONE]":
-                break
-            chunks.append(json.loads(data))
-    return chunks
+        return data_events(resp)
 
 
 def fold(chunks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -90,15 +81,7 @@ def fold(chunks: list[dict[str, Any]]) -> dict[str, Any]:
 
 def prompt_text(srv: Server, **extra: Any) -> str:
     """The rendered prompt, through /tokenize with messages and /detokenize."""
-    toks = httpx.post(
-        srv.url + "/tokenize", json={"model": MODEL, "messages": USER, **extra}, timeout=10
-    )
-    assert toks.status_code == 200, toks.text
-    text = httpx.post(
-        srv.url + "/detokenize", json={"model": MODEL, "tokens": toks.json()["tokens"]}, timeout=10
-    )
-    assert text.status_code == 200, text.text
-    return text.json()["prompt"]
+    return srv.detokenize(srv.tokenize(messages=USER, model=MODEL, **extra), model=MODEL)
 
 
 # -- the default: qwen3 ---------------------------------------------------------------------

@@ -9,7 +9,6 @@ as sent.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ from hypothesis import strategies as st
 
 from support.models import beam_model, chatml_model
 from support.server import Server, rotor_server
+from support.sse import data_events
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 IM_END = "<|im_end|>"
@@ -41,9 +41,9 @@ def http(server: Server) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture(scope="module")
-def prompt_tokens(http: httpx.Client) -> int:
+def prompt_tokens(server: Server) -> int:
     """What the chat prompt costs, by the server's own template and tokenizer."""
-    return http.post("/tokenize", json={"messages": MESSAGES}).json()["count"]
+    return len(server.tokenize(messages=MESSAGES))
 
 
 # -- one request, streamed or not, normalised ------------------------------------------
@@ -108,10 +108,7 @@ def request(
     calls = [0] * n
     usage = None
     error = None
-    events = sse_events(http, path, payload)
-    assert events[-1] == "[DONE]", "a stream always ends with [DONE]"
-    for event in events[:-1]:
-        assert event != "[DONE]"
+    for event in sse_events(http, path, payload):  # [DONE] came last
         assert error is None, "nothing follows an error event but [DONE]"
         if "error" in event:
             error = event["error"]
@@ -137,30 +134,15 @@ def request(
 
 
 def sse_events(http: httpx.Client, path: str, payload: dict[str, Any]) -> list[Any]:
-    out: list[Any] = []
     with http.stream("POST", path, json=payload) as resp:
         assert resp.status_code == 200, resp.read()
         assert resp.headers["content-type"].startswith("text/event-stream")
-        for line in resp.iter_lines():
-            if not line:
-                continue
-            assert line.startswith("data: "), line
-            data = line[len("data: ") :]
-            out.append(data if data == "[DONE]" else json.loads(data))
-    return out
+        return data_events(resp)
 
 
-def ids(http: httpx.Client, text: str) -> list[int]:
-    return http.post("/tokenize", json={"prompt": text}).json()["tokens"]
-
-
-def token_id(http: httpx.Client, text: str) -> int:
-    (tid,) = ids(http, text)
+def token_id(server: Server, text: str) -> int:
+    (tid,) = server.tokenize(text)
     return tid
-
-
-def detok(http: httpx.Client, tokens: list[int]) -> str:
-    return http.post("/detokenize", json={"tokens": tokens}).json()["prompt"]
 
 
 def run(http: httpx.Client, stream: bool, **body: Any) -> Outcome:
@@ -208,8 +190,10 @@ def test_eos_at_exactly_min_tokens_ends_the_choice(http: httpx.Client, stream: b
 
 
 @STREAM
-def test_min_tokens_suppresses_user_stop_token_ids(http: httpx.Client, stream: bool) -> None:
-    call = token_id(http, "<tool_call>")
+def test_min_tokens_suppresses_user_stop_token_ids(
+    http: httpx.Client, server: Server, stream: bool
+) -> None:
+    call = token_id(server, "<tool_call>")
     script = "a<tool_call>b<tool_call>c"  # the 2nd token is below min_tokens, the 4th is not
     out = run(
         http, stream, max_tokens=20, min_tokens=3, stop_token_ids=[call], mock={"output": script}
@@ -219,10 +203,12 @@ def test_min_tokens_suppresses_user_stop_token_ids(http: httpx.Client, stream: b
 
 
 @STREAM
-def test_min_tokens_suppresses_stop_strings(http: httpx.Client, stream: bool) -> None:
+def test_min_tokens_suppresses_stop_strings(
+    http: httpx.Client, server: Server, stream: bool
+) -> None:
     # "x" is tokens 1 and 4; only the one at or past min_tokens=3 may stop.
     out = run(http, stream, max_tokens=20, min_tokens=3, stop=["x"], mock={"output": "xabxcd"})
-    assert ids(http, "xabxcd") == [token_id(http, c) for c in "xabxcd"]
+    assert server.tokenize("xabxcd") == [token_id(server, c) for c in "xabxcd"]
     assert out == Outcome(["xab"], ["stop"], ["x"])
     assert out.completion_tokens == 4
 
@@ -233,12 +219,12 @@ def test_min_tokens_suppresses_stop_strings(http: httpx.Client, stream: bool) ->
 @pytest.mark.parametrize("skip_special", [None, False])
 @STREAM
 def test_model_eos_ends_with_stop_and_its_text_never_shows(
-    http: httpx.Client, stream: bool, skip_special: bool | None, prompt_tokens: int
+    http: httpx.Client, server: Server, stream: bool, skip_special: bool | None, prompt_tokens: int
 ) -> None:
     extra = {} if skip_special is None else {"skip_special_tokens": skip_special}
     out = run(http, stream, max_tokens=50, mock={"output": "hello world", "end": "eos"}, **extra)
     assert out == Outcome(["hello world"], ["stop"], [None])
-    assert out.completion_tokens == len(ids(http, "hello world")) + 1  # the EOS counts
+    assert out.completion_tokens == len(server.tokenize("hello world")) + 1  # the EOS counts
     assert out.usage["prompt_tokens"] == prompt_tokens
     assert out.usage["total_tokens"] == prompt_tokens + out.completion_tokens
 
@@ -251,8 +237,10 @@ def test_second_eos_id_in_the_text_ends_the_choice(http: httpx.Client, stream: b
 
 
 @STREAM
-def test_eos_id_also_in_user_stop_ids_reports_the_id(http: httpx.Client, stream: bool) -> None:
-    im_end, eot = token_id(http, IM_END), token_id(http, ENDOFTEXT)
+def test_eos_id_also_in_user_stop_ids_reports_the_id(
+    http: httpx.Client, server: Server, stream: bool
+) -> None:
+    im_end, eot = token_id(server, IM_END), token_id(server, ENDOFTEXT)
     out = run(http, stream, max_tokens=20, stop_token_ids=[im_end], mock={"output": "ab"})
     assert out == Outcome(["ab"], ["stop"], [im_end])
     assert out.completion_tokens == 3
@@ -267,9 +255,9 @@ def test_eos_id_also_in_user_stop_ids_reports_the_id(http: httpx.Client, stream:
 
 @STREAM
 def test_hidden_eos_named_by_the_engine_reports_a_listed_id(
-    http: httpx.Client, stream: bool
+    http: httpx.Client, server: Server, stream: bool
 ) -> None:
-    im_end = token_id(http, IM_END)
+    im_end = token_id(server, IM_END)
     out = run(
         http,
         stream,
@@ -284,9 +272,9 @@ def test_hidden_eos_named_by_the_engine_reports_a_listed_id(
 @pytest.mark.parametrize("skip_special", [None, False])
 @STREAM
 def test_user_stop_token_id_added_token(
-    http: httpx.Client, stream: bool, skip_special: bool | None
+    http: httpx.Client, server: Server, stream: bool, skip_special: bool | None
 ) -> None:
-    call = token_id(http, "<tool_call>")
+    call = token_id(server, "<tool_call>")
     extra = {} if skip_special is None else {"skip_special_tokens": skip_special}
     script = "ab<tool_call>cd"
     out = run(http, stream, max_tokens=20, stop_token_ids=[call], mock={"output": script}, **extra)
@@ -298,14 +286,16 @@ def test_user_stop_token_id_added_token(
 
 
 @STREAM
-def test_user_stop_token_id_ordinary_token(http: httpx.Client, stream: bool) -> None:
+def test_user_stop_token_id_ordinary_token(
+    http: httpx.Client, server: Server, stream: bool
+) -> None:
     script = "Hello world foo"
-    tokens = ids(http, script)
-    world = token_id(http, " world")
+    tokens = server.tokenize(script)
+    world = token_id(server, " world")
     assert world in tokens
     k = tokens.index(world)
     out = run(http, stream, max_tokens=20, stop_token_ids=[world], mock={"output": script})
-    assert out == Outcome([detok(http, tokens[:k])], ["stop"], [world])
+    assert out == Outcome([server.detokenize(tokens[:k])], ["stop"], [world])
     assert " world" not in out.texts[0]
     assert out.completion_tokens == k + 1
 
@@ -314,16 +304,16 @@ def test_user_stop_token_id_ordinary_token(http: httpx.Client, stream: bool) -> 
 
 
 @STREAM
-def test_stop_string_spanning_tokens(http: httpx.Client, stream: bool) -> None:
+def test_stop_string_spanning_tokens(http: httpx.Client, server: Server, stream: bool) -> None:
     script = "go STOP now"
-    assert len(ids(http, "STOP")) > 1
+    assert len(server.tokenize("STOP")) > 1
     out = run(http, stream, max_tokens=20, stop=["STOP"], mock={"output": script})
     assert out == Outcome(["go "], ["stop"], ["STOP"])
-    assert out.completion_tokens == len(ids(http, "go STOP"))
+    assert out.completion_tokens == len(server.tokenize("go STOP"))
 
 
 @STREAM
-def test_include_stop_str_in_output(http: httpx.Client, stream: bool) -> None:
+def test_include_stop_str_in_output(http: httpx.Client, server: Server, stream: bool) -> None:
     out = run(
         http,
         stream,
@@ -333,11 +323,13 @@ def test_include_stop_str_in_output(http: httpx.Client, stream: bool) -> None:
         mock={"output": "go STOP now"},
     )
     assert out == Outcome(["go STOP"], ["stop"], ["STOP"])
-    assert out.completion_tokens == len(ids(http, "go STOP"))
+    assert out.completion_tokens == len(server.tokenize("go STOP"))
 
 
 @STREAM
-def test_include_stop_str_across_multibyte_characters(http: httpx.Client, stream: bool) -> None:
+def test_include_stop_str_across_multibyte_characters(
+    http: httpx.Client, server: Server, stream: bool
+) -> None:
     out = run(
         http,
         stream,
@@ -347,13 +339,13 @@ def test_include_stop_str_across_multibyte_characters(http: httpx.Client, stream
         mock={"output": MULTIBYTE},
     )
     assert out == Outcome(["aé東🙂"], ["stop"], ["東🙂"])
-    assert out.completion_tokens == len(ids(http, "aé東🙂"))
+    assert out.completion_tokens == len(server.tokenize("aé東🙂"))
 
 
 @pytest.mark.parametrize("per_step", [1, 50])
 @STREAM
 def test_earliest_stop_string_in_the_text_wins(
-    http: httpx.Client, stream: bool, per_step: int
+    http: httpx.Client, server: Server, stream: bool, per_step: int
 ) -> None:
     script = "one two three four"
     out = run(
@@ -364,7 +356,7 @@ def test_earliest_stop_string_in_the_text_wins(
         mock={"output": script, "tokens_per_step": per_step},
     )
     assert out == Outcome(["one "], ["stop"], ["two"])
-    assert out.completion_tokens == len(ids(http, "one two"))
+    assert out.completion_tokens == len(server.tokenize("one two"))
 
 
 @STREAM
@@ -384,10 +376,10 @@ MULTIBYTE = "aé東🙂b"
 )
 @STREAM
 def test_stop_string_across_multibyte_characters(
-    http: httpx.Client, stream: bool, stop: str, expected: str
+    http: httpx.Client, server: Server, stream: bool, stop: str, expected: str
 ) -> None:
     for ch in "é東🙂":  # every one of them is split over byte tokens by the test tokenizer
-        assert len(ids(http, ch)) > 1
+        assert len(server.tokenize(ch)) > 1
     out = run(http, stream, max_tokens=30, stop=[stop], mock={"output": MULTIBYTE})
     matched = expected != MULTIBYTE
     assert out == Outcome([expected], ["stop"], [stop if matched else None])
@@ -422,21 +414,21 @@ def test_stop_string_property_any_split(
 
 @STREAM
 def test_max_tokens_ends_with_length_although_the_script_goes_on(
-    http: httpx.Client, stream: bool
+    http: httpx.Client, server: Server, stream: bool
 ) -> None:
     script = "one two three four five six"
-    tokens = ids(http, script)
+    tokens = server.tokenize(script)
     assert len(tokens) > 4
     out = run(http, stream, max_tokens=4, mock={"output": script})
-    assert out == Outcome([detok(http, tokens[:4])], ["length"], [None])
+    assert out == Outcome([server.detokenize(tokens[:4])], ["length"], [None])
     assert out.completion_tokens == 4
 
 
 @STREAM
 def test_max_tokens_inside_a_multibyte_character_sends_no_half_character(
-    http: httpx.Client, stream: bool
+    http: httpx.Client, server: Server, stream: bool
 ) -> None:
-    assert len(ids(http, "a東")) == 3
+    assert len(server.tokenize("a東")) == 3
     out = run(http, stream, max_tokens=2, mock={"output": "a東"})
     assert out == Outcome(["a"], ["length"], [None])
     assert out.completion_tokens == 2
@@ -450,48 +442,53 @@ def test_eos_on_the_last_allowed_token_is_still_eos(http: httpx.Client, stream: 
 
 
 @STREAM
-def test_engine_length_is_length(http: httpx.Client, stream: bool) -> None:
+def test_engine_length_is_length(http: httpx.Client, server: Server, stream: bool) -> None:
     out = run(http, stream, max_tokens=20, mock={"output": "abc", "end": "length"})
     assert out == Outcome(["abc"], ["length"], [None])
-    assert out.completion_tokens == len(ids(http, "abc"))
+    assert out.completion_tokens == len(server.tokenize("abc"))
 
 
 # -- the engine's other end signals ---------------------------------------------------------
 
 
 @STREAM
-def test_hidden_eos_is_stop(http: httpx.Client, stream: bool) -> None:
+def test_hidden_eos_is_stop(http: httpx.Client, server: Server, stream: bool) -> None:
     out = run(http, stream, max_tokens=20, mock={"output": "abc", "end": "eos_hidden"})
     assert out == Outcome(["abc"], ["stop"], [None])
-    assert out.completion_tokens == len(ids(http, "abc"))  # nothing was emitted for the EOS
+    assert out.completion_tokens == len(server.tokenize("abc"))  # nothing was emitted for the EOS
 
 
 @pytest.mark.parametrize("end", ["stop", "eof"])
 @STREAM
-def test_bare_stop_and_eof_end_as_stop(http: httpx.Client, stream: bool, end: str) -> None:
+def test_bare_stop_and_eof_end_as_stop(
+    http: httpx.Client, server: Server, stream: bool, end: str
+) -> None:
     # A bare stop is TRANSPORT_EOF, not model EOS: the held "ST" (a prefix of
     # the user's stop string) is released, and no stop_reason is invented.
     out = run(http, stream, max_tokens=20, stop=["STOP"], mock={"output": "go ST", "end": end})
     assert out == Outcome(["go ST"], ["stop"], [None])
-    assert out.completion_tokens == len(ids(http, "go ST"))
+    assert out.completion_tokens == len(server.tokenize("go ST"))
 
 
 @pytest.fixture(scope="module")
-def beam(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+def beam_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A Beam model: with tools, a turn grammar is installed and MODEL_EOS is strict."""
     model = beam_model(tmp_path_factory.mktemp("beam"))
-    with (
-        rotor_server(
-            "out=mocker",
-            "--model-path",
-            str(model),
-            "--tool-call-parser",
-            "beam",
-            "--speedup-ratio",
-            "0",
-        ) as srv,
-        httpx.Client(base_url=srv.url, timeout=30) as client,
-    ):
+    with rotor_server(
+        "out=mocker",
+        "--model-path",
+        str(model),
+        "--tool-call-parser",
+        "beam",
+        "--speedup-ratio",
+        "0",
+    ) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def beam(beam_server: Server) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=beam_server.url, timeout=30) as client:
         yield client
 
 
@@ -509,7 +506,9 @@ PARTIAL_CALL = ' to=weather.lookup<|channel|>analysis<|message|><rfl:parameter n
 
 @pytest.mark.parametrize("end", ["eos", "eos_hidden", "stop", "eof"])
 @STREAM
-def test_bare_stop_is_not_model_eos(beam: httpx.Client, stream: bool, end: str) -> None:
+def test_bare_stop_is_not_model_eos(
+    beam: httpx.Client, beam_server: Server, stream: bool, end: str
+) -> None:
     """Observable under Beam's grammar: only a confirmed model EOS makes the
     parser strict, so a partial call is a request error after `eos` (emitted or
     only named) and is dropped leniently after a bare `stop` or `eof`."""
@@ -529,7 +528,7 @@ def test_bare_stop_is_not_model_eos(beam: httpx.Client, stream: bool, end: str) 
     else:
         assert out == Outcome([""], ["stop"], [None])
         assert out.calls == [0]
-        assert out.completion_tokens == len(ids(beam, PARTIAL_CALL))
+        assert out.completion_tokens == len(beam_server.tokenize(PARTIAL_CALL))
 
 
 def test_engine_error_non_streaming_is_a_500_envelope(http: httpx.Client) -> None:
@@ -592,16 +591,16 @@ def test_skip_special_tokens(
 
 @STREAM
 def test_several_choices_end_differently_and_usage_sums(
-    http: httpx.Client, stream: bool, prompt_tokens: int
+    http: httpx.Client, server: Server, stream: bool, prompt_tokens: int
 ) -> None:
     outputs = ["abc STOP tail", "hello", "one two three four five six seven"]
-    long = ids(http, outputs[2])
+    long = server.tokenize(outputs[2])
     limit = 8
-    counted = [len(ids(http, "abc STOP")), len(ids(http, "hello")) + 1, limit]
+    counted = [len(server.tokenize("abc STOP")), len(server.tokenize("hello")) + 1, limit]
     assert max(counted[:2]) < limit < len(long)
     out = run(http, stream, n=3, max_tokens=limit, stop=["STOP"], mock={"output": outputs})
     assert out == Outcome(
-        ["abc ", "hello", detok(http, long[:limit])],
+        ["abc ", "hello", server.detokenize(long[:limit])],
         ["stop", "stop", "length"],
         ["STOP", None, None],
     )
@@ -620,8 +619,8 @@ def test_one_choice_error_fails_the_request(http: httpx.Client, stream: bool) ->
 
 
 @STREAM
-def test_completions_stop_rules(http: httpx.Client, stream: bool) -> None:
-    call = token_id(http, "<tool_call>")
+def test_completions_stop_rules(http: httpx.Client, server: Server, stream: bool) -> None:
+    call = token_id(server, "<tool_call>")
     out = run(
         http,
         stream,
@@ -633,4 +632,4 @@ def test_completions_stop_rules(http: httpx.Client, stream: bool) -> None:
         mock={"output": ["aé東🙂b", "x<tool_call>y"]},
     )
     assert out == Outcome(["aé", "x"], ["stop", "stop"], ["東🙂", call])
-    assert out.completion_tokens == len(ids(http, "aé東🙂")) + 2
+    assert out.completion_tokens == len(server.tokenize("aé東🙂")) + 2

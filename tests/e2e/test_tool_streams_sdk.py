@@ -31,8 +31,6 @@ def hermes(name: str, args: dict[str, Any]) -> str:
     return _hermes(name, args, newlines=True)
 
 
-pytestmark = pytest.mark.e2e
-
 MODEL = "mock-model"
 MESSAGES = [{"role": "user", "content": "What is the weather in Paris, and the time?"}]
 CALL_ID = re.compile(r"call_[A-Za-z0-9]{24}")
@@ -114,7 +112,7 @@ def server() -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def client(server: Server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0)
+    return server.openai()
 
 
 @dataclass

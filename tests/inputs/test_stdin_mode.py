@@ -7,7 +7,6 @@ import select
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 TIMEOUT_S = 30  # a deadline for a hung process, not an expected duration
@@ -57,11 +56,10 @@ def test_the_answer_streams_and_ctrl_c_stops_it_with_130() -> None:
         first = os.read(proc.stdout.fileno(), 1)
         assert first == b"x"
         assert proc.poll() is None  # output came while the answer was still running
-        sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(TIMEOUT_S) == 130
-        assert time.monotonic() - sent < 3
         rest = proc.stdout.read()
+        # Cut off: not all 200 tokens were written (the cancel stopped the answer).
         assert rest.endswith(b"\n") and len(first + rest) < 200
         assert b"Traceback" not in (proc.stderr.read() if proc.stderr else b"")
     finally:

@@ -105,13 +105,12 @@ class Terminal:
     def send(self, data: bytes) -> None:
         os.write(self.master, data)
 
-    def line(self, text: str, timeout: float = PROMPT_BACK_S) -> tuple[bytes, float]:
-        """Type a line at the prompt; (what was printed for it, seconds until the next prompt)."""
+    def line(self, text: str, timeout: float = PROMPT_BACK_S) -> bytes:
+        """Type a line at the prompt; what was printed for it before the prompt
+        came back (within `timeout`, or this fails)."""
         self.send(text.encode() + b"\r")
         self.expect(PROMPT_OFF, timeout)
-        start = time.monotonic()
-        printed = self.expect(PROMPT_ON, timeout)
-        return printed, time.monotonic() - start
+        return self.expect(PROMPT_ON, timeout)
 
     def wait_exit(self, timeout: float = 10.0) -> int:
         deadline = time.monotonic() + timeout
@@ -147,10 +146,9 @@ def terminal() -> Iterator[type[Terminal]]:
 
 def test_answer_streams_and_prompt_comes_back(terminal: type[Terminal]) -> None:
     term = terminal(env={"ROTOR_ECHO_DELAY_MS": "5"})
-    printed, took = term.line("hello there")
+    printed = term.line("hello there")  # the prompt is back within PROMPT_BACK_S
     assert plain(printed).strip() == "hello there"
-    assert took < PROMPT_BACK_S
-    printed, _ = term.line("a second turn")
+    printed = term.line("a second turn")
     assert plain(printed).strip() == "a second turn"
     term.send(b"/exit\r")
     assert term.wait_exit() == 0
@@ -170,24 +168,24 @@ def test_conversation_keeps_history_and_system(terminal: type[Terminal], tmp_pat
         str(template),
         env={"ROTOR_ECHO_DELAY_MS": "1"},
     )
-    printed, _ = term.line("/system Be brief")
+    printed = term.line("/system Be brief")
     assert "system message set" in plain(printed)
-    first, _ = term.line("first question")
+    first = term.line("first question")
     assert "Be brief" in plain(first) and "first question" in plain(first)
-    second, _ = term.line("second question")
+    second = term.line("second question")
     assert all(s in plain(second) for s in ("Be brief", "first question", "second question"))
     term.line("/reset")
-    third, _ = term.line("third question")
+    third = term.line("third question")
     assert "Be brief" in plain(third) and "third question" in plain(third)
     assert "first question" not in plain(third)
 
 
 def test_help_lists_commands(terminal: type[Terminal]) -> None:
     term = terminal()
-    printed, _ = term.line("/help")
+    printed = term.line("/help")
     for command in ("/system", "/reset", "/help", "/exit"):
         assert command in plain(printed)
-    printed, _ = term.line("/nonsense")
+    printed = term.line("/nonsense")
     assert "unknown command" in plain(printed)
 
 
@@ -203,14 +201,12 @@ def test_ctrl_c_cancels_the_answer_then_exits_at_the_prompt(terminal: type[Termi
     term.send(long_line.encode() + b"\r")
     term.expect(PROMPT_OFF, PROMPT_BACK_S)
     term.expect(b"abc", PROMPT_BACK_S)  # the answer has started streaming
-    sent = time.monotonic()
     term.send(b"\x03")
-    printed = term.expect(PROMPT_ON, PROMPT_BACK_S)
-    assert time.monotonic() - sent < PROMPT_BACK_S
+    printed = term.expect(PROMPT_ON, PROMPT_BACK_S)  # well before the 10 s answer would end
     assert "cancelled" in plain(printed)
     assert long_line[5:] not in plain(printed)
     # The REPL still works after a cancel, and the cancelled turn left no trace.
-    printed, _ = term.line("after")
+    printed = term.line("after")
     assert plain(printed).strip() == "after"
     term.send(b"\x03")  # Ctrl-C at the prompt leaves, with the interrupt status
     assert term.wait_exit() == 130
@@ -218,7 +214,7 @@ def test_ctrl_c_cancels_the_answer_then_exits_at_the_prompt(terminal: type[Termi
 
 def test_reasoning_is_dimmed_on_a_terminal(terminal: type[Terminal]) -> None:
     term = terminal("--reasoning-parser", "qwen3", env={"ROTOR_ECHO_DELAY_MS": "1"})
-    printed, _ = term.line("<think>pondering</think>the answer")
+    printed = term.line("<think>pondering</think>the answer")
     assert DIM + b"pondering" in printed
     text = plain(printed)
     assert text.index("pondering") < text.index("the answer")
@@ -226,10 +222,10 @@ def test_reasoning_is_dimmed_on_a_terminal(terminal: type[Terminal]) -> None:
 
 def test_request_error_is_one_line_and_the_prompt_returns(terminal: type[Terminal]) -> None:
     term = terminal("--max-model-len", "8", env={"ROTOR_ECHO_DELAY_MS": "1"})
-    printed, _ = term.line("a message longer than the context")
+    printed = term.line("a message longer than the context")
     lines = [ln for ln in plain(printed).splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:")
-    printed, _ = term.line("hi")
+    printed = term.line("hi")
     assert plain(printed).strip() == "hi"
 
 
@@ -238,18 +234,20 @@ async def test_cancelling_a_streaming_turn_stops_the_engine_work() -> None:
     engine = EchoEngine(card, None, delay_ms=50)
     frontend = Frontend(engine, ServedModel.build(card, None))
     await frontend.start()
-    text = "x" * 200
-    started = asyncio.Event()
-    request = ChatCompletionRequest(messages=[{"role": "user", "content": text}])
-    task = asyncio.ensure_future(stream_chat(frontend, request, lambda piece: started.set()))
-    await asyncio.wait_for(started.wait(), PROMPT_BACK_S)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    state = engine.state()
-    assert state["active_requests"] == 0  # the engine's generator was closed
-    assert state["tokens_generated"] < len(text)
-    await frontend.stop()
+    try:
+        text = "x" * 200
+        started = asyncio.Event()
+        request = ChatCompletionRequest(messages=[{"role": "user", "content": text}])
+        task = asyncio.ensure_future(stream_chat(frontend, request, lambda piece: started.set()))
+        await asyncio.wait_for(started.wait(), PROMPT_BACK_S)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        state = engine.state()
+        assert state["active_requests"] == 0  # the engine's generator was closed
+        assert state["tokens_generated"] < len(text)
+    finally:
+        await frontend.stop()
 
 
 def test_mocker_with_a_model_directory(terminal: type[Terminal], tmp_path: Path) -> None:
@@ -260,8 +258,7 @@ def test_mocker_with_a_model_directory(terminal: type[Terminal], tmp_path: Path)
         "out=mocker", "--model-path", str(model), "--speedup-ratio", "1", "--max-tokens", "8"
     )
     for line in ("hello", "and again"):
-        printed, took = term.line(line)
+        printed = term.line(line)  # the prompt is back within PROMPT_BACK_S
         assert "error" not in plain(printed).lower()
-        assert took < PROMPT_BACK_S
     term.send(b"\x04")
     assert term.wait_exit() == 0

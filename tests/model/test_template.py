@@ -16,13 +16,13 @@ import pytest
 
 from rotor.model.template import ChatTemplate, TemplateError
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "fixtures" / "templates"
+from support.models import fixture_template
 
 DEEPSEEK_BOS = "<｜begin▁of▁sentence｜>"
 
 
 def load(name: str, **tokens: str) -> ChatTemplate:
-    return ChatTemplate((TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8"), **tokens)
+    return ChatTemplate(fixture_template(name), **tokens)
 
 
 @pytest.fixture

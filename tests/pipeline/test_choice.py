@@ -20,12 +20,15 @@ from rotor.pipeline.parse.named import NamedToolParser
 from rotor.pipeline.parse.tools import tool_parser
 from rotor.protocol.engine import EngineOutput, Finish, StopParams
 
+from support.parsing import fold
+from support.scripts import hermes
+
 CARD, TOK = builtin_test_model()
 IM_END = TOK.token_to_id("<|im_end|>")
 ENDOFTEXT = TOK.token_to_id("<|endoftext|>")
 assert IM_END is not None and ENDOFTEXT is not None
 TOOLS = {"get_weather": {"type": "object", "properties": {"city": {"type": "string"}}}}
-CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+CALL = hermes("get_weather", {"city": "Paris"}, newlines=True)
 PREAMBLE = "Let me check."
 
 
@@ -91,14 +94,6 @@ def merged(pieces: Sequence[Piece]) -> list[tuple[str, str]]:
     return out
 
 
-def calls(pieces: Sequence[Piece]) -> list[tuple[str, dict]]:
-    return [(p.name, json.loads(p.arguments)) for p in pieces if isinstance(p, ToolCall)]
-
-
-def content(pieces: Sequence[Piece]) -> str:
-    return "".join(p.text for p in pieces if isinstance(p, Content))
-
-
 PARIS = [("get_weather", {"city": "Paris"})]
 
 
@@ -110,8 +105,8 @@ def test_completed_call_then_model_eos_is_tool_calls(eos: int) -> None:
     pipe = pipeline()
     ids = TOK.encode(PREAMBLE + " " + CALL)
     pieces = drive(pipe, outputs([*ids, eos, *TOK.encode("junk")], per=3))
-    assert calls(pieces) == PARIS
-    assert content(pieces).strip() == PREAMBLE
+    assert fold(pieces).calls == PARIS
+    assert (fold(pieces).content or "").strip() == PREAMBLE
     f = pipe.finished
     assert f is not None
     assert (f.finish_reason, f.end, f.stop_reason, f.error) == (
@@ -137,7 +132,7 @@ def test_unterminated_complete_call_at_transport_eof_is_recovered_as_tool_calls(
     pipe = pipeline()
     ids = TOK.encode(CALL.removesuffix("</tool_call>"))
     pieces = drive(pipe, outputs(ids, per=4))
-    assert calls(pieces) == PARIS
+    assert fold(pieces).calls == PARIS
     f = pipe.finished
     assert f is not None and f.end is End.TRANSPORT_EOF and f.finish_reason == "tool_calls"
 
@@ -145,7 +140,7 @@ def test_unterminated_complete_call_at_transport_eof_is_recovered_as_tool_calls(
 def test_bare_engine_stop_is_transport_eof_not_model_eos() -> None:
     pipe = pipeline()
     pieces = drive(pipe, outputs(TOK.encode(CALL), per=5, finish="stop"))
-    assert calls(pieces) == PARIS
+    assert fold(pieces).calls == PARIS
     f = pipe.finished
     assert f is not None and f.end is End.TRANSPORT_EOF and f.finish_reason == "tool_calls"
 
@@ -159,7 +154,7 @@ def test_length_is_never_rewritten(how: str) -> None:
     else:
         pipe = pipeline()
         pieces = drive(pipe, outputs(ids, per=2, finish="length"))
-    assert calls(pieces) == PARIS, "the completed call is still delivered"
+    assert fold(pieces).calls == PARIS, "the completed call is still delivered"
     f = pipe.finished
     assert f is not None and f.end is End.LENGTH and f.finish_reason == "length"
     assert f.completion_tokens == len(ids)
@@ -169,14 +164,14 @@ def test_length_cutting_a_call_leaves_no_call_and_length() -> None:
     ids = TOK.encode(PREAMBLE + CALL)
     pipe = pipeline(max_tokens=len(ids) - 6)
     pieces = drive(pipe, outputs(ids))
-    assert calls(pieces) == []
+    assert fold(pieces).calls == []
     assert pipe.finished is not None and pipe.finished.finish_reason == "length"
 
 
 def test_named_tool_choice_is_stop_with_its_call() -> None:
     pipe = pipeline(named=True)
     pieces = drive(pipe, outputs([*TOK.encode('{"city": "Paris"}'), IM_END], per=3))
-    assert calls(pieces) == PARIS
+    assert fold(pieces).calls == PARIS
     f = pipe.finished
     assert f is not None and f.finish_reason == "stop" and f.end is End.MODEL_EOS
     assert pipe.calls == 1
@@ -186,11 +181,11 @@ def test_stop_string_cutting_the_call_leaves_content_and_stop() -> None:
     """beam.md B14 in hermes shape: the stop string cuts the call's text."""
     pipe = pipeline(stop=["Paris"])
     pieces = drive(pipe, outputs(TOK.encode(PREAMBLE + CALL), per=2))
-    assert calls(pieces) == []
+    assert fold(pieces).calls == []
     f = pipe.finished
     assert f is not None and f.end is End.USER_STOP_STRING
     assert (f.finish_reason, f.stop_reason) == ("stop", "Paris")
-    assert "Paris" not in content(pieces)
+    assert "Paris" not in (fold(pieces).content or "")
 
 
 def test_user_stop_reasons_pass_through() -> None:
@@ -211,7 +206,7 @@ def test_completed_call_then_a_stop_string_is_tool_calls() -> None:
     the End is not LENGTH (named tool aside)."""
     pipe = pipeline(stop=["Done"])
     pieces = drive(pipe, outputs(TOK.encode(CALL + "\nDone."), per=4))
-    assert calls(pieces) == PARIS
+    assert fold(pieces).calls == PARIS
     f = pipe.finished
     assert f is not None and f.end is End.USER_STOP_STRING
     assert (f.finish_reason, f.stop_reason) == ("tool_calls", "Done")
@@ -229,10 +224,10 @@ def test_engine_error_sets_error_and_yields_no_pieces(same_output: bool) -> None
     if same_output:
         last = pipe.push(tail)
     else:
-        assert calls(pipe.push(EngineOutput(token_ids=ids[-3:]))) == PARIS
+        assert fold(pipe.push(EngineOutput(token_ids=ids[-3:]))).calls == PARIS
         last = pipe.push(EngineOutput(finish="error", error="worker died"))
     assert last == []
-    assert calls(before) == []
+    assert fold(before).calls == []
     f = pipe.finished
     assert f is not None and f.end is End.ERROR and f.error == "worker died"
     assert f.completion_tokens == len(ids)
@@ -263,7 +258,7 @@ def test_output_after_the_end_changes_nothing() -> None:
     pipe = pipeline()
     pieces = drive(pipe, outputs([*TOK.encode(CALL), IM_END]), close=False)
     f = pipe.finished
-    assert f is not None and calls(pieces) == PARIS
+    assert f is not None and fold(pieces).calls == PARIS
     assert pipe.push(EngineOutput(token_ids=TOK.encode(CALL), finish="length")) == []
     assert pipe.close() == []
     assert pipe.finished is f, "the End is decided once"

@@ -7,60 +7,19 @@ checks the released text, the End, stop_reason and the token count.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Sequence
 
 import pytest
 
-from rotor.model.builtin import build_tokenizer, builtin_test_model
-from rotor.model.tokenizer import Tokenizer
+from rotor.model.builtin import builtin_test_model
 from rotor.pipeline.decode import ChoiceDecoder, End
 from rotor.protocol.engine import EngineOutput, Finish, StopParams, TokenLogprob
 
-SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|return|>", "<|call|>", "<stop>")
-ADDED = ("<tool_call>", "</tool_call>")
-
-
-@functools.cache
-def tokenizer() -> Tokenizer:
-    return Tokenizer(build_tokenizer(SPECIAL, ADDED))
-
-
-def tid(token: str) -> int:
-    i = tokenizer().token_to_id(token)
-    assert i is not None, token
-    return i
+from support.byte_bpe import SPECIAL, byte_ids, tid, tokenizer
 
 
 def ids(text: str) -> list[int]:
     return tokenizer().encode(text)
-
-
-@functools.cache
-def _byte_token_ids() -> dict[int, int]:
-    """UTF-8 byte → the id of its single-byte token (GPT-2 byte-level alphabet)."""
-    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
-    bs += range(ord("®"), ord("ÿ") + 1)
-    cs = list(bs)
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    tok = tokenizer()
-    out = {}
-    for b, c in zip(bs, cs, strict=True):
-        i = tok.token_to_id(chr(c))
-        assert i is not None
-        out[b] = i
-    return out
-
-
-def byte_ids(text: str) -> list[int]:
-    """One token per UTF-8 byte: every multi-byte character crosses token boundaries."""
-    table = _byte_token_ids()
-    return [table[b] for b in text.encode()]
 
 
 IM_END = "<|im_end|>"

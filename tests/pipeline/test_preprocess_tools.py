@@ -2,21 +2,16 @@
 
 `prepare_chat` is driven directly with real models (the built-in ChatML model
 for hermes, a Beam model directory) and its ChoicePipeline is fed real engine
-outputs, so what is checked is what a request would get. A few cases then go
-through HTTP (the mocker serving the built-in model): the 400s of an
-inconsistent `tool_choice` and the `finish_reason` rules of tool-calling.md.
+outputs, so what is checked is what a request would get. The same requests
+through HTTP: tests/e2e/test_tool_choice_http.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-import openai
 import pytest
 
 from rotor.model.builtin import builtin_test_model
@@ -26,29 +21,20 @@ from rotor.model.tokenizer import Tokenizer
 from rotor.pipeline import grammar
 from rotor.pipeline.choice import ChoicePipeline
 from rotor.pipeline.decode import End
-from rotor.pipeline.parse.base import Content, Piece, Reasoning, ToolCall, Tools
+from rotor.pipeline.parse.base import Piece, Tools
 from rotor.pipeline.preprocess import Prepared, RequestError, ServedModel, prepare_chat
 from rotor.protocol.engine import EngineOutput
 from rotor.protocol.openai import ChatCompletionRequest
 
 from support.models import beam_model, harmony_model
-from support.server import Server, rotor_server
+from support.parsing import fold
+from support.scripts import hermes
+from support.tool_choice import INCONSISTENT, MESSAGES, NAMED, TOOLS, WEATHER
 
-WEATHER = {
-    "type": "object",
-    "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-}
-TIME = {"type": "object", "properties": {"zone": {"type": "string"}}}
-TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
-    {"type": "function", "function": {"name": "get_time", "parameters": TIME}},
-]
 DECLARED = Tools.from_openai(TOOLS)
-MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
-NAMED = {"type": "function", "function": {"name": "get_weather"}}
 
-HERMES_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
-HERMES_CALL_2 = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "CET"}}\n</tool_call>'
+HERMES_CALL = hermes("get_weather", {"city": "Paris"}, newlines=True)
+HERMES_CALL_2 = hermes("get_time", {"zone": "CET"}, newlines=True)
 
 BEAM_HEADER = " to=get_weather<|channel|>analysis <|constrain|>xml<|message|>"
 BEAM_PARIS = BEAM_HEADER + '<rfl:parameter name="city">Paris</rfl:parameter>'
@@ -116,14 +102,6 @@ def play(
     return pieces
 
 
-def calls(pieces: list[Piece]) -> list[tuple[str, dict[str, Any]]]:
-    return [(p.name, json.loads(p.arguments)) for p in pieces if isinstance(p, ToolCall)]
-
-
-def content(pieces: list[Piece]) -> str:
-    return "".join(p.text for p in pieces if isinstance(p, Content))
-
-
 # -- tool_choice ---------------------------------------------------------------------------
 
 
@@ -136,8 +114,8 @@ def test_tool_choice_none_leaves_tools_out_and_parses_nothing() -> None:
     assert prepared.request.stop.visible_stop_token_ids == []
     choice = prepared.choices[0]
     pieces = play(model, choice, HERMES_CALL)
-    assert calls(pieces) == []
-    assert content(pieces) == HERMES_CALL  # the markup stays content, verbatim
+    assert fold(pieces).calls == []
+    assert fold(pieces).content == HERMES_CALL  # the markup stays content, verbatim
     assert choice.finished is not None and choice.finished.finish_reason == "stop"
 
 
@@ -153,8 +131,8 @@ def test_tool_choice_auto_renders_tools_and_parses_calls(tool_choice: str | None
     assert prepared.request.sampling.guided is None  # auto: no constraint for hermes
     choice = prepared.choices[0]
     pieces = play(model, choice, HERMES_CALL)
-    assert calls(pieces) == [("get_weather", {"city": "Paris"})]
-    assert content(pieces) == ""
+    assert fold(pieces).calls == [("get_weather", {"city": "Paris"})]
+    assert fold(pieces).content is None
     assert choice.finished is not None and choice.finished.finish_reason == "tool_calls"
 
 
@@ -172,7 +150,7 @@ def test_tool_choice_required_constrains_when_the_engine_can(structural_tags: bo
     # family's markup; without it, the family's own markup.
     forced = '[{"name": "get_weather", "parameters": {"city": "Paris"}}]'
     pieces = play(model, prepared.choices[0], forced if structural_tags else HERMES_CALL)
-    assert calls(pieces) == [("get_weather", {"city": "Paris"})]
+    assert fold(pieces).calls == [("get_weather", {"city": "Paris"})]
     choice = prepared.choices[0]
     assert choice.finished is not None and choice.finished.finish_reason == "tool_calls"
 
@@ -181,7 +159,7 @@ def test_required_constraint_output_that_is_not_calls_stays_content() -> None:
     model = chatml(structural_tags=True)
     prepared = prepare(model, tools=TOOLS, tool_choice="required")
     pieces = play(model, prepared.choices[0], "no calls, sorry")
-    assert calls(pieces) == [] and content(pieces) == "no calls, sorry"
+    assert fold(pieces).calls == [] and fold(pieces).content == "no calls, sorry"
 
 
 def test_harmony_named_choice_gets_no_bare_json_constraint(tmp_path: Path) -> None:
@@ -207,8 +185,8 @@ def test_named_tool_choice_makes_the_output_one_call(structural_tags: bool) -> N
     assert prepared.prompt_text is not None and "get_weather" in prepared.prompt_text
     choice = prepared.choices[0]
     pieces = play(model, choice, '{"city": "Paris", "days": 2}', per_step=3)
-    assert calls(pieces) == [("get_weather", {"city": "Paris", "days": 2})]
-    assert content(pieces) == ""
+    assert fold(pieces).calls == [("get_weather", {"city": "Paris", "days": 2})]
+    assert fold(pieces).content is None
     assert choice.finished is not None and choice.finished.finish_reason == "stop"
 
 
@@ -217,28 +195,11 @@ def test_parallel_tool_calls_false_returns_at_most_one_call(parallel: bool) -> N
     model = chatml()
     prepared = prepare(model, tools=TOOLS, parallel_tool_calls=parallel)
     pieces = play(model, prepared.choices[0], HERMES_CALL + "\n" + HERMES_CALL_2)
-    got = calls(pieces)
+    got = fold(pieces).calls
     if parallel:
         assert got == [("get_weather", {"city": "Paris"}), ("get_time", {"zone": "CET"})]
     else:
         assert got == [("get_weather", {"city": "Paris"})]
-
-
-INCONSISTENT: list[tuple[str, dict[str, Any]]] = [
-    (
-        "named-undeclared",
-        {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
-    ),
-    ("named-without-tools", {"tool_choice": NAMED}),
-    ("required-without-tools", {"tool_choice": "required"}),
-    ("required-with-empty-tools", {"tools": [], "tool_choice": "required"}),
-    ("unknown-string", {"tools": TOOLS, "tool_choice": "always"}),
-    ("named-without-name", {"tools": TOOLS, "tool_choice": {"type": "function", "function": {}}}),
-    (
-        "named-wrong-type",
-        {"tools": TOOLS, "tool_choice": {"type": "tool", "function": {"name": "get_weather"}}},
-    ),
-]
 
 
 @pytest.mark.parametrize("fields", [f for _, f in INCONSISTENT], ids=[i for i, _ in INCONSISTENT])
@@ -284,7 +245,7 @@ def test_beam_grammar_installed_only_when_the_engine_accepts_it_and_not_opted_ou
         assert pieces == []
     else:
         assert choice.finished.end is End.MODEL_EOS and choice.finished.error is None
-        assert calls(pieces) == [] and content(pieces) == ""
+        assert fold(pieces).calls == [] and fold(pieces).content is None
 
 
 @pytest.mark.parametrize(
@@ -303,8 +264,8 @@ def test_beam_without_active_tools_has_no_grammar_and_no_visible_stop(
     choice = prepared.choices[0]
     pieces = play(model, choice, text)
     assert choice.decoder.end is not None and choice.decoder.end.kind is End.MODEL_EOS
-    assert "".join(p.text for p in pieces if isinstance(p, Reasoning)) == "r"
-    assert content(pieces) == "Hi"
+    assert fold(pieces).reasoning == "r"
+    assert fold(pieces).content == "Hi"
 
 
 @pytest.mark.parametrize("tool_choice", ["auto", "required", NAMED])
@@ -321,8 +282,8 @@ def test_beam_call_is_a_visible_stop_when_tools_are_active(
     choice = prepared.choices[0]
     pieces = play(model, choice, BEAM_PARIS + "<|call|><|channel|>final<|message|>after")
     assert choice.decoder.end is not None and choice.decoder.end.kind is End.VISIBLE_STOP
-    assert calls(pieces) == [("get_weather", {"city": "Paris"})]
-    assert content(pieces) == ""
+    assert fold(pieces).calls == [("get_weather", {"city": "Paris"})]
+    assert fold(pieces).content is None
     expected = "stop" if isinstance(tool_choice, dict) else "tool_calls"
     assert choice.finished is not None and choice.finished.finish_reason == expected
 
@@ -352,115 +313,7 @@ def test_skip_special_tokens_default_decides_what_the_parser_sees(beam_dir: Path
     """Beam's markers are special tokens: with the default they reach the parser."""
     model = beam(beam_dir)
     pieces = play(model, prepare(model, tools=TOOLS).choices[0], BEAM_PARIS, end="length")
-    assert calls(pieces) == [("get_weather", {"city": "Paris"})]
+    assert fold(pieces).calls == [("get_weather", {"city": "Paris"})]
     skipped = prepare(model, tools=TOOLS, skip_special_tokens=True)
     pieces = play(model, skipped.choices[0], BEAM_PARIS, end="length")
-    assert calls(pieces) == []  # the markers were dropped by the decoder
-
-
-# -- through HTTP ------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
-    """The mocker serving the built-in ChatML model (hermes tool calls)."""
-    with rotor_server("out=mocker", "--speedup-ratio", "0") as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def client(server: Server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0)
-
-
-@pytest.mark.e2e
-@pytest.mark.parametrize("fields", [f for _, f in INCONSISTENT], ids=[i for i, _ in INCONSISTENT])
-@pytest.mark.parametrize("stream", [False, True])
-def test_http_inconsistent_tool_choice_is_a_400(
-    server: Server, fields: dict[str, Any], stream: bool
-) -> None:
-    body = {"messages": MESSAGES, "stream": stream, **fields}
-    r = httpx.post(server.v1 + "/chat/completions", json=body, timeout=10)
-    assert r.status_code == 400, r.text
-    err = r.json()["error"]
-    assert err["type"] == "invalid_request_error"
-    assert err["param"] == "tool_choice"
-    assert err["code"] == 400 and err["message"]
-
-
-def _finish(client: openai.OpenAI, stream: bool, **kw: Any) -> tuple[str, list[str], str]:
-    """(finish_reason, called tool names, content) of one request, either way."""
-    args: dict[str, Any] = {"model": "mock-model", "messages": MESSAGES, **kw}
-    if not stream:
-        resp = client.chat.completions.create(**args)
-        choice = resp.choices[0]
-        names = [c.function.name for c in choice.message.tool_calls or []]
-        return choice.finish_reason, names, choice.message.content or ""
-    finishes: list[str] = []
-    names = []
-    text = ""
-    for chunk in client.chat.completions.create(stream=True, **args):
-        for c in chunk.choices:
-            text += c.delta.content or ""
-            names += [t.function.name for t in c.delta.tool_calls or [] if t.function]
-            if c.finish_reason is not None:
-                finishes.append(c.finish_reason)
-    assert len(finishes) == 1, finishes  # exactly one chunk carries it
-    return finishes[0], names, text
-
-
-FINISH_CASES = [
-    # (id, mock output, mock end, extra fields, finish_reason, calls)
-    ("call-eos", HERMES_CALL, "eos", {}, "tool_calls", ["get_weather"]),
-    ("call-eof", HERMES_CALL, "eof", {}, "tool_calls", ["get_weather"]),
-    ("call-bare-stop", HERMES_CALL, "stop", {}, "tool_calls", ["get_weather"]),
-    ("call-length", HERMES_CALL, "length", {}, "length", ["get_weather"]),
-    ("no-call-eos", "Sunny.", "eos", {}, "stop", []),
-    ("no-call-length", "Sunny.", "length", {}, "length", []),
-    (
-        "two-calls-one-allowed",
-        HERMES_CALL + HERMES_CALL_2,
-        "eos",
-        {"parallel_tool_calls": False},
-        "tool_calls",
-        ["get_weather"],
-    ),
-    ("named", '{"city": "Paris"}', "eos", {"tool_choice": NAMED}, "stop", ["get_weather"]),
-    (
-        "named-length",
-        '{"city": "Paris"}',
-        "length",
-        {"tool_choice": NAMED},
-        "length",
-        ["get_weather"],
-    ),
-    ("none", HERMES_CALL, "eos", {"tool_choice": "none"}, "stop", []),
-]
-
-
-@pytest.mark.e2e
-@pytest.mark.parametrize("stream", [False, True])
-@pytest.mark.parametrize(
-    ("output", "end", "fields", "finish", "names"),
-    [c[1:] for c in FINISH_CASES],
-    ids=[c[0] for c in FINISH_CASES],
-)
-def test_http_finish_reason_follows_tool_calling_md(
-    client: openai.OpenAI,
-    stream: bool,
-    output: str,
-    end: str,
-    fields: dict[str, Any],
-    finish: str,
-    names: list[str],
-) -> None:
-    got = _finish(
-        client,
-        stream,
-        tools=TOOLS,
-        extra_body={"mock": {"output": output, "end": end, "tokens_per_step": 2}},
-        **fields,
-    )
-    assert got[:2] == (finish, names)
-    if fields.get("tool_choice") == "none":
-        assert got[2] == HERMES_CALL  # parsing off: the markup is content
+    assert fold(pieces).calls == []  # the markers were dropped by the decoder

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rotor.model.builtin import CHATML_ADDED, CHATML_SPECIAL, CHATML_TEMPLATE, build_tokenizer
+from rotor.model.builtin import CHATML_ADDED, CHATML_SPECIAL, build_tokenizer
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "fixtures" / "templates"
 
@@ -43,10 +43,9 @@ BEAM_SPECIAL = (
 )
 
 
-def fixture_template(name: str) -> str | None:
-    """The text of tests/fixtures/templates/NAME.jinja, or None when it is not there."""
-    file = TEMPLATES / f"{name}.jinja"
-    return file.read_text(encoding="utf-8") if file.is_file() else None
+def fixture_template(name: str) -> str:
+    """The text of tests/fixtures/templates/NAME.jinja (a missing file is an error)."""
+    return (TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8")
 
 
 def write_model_dir(
@@ -128,7 +127,7 @@ def chatml_model(tmp: str | Path, name: str = "chatml-model") -> Path:
         Path(tmp) / name,
         special_tokens=CHATML_SPECIAL,
         added_tokens=CHATML_ADDED,
-        chat_template=fixture_template("chatml_qwen") or CHATML_TEMPLATE,
+        chat_template=fixture_template("chatml_qwen"),
         eos_token=CHATML_EOS,
         pad_token="<|endoftext|>",
         generation_eos=[CHATML_EOS, "<|endoftext|>"],

@@ -18,6 +18,82 @@ from rotor.pipeline.parse.message import MessageParser
 from rotor.pipeline.parse.reasoning import reasoning_parser
 from rotor.pipeline.parse.tools import tool_parser
 
+from support.models import BEAM_SPECIAL, HARMONY_SPECIAL
+
+# Every marker text of a family (start, end and inner markers, from its parser
+# file), as the family's tokenizer has them: special tokens when the family says
+# `needs_special_tokens`, added tokens otherwise (the HTTP tests build their
+# models so). Granite's plain `<tool_call>` stays text, as in Granite.
+_DEEPSEEK = (
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁calls▁end｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool▁call▁end｜>",
+    "<｜tool▁sep｜>",
+)
+FAMILY_MARKERS: dict[str, tuple[str, ...]] = {
+    "hermes": ("<tool_call>", "</tool_call>"),
+    "llama3_json": ("<|python_tag|>",),
+    "mistral": ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"),
+    "pythonic": ("<|python_start|>", "<|python_end|>"),
+    "harmony": tuple(t for t in HARMONY_SPECIAL if t not in ("<|startoftext|>", "<|endoftext|>")),
+    "beam": BEAM_SPECIAL,
+    "deepseek_v3": _DEEPSEEK,
+    "deepseek_v31": _DEEPSEEK,
+    "qwen3_coder": ("<tool_call>", "</tool_call>"),
+    "kimi_k2": (
+        "<|tool_calls_section_begin|>",
+        "<|tool_calls_section_end|>",
+        "<|tool_call_section_begin|>",
+        "<|tool_call_section_end|>",
+        "<|tool_call_begin|>",
+        "<|tool_call_end|>",
+        "<|tool_call_argument_begin|>",
+    ),
+    "glm45": (
+        "<tool_call>",
+        "</tool_call>",
+        "<arg_key>",
+        "</arg_key>",
+        "<arg_value>",
+        "</arg_value>",
+    ),
+    "minimax_m2": ("<minimax:tool_call>", "</minimax:tool_call>"),
+    "phi4": ("functools",),
+    "nemotron_deci": ("<TOOLCALL>", "</TOOLCALL>"),
+    "jamba": ("<tool_calls>", "</tool_calls>"),
+    "granite": ("<|tool_call|>",),
+    "internlm": ("<|action_start|>", "<|plugin|>", "<|interpreter|>", "<|action_end|>"),
+}
+
+# The parser class attributes that hold marker strings (a string, or a tuple of
+# them); any other attribute named `*marker` / `*markers` is read too.
+MARKER_ATTRIBUTES = (
+    "start_markers",
+    "end_marker",
+    "end_markers",
+    "marker",
+    "call_begin",
+    "call_end",
+    "visible_stop_markers",
+)
+
+
+def parser_markers(family: str) -> set[str]:
+    """The marker strings the family's parser class declares, read at test time
+    (a missing attribute, or an empty one, is no marker)."""
+    cls = tool_parser(family)
+    named = {n for k in cls.__mro__ for n in vars(k) if n.endswith(("marker", "markers"))}
+    found: set[str] = set()
+    for attribute in sorted(set(MARKER_ATTRIBUTES) | named):
+        value = getattr(cls, attribute, None)
+        if isinstance(value, str):
+            found.add(value)
+        elif isinstance(value, tuple | list | set | frozenset):  # methods are no markers
+            found.update(v for v in value if isinstance(v, str))
+    found.discard("")
+    return found
+
 
 @dataclass
 class Case:

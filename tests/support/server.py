@@ -11,8 +11,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import IO, Any
 
+import anthropic
 import httpx
+import openai
 
 
 def free_port() -> int:
@@ -30,21 +33,53 @@ class Server:
     def v1(self) -> str:
         return self.url + "/v1"
 
+    def openai(self, api_key: str = "unused") -> openai.OpenAI:
+        """The official OpenAI client for this server (no retries)."""
+        return openai.OpenAI(base_url=self.v1, api_key=api_key, max_retries=0)
+
+    def anthropic(self, api_key: str = "unused") -> anthropic.Anthropic:
+        """The official Anthropic client for this server (no retries)."""
+        return anthropic.Anthropic(base_url=self.url, api_key=api_key, max_retries=0)
+
+    def tokenize(
+        self,
+        text: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        **extra: Any,
+    ) -> list[int]:
+        """POST /tokenize: the ids of `text`, or of the chat prompt `messages`
+        render to; `extra` goes into the body as is (model, tools,
+        add_special_tokens, chat_template_kwargs …)."""
+        assert (text is None) != (messages is None), "give text or messages"
+        body = {"prompt": text} if text is not None else {"messages": messages}
+        r = httpx.post(self.url + "/tokenize", json={**body, **extra}, timeout=10)
+        assert r.status_code == 200, r.text
+        data = r.json()
+        assert data["count"] == len(data["tokens"]), data
+        return data["tokens"]
+
+    def detokenize(self, ids: list[int], **extra: Any) -> str:
+        """POST /detokenize: the text of `ids`, special tokens included."""
+        r = httpx.post(self.url + "/detokenize", json={"tokens": ids, **extra}, timeout=10)
+        assert r.status_code == 200, r.text
+        return r.json()["prompt"]
+
     def metric(self, name: str, labels: str = "") -> float:
-        """Sum of a Prometheus sample whose name (and label text) match."""
+        """Sum of the Prometheus samples whose name (and label text) match; 0 when none."""
         text = httpx.get(self.url + "/metrics", timeout=5).text
         total = 0.0
-        found = False
         for line in text.splitlines():
             if line.startswith("#"):
                 continue
             key, _, value = line.rpartition(" ")
             if key.split("{")[0] == name and labels in key:
                 total += float(value)
-                found = True
-        if not found:
-            return 0.0
         return total
+
+
+def _log_text(log: IO[bytes]) -> str:
+    log.seek(0)
+    return log.read().decode(errors="replace")
 
 
 @contextmanager
@@ -61,16 +96,16 @@ def rotor_server(
     try:
         while True:
             if proc.poll() is not None:
-                log.seek(0)
-                out = log.read().decode(errors="replace")
-                raise RuntimeError(f"rotor exited with {proc.returncode}:\n{out}")
+                raise RuntimeError(f"rotor exited with {proc.returncode}:\n{_log_text(log)}")
             try:
                 if httpx.get(url + "/health", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError("rotor did not become healthy in time")
+                raise RuntimeError(
+                    f"rotor did not become healthy in {timeout} s:\n{_log_text(log)}"
+                )
             time.sleep(0.05)
         yield Server(url, proc)
     finally:

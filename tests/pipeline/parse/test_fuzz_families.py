@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from rotor.pipeline.parse.base import ParseError, Tools
 from rotor.pipeline.parse.tools import TOOL_PARSERS, tool_parser
 
-from support.parsing import fold, make_parser, splits
+from support.parsing import FAMILY_MARKERS, fold, make_parser, parser_markers, splits
 
 # Families that frame the whole turn (channels): their markers are structure,
 # not text, so "nothing lost" is checked on the text between markers only.
@@ -47,13 +47,10 @@ COMMON = [
 
 
 def fragments(family: str) -> list[str]:
+    """The family's markers (the shared table, and whatever its parser class
+    declares), the constants its module spells markers with, and COMMON."""
     cls = tool_parser(family)
-    markers = list(getattr(cls, "start_markers", ()) or ())
-    end = getattr(cls, "end_marker", None)
-    if end:
-        markers.append(end)
-    markers += list(cls.visible_stop_markers)
-    # Constants the family's module spells its markers with.
+    markers = [*FAMILY_MARKERS.get(family, ()), *sorted(parser_markers(family))]
     module = __import__(cls.__module__, fromlist=["_"])
     for value in vars(module).values():
         if (
@@ -63,7 +60,7 @@ def fragments(family: str) -> list[str]:
             and ("<" in value or "[" in value or "｜" in value or "▷" in value)
         ):
             markers.append(value)
-    return markers + COMMON
+    return list(dict.fromkeys(markers + COMMON))
 
 
 @pytest.mark.parametrize("family", sorted(TOOL_PARSERS))

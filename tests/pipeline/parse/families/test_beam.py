@@ -351,7 +351,7 @@ def test_any_split_gives_the_same_eos_outcome(data: st.DataObject, item: EosCase
     check_eos(item, data.draw(splits(item.case.output)))
 
 
-def test_B4_eos_text_retained_only_under_the_grammar() -> None:
+def test_B4_call_before_eos_is_the_same_strict_or_lenient() -> None:
     # The same output is a call both ways: strict gets the EOS text, lenient never does.
     output = HEADER + P("city", "Paris")
     assert run([output], Tools(TOOLS), strict=True).calls == [PARIS]

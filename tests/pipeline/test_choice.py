@@ -15,8 +15,8 @@ from rotor.model.builtin import builtin_test_model
 from rotor.pipeline.choice import ChoicePipeline
 from rotor.pipeline.decode import ChoiceDecoder, End
 from rotor.pipeline.parse.base import Content, Piece, Reasoning, ToolCall, Tools
+from rotor.pipeline.parse.constrained import NamedToolParser
 from rotor.pipeline.parse.message import MessageParser
-from rotor.pipeline.parse.named import NamedToolParser
 from rotor.pipeline.parse.tools import tool_parser
 from rotor.protocol.engine import EngineOutput, Finish, StopParams
 

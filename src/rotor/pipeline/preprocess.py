@@ -20,10 +20,9 @@ from rotor.pipeline import grammar
 from rotor.pipeline.choice import ChoicePipeline
 from rotor.pipeline.decode import ChoiceDecoder
 from rotor.pipeline.parse.base import ReasoningParser, ToolParser, Tools
+from rotor.pipeline.parse.constrained import NamedToolParser, RequiredToolsParser
 from rotor.pipeline.parse.message import MessageParser
-from rotor.pipeline.parse.named import NamedToolParser
 from rotor.pipeline.parse.reasoning import reasoning_parser
-from rotor.pipeline.parse.required import RequiredToolsParser
 from rotor.pipeline.parse.tools import tool_parser
 from rotor.protocol.engine import (
     EngineRequest,

@@ -5,9 +5,10 @@ whole section as malformed (released as content) instead of guessing."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from rotor.pipeline.parse.base import Tools, plain_name, skip_space
+from rotor.pipeline.parse.base import ToolCall, Tools, plain_name, skip_space
 from rotor.pipeline.parse.jsonutil import dumps_args, typed_value
 
 
@@ -76,3 +77,27 @@ def typed_arguments(tools: Tools, tool: str, pairs: list[tuple[str, str]]) -> st
     for key, value in pairs:
         args[key] = typed_value(value, tools.param_schema(tool, key))
     return dumps_args(args)
+
+
+def element_calls(
+    tools: Tools,
+    body: str,
+    open_prefix: str,
+    close_tag: str,
+    name_of: Callable[[str], str | None],
+    params_of: Callable[[str], list[tuple[str, str]] | None],
+) -> list[ToolCall] | None:
+    """One call per element of `body` (`<open_prefix…>params</close_tag>`, only
+    whitespace between): its name from the head, its parameters typed by the
+    tool's schema. None when anything in the body is not that."""
+    found = elements(body, open_prefix, close_tag)
+    if not found:
+        return None
+    calls: list[ToolCall] = []
+    for head, inner in found:
+        name = name_of(head)
+        pairs = params_of(inner)
+        if name is None or pairs is None:
+            return None
+        calls.append(ToolCall(name=name, arguments=typed_arguments(tools, name, pairs)))
+    return calls

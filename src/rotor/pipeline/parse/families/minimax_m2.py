@@ -15,7 +15,7 @@ non-strings as JSON).
 from __future__ import annotations
 
 from rotor.pipeline.parse.base import ToolCall
-from rotor.pipeline.parse.families._xml import attr_name, elements, typed_arguments
+from rotor.pipeline.parse.families._xml import attr_name, element_calls, elements
 from rotor.pipeline.parse.marker import MarkerToolParser
 
 _INVOKE, _INVOKE_END = "<invoke", "</invoke>"
@@ -28,17 +28,7 @@ class MiniMaxM2Parser(MarkerToolParser):
     end_markers = ("</minimax:tool_call>",)
 
     def parse_section(self, body: str) -> list[ToolCall] | None:
-        invokes = elements(body, _INVOKE, _INVOKE_END)
-        if not invokes:
-            return None
-        calls: list[ToolCall] = []
-        for head, inner in invokes:
-            name = attr_name(head)
-            pairs = _parameters(inner)
-            if name is None or pairs is None:
-                return None
-            calls.append(ToolCall(name=name, arguments=typed_arguments(self.tools, name, pairs)))
-        return calls
+        return element_calls(self.tools, body, _INVOKE, _INVOKE_END, attr_name, _parameters)
 
 
 def _parameters(inner: str) -> list[tuple[str, str]] | None:

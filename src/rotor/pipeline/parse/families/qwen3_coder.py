@@ -18,7 +18,7 @@ at `</function>`; the function itself must be closed.
 from __future__ import annotations
 
 from rotor.pipeline.parse.base import ToolCall, plain_name, skip_space
-from rotor.pipeline.parse.families._xml import elements, tag_head, typed_arguments
+from rotor.pipeline.parse.families._xml import element_calls, tag_head
 from rotor.pipeline.parse.marker import MarkerToolParser
 
 _FUNCTION = "<function="
@@ -33,17 +33,7 @@ class Qwen3CoderParser(MarkerToolParser):
     end_markers = ("</tool_call>",)
 
     def parse_section(self, body: str) -> list[ToolCall] | None:
-        functions = elements(body, _FUNCTION, _FUNCTION_END)
-        if not functions:
-            return None
-        calls: list[ToolCall] = []
-        for head, inner in functions:
-            name = plain_name(head)
-            pairs = _parameters(inner)
-            if name is None or pairs is None:
-                return None
-            calls.append(ToolCall(name=name, arguments=typed_arguments(self.tools, name, pairs)))
-        return calls
+        return element_calls(self.tools, body, _FUNCTION, _FUNCTION_END, plain_name, _parameters)
 
 
 def _parameters(inner: str) -> list[tuple[str, str]] | None:

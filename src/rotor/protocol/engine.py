@@ -13,6 +13,31 @@ from typing import Any, Literal
 
 Finish = Literal["eos", "length", "stop", "cancelled", "error"]
 
+# What went wrong with an engine request, which decides what the client gets:
+# refused     — the request is bad for this engine (400 naming `param`);
+# unavailable — the engine cannot serve now: gone, overloaded, shutting down
+#               (503 + Retry-After; the only kind a migration may retry);
+# internal    — the engine broke (500; the message is logged, never sent).
+ErrorKind = Literal["refused", "unavailable", "internal"]
+
+
+class EngineError(Exception):
+    """An engine request that failed, with the kind that says what the client gets.
+
+    `param` names the request field at fault as the API spells it ("mock", "n",
+    "max_tokens", "prompt") for a refusal, or is None when no field is."""
+
+    def __init__(
+        self, message: str, kind: ErrorKind = "refused", param: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.kind: ErrorKind = kind
+        self.param = param
+
+    def __reduce__(self) -> tuple:
+        return (EngineError, (self.message, self.kind, self.param))
+
 
 @dataclass(slots=True)
 class SamplingParams:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import dataclass
 from typing import Any
+
+from rotor.config import EngineConfig, Flag, HTTPConfig, ModelConfig, RunConfig
+from rotor.engines.registry import ENGINES, engine_flags, engine_names, engine_spec
 
 USAGE = """\
 rotor run [in=INPUT] [out=ENGINE] [flags]
@@ -23,16 +25,6 @@ Every flag also reads an environment variable: --model-path ↔ ROTOR_MODEL_PATH
 in=/out= ↔ ROTOR_IN/ROTOR_OUT. The echo engine's pace is ROTOR_ECHO_DELAY_MS
 (default 10 ms per character; 0 = as fast as possible).
 """
-
-
-@dataclass
-class Flag:
-    name: str
-    help: str
-    type: Any = str
-    default: Any = None
-    action: str | None = None
-    choices: tuple[str, ...] | None = None
 
 
 FLAGS = [
@@ -55,17 +47,6 @@ FLAGS = [
     ),
     Flag("--output", "batch mode: where to write the answers (default FILE.out.jsonl)"),
     Flag("--max-tokens", "text/stdin/batch modes: max tokens per answer", int),
-    # mocker
-    Flag("--max-num-seqs", "mocker: most sequences running at once", int, 256),
-    Flag("--max-num-batched-tokens", "mocker: token budget of one step", int, 8192),
-    Flag("--block-size", "mocker: KV cache block size in tokens", int, 16),
-    Flag("--num-kv-blocks", "mocker: KV cache size in blocks", int, 8192),
-    Flag("--speedup-ratio", "mocker: divide simulated time (0 = never sleep)", float, 1.0),
-    Flag(
-        "--no-structural-tags",
-        "mocker: do not accept structural-tag constraints",
-        action="store_true",
-    ),
 ]
 
 
@@ -102,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("io", nargs="*", metavar="in=INPUT out=ENGINE", help="input and engine")
-    for flag in FLAGS:
+    for flag in FLAGS + engine_flags():
         help_text = f"{flag.help} [{env_name(flag.name)}]"
         if flag.action:
             run.add_argument(
@@ -120,7 +101,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 INPUTS = ("http", "text", "stdin", "batch")
-ENGINES = {"echo": "echo", "echo_full": "echo", "mocker": "mocker"}
 
 
 def parse_io(items: list[str]) -> tuple[str, str | None, str]:
@@ -142,9 +122,40 @@ def parse_io(items: list[str]) -> tuple[str, str | None, str]:
         raise SystemExit("rotor run: in=batch needs a file: in=batch:FILE.jsonl")
     if kind != "batch" and path:
         raise SystemExit(f"rotor run: in={kind} takes no file")
-    if out not in ENGINES:
-        raise SystemExit(f"rotor run: unknown engine {out!r}; valid: {', '.join(ENGINES)}")
-    return kind, path or None, ENGINES[out]
+    try:
+        spec = engine_spec(out)
+    except KeyError:
+        raise SystemExit(
+            f"rotor run: unknown engine {out!r}; valid: {', '.join(engine_names())}"
+        ) from None
+    return kind, path or None, spec.name
+
+
+def run_config(args: argparse.Namespace, kind: str, path: str | None, engine: str) -> RunConfig:
+    """The parsed flags as the typed config launch builds from."""
+    spec = ENGINES[engine]
+    return RunConfig(
+        model=ModelConfig(
+            model_path=args.model_path,
+            model_name=args.model_name,
+            max_model_len=args.max_model_len,
+            chat_template=args.chat_template,
+            tool_call_parser=args.tool_call_parser,
+            reasoning_parser=args.reasoning_parser,
+        ),
+        engine=EngineConfig(engine, {f.dest: getattr(args, f.dest) for f in spec.flags}),
+        http=HTTPConfig(
+            host=args.host,
+            port=args.port,
+            api_key=args.api_key,
+            reasoning_field=args.reasoning_field,
+        ),
+        input=kind,
+        batch_file=path,
+        output=args.output,
+        max_tokens=args.max_tokens,
+        log_level=args.log_level,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         from rotor.launch import run
 
         try:
-            return run(args, kind, path, engine)
+            return run(run_config(args, kind, path, engine))
         except KeyboardInterrupt:  # Ctrl-C before a mode installed its own handling
             return EXIT_INTERRUPTED
     return 2  # pragma: no cover - argparse requires a command

@@ -1,11 +1,17 @@
-"""The frontend: served models, their engines, and one request from validated
-body to a stream of API chunks. HTTP (api/) and the terminal inputs (inputs/)
-both drive requests through here, so they behave the same.
+"""The frontend: the registry of served models, each behind an engine client,
+and one request from a validated body to its stream of internal events.
+HTTP (api/) and the terminal inputs (inputs/) drive requests through here,
+so they behave the same; each shapes the events in its own way.
 
 Request ids: the id a caller passes (the client's `x-request-id`, or one made
 for it) names the response (`chatcmpl-<id>`) and the logs; the engine never
 sees it. Every engine request gets an id of its own, unique in this process,
 so two clients that send the same header cannot collide in the engine.
+
+Status before stream: a response is handed back only once its first engine
+event (or error) has arrived, so a refusal from a remote engine is still a
+4xx naming the field, and an engine that is down is a 503, never a broken
+stream.
 """
 
 from __future__ import annotations
@@ -13,22 +19,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
-from rotor.engines.base import Engine, EngineError
-from rotor.pipeline.generate import Usage, run_all
+from rotor.model.served import ServedModel
+from rotor.pipeline.events import ChoiceEvent, Failure, Usage
+from rotor.pipeline.generate import EngineClient, run_all
 from rotor.pipeline.preprocess import (
     LONG_PROMPT_CHARS,
     Prepared,
-    RequestError,
-    ServedModel,
     new_request_id,
     prepare_chat,
     prepare_completion,
 )
-from rotor.pipeline.stream import ChatChunker, CompletionChunker
+from rotor.protocol.engine import EngineState
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 
 log = logging.getLogger("rotor.frontend")
@@ -38,14 +43,66 @@ class ModelNotFound(LookupError):
     pass
 
 
+class ResponseFailed(Exception):
+    """The response cannot go on: an engine error, or output that broke its
+    constraint. Before the first event it is the response's status; after it,
+    each API ends its stream in its own way."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+class ServingEngine(EngineClient, Protocol):
+    """An engine client as the registry holds it: the per-request contract
+    plus the state it reports (for /health and /metrics)."""
+
+    def state(self) -> EngineState: ...
+
+
+@dataclass
+class ModelEntry:
+    model: ServedModel
+    engine: ServingEngine
+
+
+class ModelRegistry:
+    """The models this frontend serves, by name, each with its engine client
+    (today an in-process engine; a router over remote workers is one more)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, ModelEntry] = {}
+
+    def add(self, model: ServedModel, engine: ServingEngine) -> None:
+        self._entries[model.name] = ModelEntry(model, engine)
+
+    def remove(self, name: str) -> None:
+        self._entries.pop(name, None)
+
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def entries(self) -> list[ModelEntry]:
+        return list(self._entries.values())
+
+    def get(self, name: str | None) -> ModelEntry:
+        """The entry for a request's `model`; None or "" means the only one."""
+        if name:
+            entry = self._entries.get(name)
+            if entry is not None:
+                return entry
+        elif len(self._entries) == 1:
+            return next(iter(self._entries.values()))
+        served = ", ".join(self._entries) or "none"
+        if not name:
+            raise ModelNotFound(f"the request names no model; served: {served}")
+        raise ModelNotFound(f"the model {name!r} does not exist; served: {served}")
+
+
 @dataclass
 class Response:
-    """A prepared response: its id, its choices' usage, and the chunk stream.
-
-    `on_pieces`, when set, is called each time an engine event brings
-    generated pieces, just before their chunks are yielded: the moment a token
-    reached the frontend, which is what TTFT and inter-token latency measure
-    (the opening `role` chunk and the finish/usage chunks carry no token)."""
+    """A started response: its id, its usage (complete once the events end),
+    and the internal event stream. `token_text` names a token for logprobs."""
 
     id: str
     model: str
@@ -53,43 +110,31 @@ class Response:
     n: int
     usage: Usage
     prepared: list[Prepared]
-    chunks: AsyncIterator[dict[str, Any]] = field(init=False)
-    on_pieces: Callable[[], None] | None = None
+    token_text: Callable[[int], str] | None
+    events: AsyncGenerator[ChoiceEvent, None] = field(init=False)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(p.prompt_tokens for p in self.prepared)
+
+    def completion_tokens(self) -> int:
+        """Tokens generated so far, over every choice (final once the events end)."""
+        return sum(c.decoder.tokens for p in self.prepared for c in p.choices)
 
 
 @dataclass
 class Frontend:
-    engine: Engine
-    model: ServedModel
+    registry: ModelRegistry = field(default_factory=ModelRegistry)
     reasoning_field: str = "reasoning_content"
-    started: bool = False
-
-    @property
-    def model_names(self) -> list[str]:
-        return [self.model.card.name]
+    ready: bool = False  # the engines it was built with have started
 
     def resolve(self, name: str | None) -> ServedModel:
-        """The served model for a request's `model` (None/empty: the only one)."""
-        if not name or name == self.model.card.name:
-            return self.model
-        raise ModelNotFound(
-            f"the model {name!r} does not exist; served: {', '.join(self.model_names)}"
-        )
-
-    async def start(self) -> None:
-        await self.engine.start()
-        self.started = True
-
-    async def stop(self) -> None:
-        self.started = False
-        await self.engine.stop()
-
-    # -- requests --------------------------------------------------------------------
+        return self.registry.get(name).model
 
     async def prepare_chat(self, req: ChatCompletionRequest) -> Prepared:
         """The chat request prepared as `chat` runs it (prompt, tokens, choices),
-        off the event loop when the messages are long. Its engine request has an
-        id of its own. Raises ModelNotFound, RequestError."""
+        off the event loop when the messages are long. Raises ModelNotFound,
+        RequestError."""
         model = self.resolve(req.model)
         request_id = new_request_id()
         if _chat_chars(req) > LONG_PROMPT_CHARS:
@@ -98,84 +143,84 @@ class Frontend:
 
     async def chat(self, req: ChatCompletionRequest, request_id: str) -> Response:
         """Start a chat response named after `request_id` (the caller's id)."""
-        model = self.resolve(req.model)
+        entry = self.registry.get(req.model)
         prepared = await self.prepare_chat(req)
-        self._validate_engine([prepared])
-        log.debug("request %s runs as engine request %s", request_id, prepared.request.request_id)
-        response_id = f"chatcmpl-{request_id}"
-        created = int(time.time())
-        usage = Usage()
-        chunker = ChatChunker(
-            response_id,
-            model.card.name,
-            created,
-            usage,
-            prepared.choices,
-            reasoning_field=self.reasoning_field,
-            continuous_usage=bool(req.stream_options and req.stream_options.continuous_usage_stats),
-            token_text=_token_text(model.tokenizer) if req.logprobs else None,
-        )
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        resp = Response(response_id, model.card.name, created, req.n, usage, [prepared])
-        resp.chunks = self._chunks(resp, chunker, include_usage, chunker.start(range(req.n)))
-        return resp
+        return await self._start(entry, f"chatcmpl-{request_id}", [prepared], req.logprobs)
 
     async def completion(self, req: CompletionRequest, request_id: str) -> Response:
         """Start a completions response named after `request_id` (the caller's id)."""
-        model = self.resolve(req.model)
+        entry = self.registry.get(req.model)
         engine_id = new_request_id()
         if _completion_chars(req) > LONG_PROMPT_CHARS:
-            prepared = await asyncio.to_thread(prepare_completion, model, req, engine_id)
+            prepared = await asyncio.to_thread(prepare_completion, entry.model, req, engine_id)
         else:
-            prepared = prepare_completion(model, req, engine_id)
-        self._validate_engine(prepared)
-        log.debug("request %s runs as engine request %s", request_id, engine_id)
-        response_id = f"cmpl-{request_id}"
-        created = int(time.time())
-        usage = Usage()
-        choices = [c for p in prepared for c in p.choices]
-        chunker = CompletionChunker(
+            prepared = prepare_completion(entry.model, req, engine_id)
+        return await self._start(entry, f"cmpl-{request_id}", prepared, req.logprobs is not None)
+
+    async def _start(
+        self, entry: ModelEntry, response_id: str, prepared: list[Prepared], logprobs: bool
+    ) -> Response:
+        model = entry.model
+        log.debug(
+            "response %s runs as engine request(s) %s",
             response_id,
-            model.card.name,
-            created,
-            usage,
-            choices,
-            continuous_usage=bool(req.stream_options and req.stream_options.continuous_usage_stats),
-            token_text=_token_text(model.tokenizer) if req.logprobs is not None else None,
+            ", ".join(r.request_id for p in prepared for r in p.requests),
         )
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        resp = Response(response_id, model.card.name, created, len(choices), usage, prepared)
-        resp.chunks = self._chunks(resp, chunker, include_usage)
+        n = sum(len(p.choices) for p in prepared)
+        token_text = model.token_text if logprobs and model.tokenizer is not None else None
+        resp = Response(response_id, model.name, int(time.time()), n, Usage(), prepared, token_text)
+        resp.events = await _primed(_checked(run_all(entry.engine, prepared, resp.usage)))
         return resp
 
-    def _validate_engine(self, prepared: list[Prepared]) -> None:
-        """The engine's own refusals (a bad `mock` script, ...) as 400s, before any work."""
-        for p in prepared:
-            try:
-                self.engine.validate(p.request)
-            except EngineError as e:
-                raise RequestError(str(e), e.param or "mock") from None
 
-    async def _chunks(
-        self,
-        resp: Response,
-        chunker: ChatChunker | CompletionChunker,
-        include_usage: bool,
-        opening: list[dict[str, Any]] | None = None,
-    ) -> AsyncIterator[dict[str, Any]]:
-        for chunk in opening or ():
-            yield chunk
-        events = run_all(self.engine, resp.prepared, resp.usage)
-        try:
-            async for index, choice, pieces in events:
-                if pieces and resp.on_pieces is not None:
-                    resp.on_pieces()
-                for chunk in chunker.events(index, choice, pieces):
-                    yield chunk
-        finally:
-            await events.aclose()
-        if include_usage:
-            yield chunker.usage_chunk()
+async def _checked(events: AsyncIterator[ChoiceEvent]) -> AsyncGenerator[ChoiceEvent, None]:
+    """The events, ending in ResponseFailed when a choice failed."""
+    try:
+        async for event in events:
+            finished = event.finished
+            if finished is not None and finished.failure is not None:
+                raise ResponseFailed(finished.failure)
+            yield event
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+
+
+async def _primed(
+    events: AsyncGenerator[ChoiceEvent, None],
+) -> AsyncGenerator[ChoiceEvent, None]:
+    """Wait for the first event, so that an engine that refuses the request
+    (or is down) fails the call itself; then the whole stream, first included."""
+    try:
+        first = await events.__anext__()
+    except StopAsyncIteration:
+        first = None
+    except ResponseFailed as e:
+        await events.aclose()
+        if e.failure.kind == "malformed":  # the model's output: part of the stream
+            return _failing(e)
+        raise
+    except BaseException:  # cancelled while waiting: the engine's work stops too
+        await events.aclose()
+        raise
+    return _chain(first, events)
+
+
+async def _chain(
+    first: ChoiceEvent | None, rest: AsyncGenerator[ChoiceEvent, None]
+) -> AsyncGenerator[ChoiceEvent, None]:
+    try:
+        if first is None:
+            return
+        yield first
+        async for event in rest:
+            yield event
+    finally:
+        await rest.aclose()
+
+
+async def _failing(error: ResponseFailed) -> AsyncGenerator[ChoiceEvent, None]:
+    raise error
+    yield  # pragma: no cover - makes this an async generator
 
 
 def _chat_chars(req: ChatCompletionRequest) -> int:
@@ -186,9 +231,3 @@ def _chat_chars(req: ChatCompletionRequest) -> int:
 def _completion_chars(req: CompletionRequest) -> int:
     """The size of all of a completion's prompts (text, or token ids)."""
     return sum(len(p) for p in req.prompts())
-
-
-def _token_text(tok: Any) -> Any:
-    if tok is None:
-        return None
-    return lambda tid: tok.decode([tid], skip_special_tokens=False)

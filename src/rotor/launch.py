@@ -1,129 +1,125 @@
-"""Build a whole system from parsed flags and run the chosen input."""
+"""Build a system from typed configs and run the chosen input.
+
+The steps every command reuses: `load` (the model: a directory, else the
+engine's built-in one), `build_engine` (by registry name), `serve_model`
+(the frontend's view of the model), `build_system` (all three for one
+process), `serve` (HTTP).
+"""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import sys
 
+from rotor.config import HTTPConfig, ModelConfig, RunConfig
 from rotor.engines.base import Engine
-from rotor.frontend import Frontend
-from rotor.model.card import ModelCard, echo_card
+from rotor.engines.registry import EngineSpec
+from rotor.model.card import ModelCard
+from rotor.model.served import ServedModel
 from rotor.model.tokenizer import Tokenizer
-from rotor.pipeline.preprocess import ServedModel
+from rotor.system import System
 
 
 class StartupError(Exception):
     """Something in the flags or the model directory stops startup; the message says what."""
 
 
-def load(args: argparse.Namespace, engine_name: str) -> tuple[ModelCard, Tokenizer | None]:
+def load(config: ModelConfig, spec: EngineSpec) -> tuple[ModelCard, Tokenizer | None]:
     """The served model: the model directory, else the engine's built-in one,
     with --max-model-len and --chat-template applied (and checked) either way."""
     from rotor.model.loader import ModelLoadError, apply_overrides, load_model
 
     try:
-        if args.model_path:
+        if config.model_path:
             return load_model(
-                args.model_path,
-                model_name=args.model_name,
-                max_model_len=args.max_model_len,
-                chat_template_file=args.chat_template,
+                config.model_path,
+                model_name=config.model_name,
+                max_model_len=config.max_model_len,
+                chat_template_file=config.chat_template,
             )
-        if engine_name == "mocker":
-            from rotor.model.builtin import BUILTIN_MODEL_NAME, builtin_test_model
-
-            card, tok = builtin_test_model(args.model_name or BUILTIN_MODEL_NAME)
-            source = "the built-in test model"
-        else:
-            card, tok = echo_card(args.model_name or "echo"), None
-            source = "the echo engine"
-        apply_overrides(card, args.max_model_len, args.chat_template, source)
+        card, tok, source = spec.builtin(config.model_name)
+        apply_overrides(card, config.max_model_len, config.chat_template, source)
     except ModelLoadError as e:
         raise StartupError(str(e)) from None
     return card, tok
 
 
-def build_engine(
-    args: argparse.Namespace, engine_name: str, card: ModelCard, tok: Tokenizer | None
-) -> Engine:
-    if engine_name == "mocker":
-        from rotor.engines.mocker import MockerConfig, MockerEngine
-
-        assert tok is not None
-        config = MockerConfig(
-            max_num_seqs=args.max_num_seqs,
-            max_num_batched_tokens=args.max_num_batched_tokens,
-            block_size=args.block_size,
-            num_kv_blocks=args.num_kv_blocks,
-            speedup_ratio=args.speedup_ratio,
-            structural_tags=not args.no_structural_tags,
-        )
-        return MockerEngine(card, tok, config)
-    from rotor.engines.echo import EchoEngine, delay_from_env
-
+def build_engine(spec: EngineSpec, card: ModelCard, tok: Tokenizer | None, options: dict) -> Engine:
     try:
-        delay = delay_from_env()
+        return spec.build(card, tok, options)
     except ValueError as e:
         raise StartupError(str(e)) from None
-    return EchoEngine(card, tok, delay)
 
 
-def build_frontend(args: argparse.Namespace, engine_name: str) -> Frontend:
-    card, tok = load(args, engine_name)
-    engine = build_engine(args, engine_name, card, tok)
+def serve_model(config: ModelConfig, card: ModelCard, tok: Tokenizer | None) -> ServedModel:
+    """The frontend's view of a card (the engine's, with its capabilities)."""
     try:
-        served = ServedModel.build(engine.card, tok, args.tool_call_parser, args.reasoning_parser)
+        return ServedModel.build(card, tok, config.tool_call_parser, config.reasoning_parser)
     except ValueError as e:
         raise StartupError(str(e)) from None
-    return Frontend(engine, served, reasoning_field=args.reasoning_field)
 
 
-def run(args: argparse.Namespace, kind: str, path: str | None, engine_name: str) -> int:
+def build_system(config: RunConfig) -> System:
+    from rotor.engines.registry import engine_spec
+
+    spec = engine_spec(config.engine.name)
+    card, tok = load(config.model, spec)
+    engine = build_engine(spec, card, tok, config.engine.options)
+    model = serve_model(config.model, engine.card, tok)
+    return System.local(engine, model, reasoning_field=config.http.reasoning_field)
+
+
+def run(config: RunConfig) -> int:
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        frontend = build_frontend(args, engine_name)
+        system = build_system(config)
     except StartupError as e:
         print(f"rotor: {e}", file=sys.stderr)
         return 2
-    if kind == "http":
-        return serve(frontend, args)
-    if kind == "text":
+    if config.input == "http":
+        return serve(system, config.http, config.log_level)
+    if config.input == "text":
         from rotor.inputs.text import run_text
 
-        return run_text(frontend, max_tokens=args.max_tokens)
-    if kind == "stdin":
+        return run_text(system, max_tokens=config.max_tokens)
+    if config.input == "stdin":
         from rotor.inputs.stdin import run_stdin
 
-        return asyncio.run(run_stdin(frontend, max_tokens=args.max_tokens))
+        return asyncio.run(run_stdin(system, max_tokens=config.max_tokens))
     from rotor.inputs.batch import run_batch
 
-    assert path is not None
-    return asyncio.run(run_batch(frontend, path, args.output, max_tokens=args.max_tokens))
+    assert config.batch_file is not None
+    return asyncio.run(
+        run_batch(system, config.batch_file, config.output, max_tokens=config.max_tokens)
+    )
 
 
-def serve(frontend: Frontend, args: argparse.Namespace) -> int:
+def serve(system: System, http: HTTPConfig, log_level: str) -> int:
     import uvicorn
 
     from rotor.api.app import create_app
 
-    app = create_app(frontend, api_key=args.api_key)
+    app = create_app(
+        system.frontend,
+        api_key=http.api_key,
+        on_startup=[system.start],
+        on_shutdown=[system.stop],
+    )
     config = uvicorn.Config(
         app,
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level.lower(),
+        host=http.host,
+        port=http.port,
+        log_level=log_level.lower(),
         access_log=False,
         timeout_graceful_shutdown=10,
     )
     server = uvicorn.Server(config)
+    names = ", ".join(repr(n) for n in system.frontend.registry.names())
     print(
-        f"rotor: serving {frontend.model.card.name!r} on http://{args.host}:{args.port}/v1",
-        file=sys.stderr,
-        flush=True,
+        f"rotor: serving {names} on http://{http.host}:{http.port}/v1", file=sys.stderr, flush=True
     )
     server.run()
     return 0

@@ -11,9 +11,9 @@ import pytest
 
 from rotor.api.app import create_app
 from rotor.engines.echo import EchoEngine
-from rotor.frontend import Frontend
 from rotor.model.builtin import builtin_test_model
-from rotor.pipeline.preprocess import ServedModel
+from rotor.model.served import ServedModel
+from rotor.system import System
 
 LIMIT = 300  # bytes: the app's body limit here
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -22,8 +22,8 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
     card, tok = builtin_test_model()
-    frontend = Frontend(EchoEngine(card, tok, 0), ServedModel.build(card, tok))
-    app = create_app(frontend, body_limit=LIMIT)
+    system = System.local(EchoEngine(card, tok, 0), ServedModel.build(card, tok))
+    app = create_app(system.frontend, body_limit=LIMIT)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://rotor") as http:
         yield http

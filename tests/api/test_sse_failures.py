@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
+from rotor.api.errors import INTERNAL_ERROR, error_body
 from rotor.api.metrics import Metrics
-from rotor.api.route import observed
-from rotor.api.sse import INTERNAL_ERROR, OPENAI, SSEResponse
+from rotor.api.observe import observed
+from rotor.api.sse import OPENAI, SSEResponse
 from rotor.frontend import Response
-from rotor.pipeline.generate import Usage
+from rotor.pipeline.events import ChoiceEvent, Usage
 
 TIMEOUT_S = 5
 
@@ -85,7 +86,10 @@ async def test_the_framings_failure_event_ends_a_broken_stream() -> None:
     gone, on_disconnect = counter()
     client = Client()
     response = SSEResponse(
-        failing_body(), None, on_disconnect, failure=lambda: OPENAI.failure(INTERNAL_ERROR)
+        failing_body(),
+        None,
+        on_disconnect,
+        failure=lambda: OPENAI.tail([error_body(500, INTERNAL_ERROR)]),
     )
     await serve(response, client)
     assert gone == []
@@ -135,13 +139,13 @@ async def test_a_failed_write_is_a_disconnect() -> None:
 
 async def test_observed_counts_a_raising_stream_as_a_500_not_cancelled() -> None:
     metrics = Metrics()
-    resp = Response("chatcmpl-x", "m", 0, 1, Usage(), [])
+    resp = Response("chatcmpl-x", "m", 0, 1, Usage(), [], None)
 
-    async def chunks() -> AsyncIterator[dict[str, Any]]:
-        yield {"choices": []}
+    async def events() -> AsyncIterator[ChoiceEvent]:
+        yield ChoiceEvent(0, [])
         raise RuntimeError("boom")
 
-    resp.chunks = chunks()
+    resp.events = events()
     stream = observed(resp, metrics, "chat", True, 0.0)
     with pytest.raises(RuntimeError):
         async for _ in stream:

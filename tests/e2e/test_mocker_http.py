@@ -386,7 +386,7 @@ def test_preemption_under_a_tiny_kv_cache_completes_every_request(tiny: Server) 
         assert choice["text"] == text
         assert choice["finish_reason"] == "stop"
         assert result["usage"]["completion_tokens"] == size - len(tiny.tokenize("hi"))
-    state = httpx.get(tiny.url + "/health", timeout=10).json()["engine"]
+    (state,) = httpx.get(tiny.url + "/health", timeout=10).json()["engines"].values()
     assert state["preemptions"] > 0
     assert state["kv_blocks_total"] == BLOCKS
     assert state["running"] == state["waiting"] == 0

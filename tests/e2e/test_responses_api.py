@@ -410,14 +410,14 @@ def test_unknown_model_raises_not_found(client: openai.OpenAI) -> None:
 
 def test_engine_failure(client: openai.OpenAI) -> None:
     body = {"mock": {"output": "partial", "end": "error"}}
-    with pytest.raises(openai.InternalServerError, match="scripted error"):
+    with pytest.raises(openai.InternalServerError, match="internal server error"):
         client.responses.create(model=MODEL, input="hi", extra_body=body)
     events = list(client.responses.create(model=MODEL, input="hi", stream=True, extra_body=body))
     assert [e.type for e in events[:2]] == ["response.created", "response.in_progress"]
     assert [e.type for e in events[-2:]] == ["error", "response.failed"]
-    assert "scripted error" in events[-2].message
+    assert events[-2].message == "internal server error"  # no internal text to clients
     failed = events[-1].response
-    assert failed.status == "failed" and "scripted error" in failed.error.message
+    assert failed.status == "failed" and failed.error.message == "internal server error"
     assert "response.completed" not in [e.type for e in events]
 
 

@@ -9,11 +9,16 @@ from typing import Any
 
 import pytest
 
-from rotor.engines.base import EngineError
 from rotor.engines.mocker import MockerConfig, MockerEngine
 from rotor.model.tokenizer import Tokenizer
 from rotor.pipeline.preprocess import RequestError, ServedModel, prepare_completion
-from rotor.protocol.engine import EngineOutput, OutputParams, SamplingParams, StopParams
+from rotor.protocol.engine import (
+    EngineError,
+    EngineOutput,
+    OutputParams,
+    SamplingParams,
+    StopParams,
+)
 from rotor.protocol.openai import CompletionRequest
 
 from support.mocker import CARD, EOS, TOK, MakeEngine, collect, ids_of, request
@@ -43,8 +48,10 @@ def test_card_context_length_is_what_the_kv_cache_holds() -> None:
     assert big.card.context_length == 32768  # the model's own limit, when smaller
 
 
-def test_the_frontends_context_check_applies_to_the_kv_limit() -> None:
-    engine = MockerEngine(CARD, TOK, MockerConfig(num_kv_blocks=4, block_size=4))
+async def test_the_frontends_context_check_applies_to_the_kv_limit(
+    make_engine: MakeEngine,
+) -> None:
+    engine = await make_engine(num_kv_blocks=4, block_size=4)
     served = ServedModel.build(engine.card, TOK)
     prompt_tokens = len(TOK.encode("Hello there"))
     too_long = CompletionRequest(model=CARD.name, prompt="Hello there", max_tokens=14)
@@ -56,8 +63,10 @@ def test_the_frontends_context_check_applies_to_the_kv_limit() -> None:
     (fits,) = prepare_completion(
         served, CompletionRequest(model=CARD.name, prompt="Hello there"), "r"
     )
-    assert fits.request.stop.max_tokens == 16 - prompt_tokens
-    engine.validate(fits.request)
+    (fits_request,) = fits.requests
+    assert fits_request.stop.max_tokens == 16 - prompt_tokens
+    outs = await collect(engine, fits_request)  # the engine takes what the frontend let through
+    assert outs[-1].finish is not None
 
 
 @pytest.mark.parametrize(
@@ -87,7 +96,7 @@ async def test_script_ends(
     assert [o.finish for o in outs[:-1]] == [None] * (len(outs) - 1)
     last = outs[-1]
     assert (last.finish, last.matched, last.error) == (finish, matched, error)
-    assert engine.state()["active_requests"] == 0
+    assert engine.state().active_requests == 0
 
 
 async def test_script_default_end_is_eos_and_special_tokens_become_ids(
@@ -149,14 +158,12 @@ async def test_n2_list_of_outputs(make_engine: MakeEngine) -> None:
 async def test_script_validation(make_engine: MakeEngine, mock: Any, n: int, field: str) -> None:
     engine = await make_engine()
     req = request(mock, n=n)
-    with pytest.raises(EngineError, match=field) as e:
-        engine.validate(req)
-    assert e.value.param == "mock"
     gen = engine.generate(req)
-    with pytest.raises(EngineError, match=field):
+    with pytest.raises(EngineError, match=field) as e:
         await gen.__anext__()  # raised on first iteration, before any output
+    assert (e.value.kind, e.value.param) == ("refused", "mock")
     state = engine.state()
-    assert (state["active_requests"], state["waiting"], state["running"], state["steps"]) == (
+    assert (state.active_requests, state.waiting, state.running, state.steps) == (
         0,
         0,
         0,
@@ -167,20 +174,19 @@ async def test_script_validation(make_engine: MakeEngine, mock: Any, n: int, fie
 async def test_request_validation(make_engine: MakeEngine) -> None:
     engine = await make_engine(num_kv_blocks=4, block_size=4)
     with pytest.raises(EngineError, match="empty") as e:
-        engine.validate(request(prompt=""))
+        await engine.generate(request(prompt="")).__anext__()
     assert e.value.param == "prompt"
     with pytest.raises(EngineError, match="token_ids") as e:
-        engine.validate(request(prompt=TEXT * 3))  # longer than the 16-token cache
+        await engine.generate(request(prompt=TEXT * 3)).__anext__()  # over the 16-token cache
     assert e.value.param == "prompt"
     with pytest.raises(EngineError, match="max_tokens") as e:
-        engine.validate(request(prompt="Hi", stop=StopParams(max_tokens=0)))
+        await engine.generate(request(prompt="Hi", stop=StopParams(max_tokens=0))).__anext__()
     assert e.value.param == "max_tokens"
     with pytest.raises(EngineError, match="n must be") as e:
-        engine.validate(request({"output": "ok"}, n=0))
+        await engine.generate(request({"output": "ok"}, n=0)).__anext__()
     assert e.value.param == "n"
-    engine.validate(
-        request({"output": "ok"}, prompt="Hi", stop=StopParams(max_tokens=0))
-    )  # scripts ignore it
+    scripted = request({"output": "ok"}, prompt="Hi", stop=StopParams(max_tokens=0))
+    assert ids_of(await collect(engine, scripted)) == TOK.encode("ok") + [EOS]  # scripts ignore it
 
 
 async def test_duplicate_request_id_rejected(make_engine: MakeEngine) -> None:
@@ -190,7 +196,7 @@ async def test_duplicate_request_id_rejected(make_engine: MakeEngine) -> None:
     with pytest.raises(EngineError, match="already running") as e:
         await engine.generate(request({"output": TEXT}, rid="same")).__anext__()
     assert e.value.param is None
-    assert engine.state()["active_requests"] == 1
+    assert engine.state().active_requests == 1
     rest = [out async for out in first]  # the first request is undisturbed
     assert rest[-1].finish == "eos"
 
@@ -203,10 +209,8 @@ async def test_no_eos_id_refuses_eos_ends_only() -> None:
         for end in ("eos", "eos_hidden"):
             req = request({"output": TEXT, "end": end})
             with pytest.raises(EngineError, match="no EOS token id") as e:
-                engine.validate(req)
-            assert e.value.param == "mock"
-            with pytest.raises(EngineError, match="no EOS token id"):
                 await engine.generate(req).__anext__()
+            assert (e.value.kind, e.value.param) == ("refused", "mock")
         # The request's own EOS ids stand in for the card's.
         req = request({"output": TEXT}, stop=StopParams(eos_token_ids=[EOS]))
         assert ids_of(await collect(engine, req)) == TOK.encode(TEXT) + [EOS]
@@ -216,30 +220,9 @@ async def test_no_eos_id_refuses_eos_ends_only() -> None:
         outs = await collect(engine, request(stop=StopParams(max_tokens=8)))
         assert len(ids_of(outs)) == 8 and EOS not in ids_of(outs)
         assert outs[-1].finish == "length"
-        assert engine.state()["active_requests"] == 0
+        assert engine.state().active_requests == 0
     finally:
         await engine.stop()
-
-
-async def test_validate_parses_the_script_once_per_call(
-    make_engine: MakeEngine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from rotor.engines.mocker import engine as engine_module
-
-    engine = await make_engine()
-    calls: list[Any] = []
-    real = engine_module.parse_script
-
-    def counting(raw: Any, n: int) -> Any:
-        calls.append(raw)
-        return real(raw, n)
-
-    monkeypatch.setattr(engine_module, "parse_script", counting)
-    req = request({"output": TEXT})
-    engine.validate(req)  # the frontend's call
-    assert len(calls) == 1
-    assert ids_of(await collect(engine, req)) == TOK.encode(TEXT) + [EOS]
-    assert len(calls) == 2  # generate parses once, for its check and for admission
 
 
 async def test_not_started_is_an_error() -> None:
@@ -391,7 +374,7 @@ async def test_a_slow_consumer_gets_each_choices_tokens_merged(make_engine: Make
     output = OutputParams(logprobs=True)
     gen = engine.generate(request({"output": texts}, n=2, output=output))
     outs = [await gen.__anext__()]
-    while engine.state()["running"]:  # every token is computed while nobody reads
+    while engine.state().running:  # every token is computed while nobody reads
         await asyncio.sleep(0)
     outs += [out async for out in gen]
     for index, text in enumerate(texts):
@@ -413,7 +396,7 @@ async def test_merging_keeps_a_closed_choices_output_before_its_end(
     texts = ["ends with no finish at all", TEXT]
     gen = engine.generate(request({"output": texts, "end": "eof"}, n=2))
     outs = [await gen.__anext__()]
-    while engine.state()["running"]:
+    while engine.state().running:
         await asyncio.sleep(0)
     outs += [out async for out in gen]
     assert [ids_of(outs, i) for i in range(2)] == [TOK.encode(t) for t in texts]
@@ -436,15 +419,15 @@ async def test_closing_the_generator_aborts_and_frees(make_engine: MakeEngine) -
     for _ in range(4):
         await gen.__anext__()
     state = engine.state()
-    assert state["running"] == 2 and state["kv_blocks_free"] < state["kv_blocks_total"]
+    assert state.running == 2 and state.kv_blocks_free < state.kv_blocks_total
     await gen.aclose()
     state = engine.state()
-    assert (state["running"], state["waiting"], state["active_requests"]) == (0, 0, 0)
-    assert state["kv_blocks_free"] == state["kv_blocks_total"]
+    assert (state.running, state.waiting, state.active_requests) == (0, 0, 0)
+    assert state.kv_blocks_free == state.kv_blocks_total
     await settle()
-    steps = engine.state()["steps"]
+    steps = engine.state().steps
     await asyncio.sleep(0.05)  # a loop still working for it would take many steps here
-    assert engine.state()["steps"] == steps
+    assert engine.state().steps == steps
 
 
 async def test_cancelling_the_consumer_aborts(make_engine: MakeEngine) -> None:
@@ -462,8 +445,8 @@ async def test_cancelling_the_consumer_aborts(make_engine: MakeEngine) -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     state = engine.state()
-    assert (state["running"], state["waiting"], state["active_requests"]) == (0, 0, 0)
-    assert state["kv_blocks_free"] == state["kv_blocks_total"]
+    assert (state.running, state.waiting, state.active_requests) == (0, 0, 0)
+    assert state.kv_blocks_free == state.kv_blocks_total
 
 
 async def test_abort_one_choice(make_engine: MakeEngine) -> None:
@@ -477,11 +460,11 @@ async def test_abort_one_choice(make_engine: MakeEngine) -> None:
         elif out.index == 0:
             engine.abort(req.request_id, 0)
             aborted = True
-            assert engine.state()["running"] == 1
+            assert engine.state().running == 1
     assert aborted
     assert all(o.index == 1 for o in after_abort)
     assert after_abort[-1].finish == "eos"
-    assert engine.state()["active_requests"] == 0
+    assert engine.state().active_requests == 0
 
 
 async def test_abort_whole_request_ends_the_stream(make_engine: MakeEngine) -> None:
@@ -493,7 +476,7 @@ async def test_abort_whole_request_ends_the_stream(make_engine: MakeEngine) -> N
         if len(outs) == 3:
             engine.abort(req.request_id)
     assert len(outs) == 3
-    assert engine.state()["kv_blocks_free"] == engine.state()["kv_blocks_total"]
+    assert engine.state().kv_blocks_free == engine.state().kv_blocks_total
 
 
 async def test_stop_fails_requests_in_flight(make_engine: MakeEngine) -> None:

@@ -27,7 +27,7 @@ async def test_repeated_prompt_reuses_cached_blocks(make_engine: MakeEngine) -> 
     first = await collect(engine, request({"output": "Sunny."}, prompt))
     assert first[0].cached_tokens == 0
     assert all(o.cached_tokens is None for o in first[1:])  # reported once, on the first output
-    assert engine.state()["kv_blocks_cached"] > 0
+    assert engine.state().kv_blocks_cached > 0
     again = await collect(engine, request({"output": "Sunny."}, prompt))
     # Every full block is reused except that the last token is always computed.
     assert again[0].cached_tokens == (length - 1) // 4 * 4 > 0
@@ -60,7 +60,7 @@ async def test_n_choices_share_prompt_blocks(make_engine: MakeEngine) -> None:
     gen = engine.generate(request({"output": "The quick brown fox " * 4}, prompt, n=2))
     first = await gen.__anext__()
     state = engine.state()
-    used = state["kv_blocks_total"] - state["kv_blocks_free"]
+    used = state.kv_blocks_total - state.kv_blocks_free
     assert used <= prompt_blocks + 4  # two private copies would need 2 * prompt_blocks
     assert first.cached_tokens == 0  # the request's own prompt was not cached before
     await gen.aclose()
@@ -84,9 +84,9 @@ async def test_preemption_under_a_tiny_cache_completes_every_request(
         assert ids_of(outs) == TOK.encode(text) + [EOS]  # nothing repeated, nothing lost
         assert [o.finish for o in outs] == [None] * (len(outs) - 1) + ["eos"]
     state = engine.state()
-    assert state["preemptions"] > 0
-    assert (state["running"], state["waiting"], state["active_requests"]) == (0, 0, 0)
-    assert state["kv_blocks_free"] == state["kv_blocks_total"] == 12
+    assert state.preemptions > 0
+    assert (state.running, state.waiting, state.active_requests) == (0, 0, 0)
+    assert state.kv_blocks_free == state.kv_blocks_total == 12
 
 
 async def test_preemption_keeps_seeded_output(make_engine: MakeEngine) -> None:
@@ -102,7 +102,7 @@ async def test_preemption_keeps_seeded_output(make_engine: MakeEngine) -> None:
     expected = [ids_of(await collect(alone, r)) for r in reqs()]
     got = await asyncio.gather(*(collect(crowded, r) for r in reqs()))
     assert [ids_of(outs) for outs in got] == expected
-    assert crowded.state()["preemptions"] > 0
+    assert crowded.state().preemptions > 0
 
 
 async def test_max_num_seqs_limits_the_running_batch(make_engine: MakeEngine) -> None:
@@ -111,7 +111,7 @@ async def test_max_num_seqs_limits_the_running_batch(make_engine: MakeEngine) ->
     firsts = [asyncio.ensure_future(g.__anext__()) for g in gens]
     await asyncio.wait(firsts, return_when=asyncio.FIRST_COMPLETED)
     state = engine.state()
-    assert state["running"] == 2 and state["waiting"] == 3
+    assert state.running == 2 and state.waiting == 3
     for fut in firsts:
         fut.cancel()
     await asyncio.gather(*firsts, return_exceptions=True)
@@ -130,7 +130,7 @@ async def test_long_prompt_is_prefilled_in_chunks(make_engine: MakeEngine) -> No
     outs = await collect(engine, req)
     assert [(o.token_ids, o.finish) for o in outs] == [([EOS], "eos")]
     # One step per 32-token chunk; the last chunk's step samples the EOS.
-    assert engine.state()["steps"] == -(-length // 32)
+    assert engine.state().steps == -(-length // 32)
 
 
 async def test_decodes_batch_with_a_chunked_prefill(make_engine: MakeEngine) -> None:
@@ -144,7 +144,7 @@ async def test_decodes_batch_with_a_chunked_prefill(make_engine: MakeEngine) -> 
     assert ids_of(long_outs) == TOK.encode("done") + [EOS]
     # Had the long prefill run alone, it would add one step per chunk.
     alone = len(short_outs) + -(-len(long.token_ids) // 16) + len(long_outs)
-    assert engine.state()["steps"] < alone
+    assert engine.state().steps < alone
 
 
 # -- simulated time -----------------------------------------------------------------
@@ -195,12 +195,12 @@ async def test_speedup_ratio_scales_sleep(make_engine: MakeEngine) -> None:
     slow_sleeps = await _recorded_sleeps(slow, 20)
     fast_sleeps = await _recorded_sleeps(fast, 20)
     # Simulated time does not depend on the ratio; only the sleeping does.
-    assert slow.state()["simulated_ms"] == pytest.approx(2000.0)
-    assert fast.state()["simulated_ms"] == pytest.approx(2000.0)
+    assert slow.state().simulated_ms == pytest.approx(2000.0)
+    assert fast.state().simulated_ms == pytest.approx(2000.0)
     # One sleep per step: the (free) prefill, then 20 decode steps of 100 ms each.
     assert slow_sleeps == pytest.approx([0.0] + [0.1] * 20)
     assert fast_sleeps == pytest.approx([s / 10 for s in slow_sleeps])
-    assert sum(slow_sleeps) == pytest.approx(slow.state()["simulated_ms"] / 1000)
+    assert sum(slow_sleeps) == pytest.approx(slow.state().simulated_ms / 1000)
 
 
 async def test_steps_really_sleep(make_engine: MakeEngine) -> None:
@@ -211,7 +211,7 @@ async def test_steps_really_sleep(make_engine: MakeEngine) -> None:
 async def test_speedup_zero_never_sleeps(make_engine: MakeEngine) -> None:
     engine = await make_engine(**_timed_config(0.0, 1000.0))
     elapsed = await _timed_run(engine, 50)
-    simulated_s = engine.state()["simulated_ms"] / 1000
+    simulated_s = engine.state().simulated_ms / 1000
     assert simulated_s == pytest.approx(50.0)
     assert elapsed < simulated_s / 10
 

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 from rotor.engines.echo import EchoEngine
-from rotor.frontend import Frontend
 from rotor.inputs.batch import jsonl_lines, run_batch
 from rotor.model.card import echo_card
-from rotor.pipeline.preprocess import ServedModel
+from rotor.model.served import ServedModel
+from rotor.system import System
 
 # Each of these is a line boundary to str.splitlines, and plain text to JSON.
 SEPARATORS = "\u2028\u2029\u0085"
@@ -32,9 +32,9 @@ async def test_separators_inside_json_strings_stay_in_their_line(tmp_path: Path)
     source.write_bytes("\r\n".join(lines).encode("utf-8") + b"\r\n")
     out = tmp_path / "out.jsonl"
     card = echo_card()
-    frontend = Frontend(EchoEngine(card, None, 0), ServedModel.build(card, None))
+    system = System.local(EchoEngine(card, None, 0), ServedModel.build(card, None))
 
-    assert await run_batch(frontend, str(source), str(out)) == 0
+    assert await run_batch(system, str(source), str(out)) == 0
 
     records = [json.loads(line) for line in out.read_text(encoding="utf-8").split("\n") if line]
     assert [r["index"] for r in records] == [0, 1]

@@ -25,11 +25,11 @@ from pathlib import Path
 import pytest
 
 from rotor.engines.echo import EchoEngine
-from rotor.frontend import Frontend
 from rotor.inputs.session import stream_chat
 from rotor.model.card import echo_card
-from rotor.pipeline.preprocess import ServedModel
+from rotor.model.served import ServedModel
 from rotor.protocol.openai import ChatCompletionRequest
+from rotor.system import System
 
 from support.models import chatml_model
 
@@ -232,8 +232,9 @@ def test_request_error_is_one_line_and_the_prompt_returns(terminal: type[Termina
 async def test_cancelling_a_streaming_turn_stops_the_engine_work() -> None:
     card = echo_card()
     engine = EchoEngine(card, None, delay_ms=50)
-    frontend = Frontend(engine, ServedModel.build(card, None))
-    await frontend.start()
+    system = System.local(engine, ServedModel.build(card, None))
+    frontend = system.frontend
+    await system.start()
     try:
         text = "x" * 200
         started = asyncio.Event()
@@ -244,10 +245,10 @@ async def test_cancelling_a_streaming_turn_stops_the_engine_work() -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         state = engine.state()
-        assert state["active_requests"] == 0  # the engine's generator was closed
-        assert state["tokens_generated"] < len(text)
+        assert state.active_requests == 0  # the engine's generator was closed
+        assert state.tokens_generated < len(text)
     finally:
-        await frontend.stop()
+        await system.stop()
 
 
 def test_mocker_with_a_model_directory(terminal: type[Terminal], tmp_path: Path) -> None:

@@ -3,11 +3,12 @@ model directory and without one (the echo card, the mocker's built-in model)."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
 
+from rotor.config import ModelConfig
+from rotor.engines.registry import engine_spec
 from rotor.launch import StartupError, load
 from rotor.model.card import echo_card
 from rotor.model.loader import ModelLoadError, apply_overrides
@@ -15,17 +16,12 @@ from rotor.model.loader import ModelLoadError, apply_overrides
 ENGINES = ("echo", "mocker")
 
 
-def flags(max_model_len: int | None = None, chat_template: str | None = None) -> argparse.Namespace:
-    return argparse.Namespace(
-        model_path=None,
-        model_name=None,
-        max_model_len=max_model_len,
-        chat_template=chat_template,
-    )
+def flags(max_model_len: int | None = None, chat_template: str | None = None) -> ModelConfig:
+    return ModelConfig(max_model_len=max_model_len, chat_template=chat_template)
 
 
 def context_of(engine: str) -> int:
-    card, _ = load(flags(), engine)
+    card, _ = load(flags(), engine_spec(engine))
     return card.context_length
 
 
@@ -33,21 +29,21 @@ def context_of(engine: str) -> int:
 @pytest.mark.parametrize("length", [0, -5])
 def test_max_model_len_must_be_positive(engine: str, length: int) -> None:
     with pytest.raises(StartupError, match="max_model_len must be a positive integer"):
-        load(flags(max_model_len=length), engine)
+        load(flags(max_model_len=length), engine_spec(engine))
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_max_model_len_may_not_exceed_the_model(engine: str) -> None:
     context = context_of(engine)
     with pytest.raises(StartupError) as err:
-        load(flags(max_model_len=context + 1), engine)
+        load(flags(max_model_len=context + 1), engine_spec(engine))
     message = str(err.value)
     assert str(context + 1) in message and str(context) in message.replace(str(context + 1), "")
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_max_model_len_lowers_the_context(engine: str) -> None:
-    card, _ = load(flags(max_model_len=100), engine)
+    card, _ = load(flags(max_model_len=100), engine_spec(engine))
     assert card.context_length == 100
 
 
@@ -55,7 +51,7 @@ def test_max_model_len_lowers_the_context(engine: str) -> None:
 def test_chat_template_is_read_as_utf8(engine: str, tmp_path: Path) -> None:
     file = tmp_path / "t.jinja"
     file.write_bytes("«{{ messages[0].content }}» — ✓".encode())
-    card, _ = load(flags(chat_template=str(file)), engine)
+    card, _ = load(flags(chat_template=str(file)), engine_spec(engine))
     assert card.chat_templates == {"default": "«{{ messages[0].content }}» — ✓"}
 
 
@@ -64,7 +60,7 @@ def test_a_chat_template_that_is_not_utf8_is_a_startup_error(engine: str, tmp_pa
     file = tmp_path / "latin1.jinja"
     file.write_bytes("caf\xe9 {{ messages }}".encode("latin-1"))
     with pytest.raises(StartupError, match="not UTF-8") as err:
-        load(flags(chat_template=str(file)), engine)
+        load(flags(chat_template=str(file)), engine_spec(engine))
     assert str(file) in str(err.value)
 
 
@@ -72,7 +68,7 @@ def test_a_chat_template_that_is_not_utf8_is_a_startup_error(engine: str, tmp_pa
 def test_a_missing_chat_template_is_a_startup_error(engine: str, tmp_path: Path) -> None:
     missing = tmp_path / "nope.jinja"
     with pytest.raises(StartupError, match="does not exist") as err:
-        load(flags(chat_template=str(missing)), engine)
+        load(flags(chat_template=str(missing)), engine_spec(engine))
     assert str(missing) in str(err.value)
 
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from rotor.model.builtin import builtin_test_model
 from rotor.pipeline.choice import ChoicePipeline
 from rotor.pipeline.decode import ChoiceDecoder, End
+from rotor.pipeline.events import Failure
 from rotor.pipeline.parse.base import Content, Piece, Reasoning, ToolCall, Tools
 from rotor.pipeline.parse.constrained import NamedToolParser
 from rotor.pipeline.parse.message import MessageParser
@@ -109,7 +110,7 @@ def test_completed_call_then_model_eos_is_tool_calls(eos: int) -> None:
     assert (fold(pieces).content or "").strip() == PREAMBLE
     f = pipe.finished
     assert f is not None
-    assert (f.finish_reason, f.end, f.stop_reason, f.error) == (
+    assert (f.finish_reason, f.end, f.stop_reason, f.failure) == (
         "tool_calls",
         End.MODEL_EOS,
         None,
@@ -229,26 +230,29 @@ def test_engine_error_sets_error_and_yields_no_pieces(same_output: bool) -> None
     assert last == []
     assert fold(before).calls == []
     f = pipe.finished
-    assert f is not None and f.end is End.ERROR and f.error == "worker died"
+    assert f is not None and f.end is End.ERROR
+    assert f.failure == Failure("internal", "worker died")
     assert f.completion_tokens == len(ids)
 
 
 @pytest.mark.parametrize(
-    ("kind", "error"), [(End.ERROR, "engine error"), (End.CANCELLED, "cancelled")]
+    ("kind", "failure"),
+    [(End.ERROR, Failure("internal", "engine error")), (End.CANCELLED, None)],
 )
-def test_close_with_error_or_cancel(kind: End, error: str) -> None:
+def test_close_with_error_or_cancel(kind: End, failure: Failure | None) -> None:
     pipe = pipeline()
     drive(pipe, outputs(TOK.encode("Hello")), close=False)
     assert pipe.close(kind) == []
     f = pipe.finished
-    assert f is not None and f.end is kind and f.error == error
+    assert f is not None and f.end is kind and f.failure == failure
     assert pipe.close() == [] and pipe.finished is f
 
 
-def test_close_error_keeps_its_message() -> None:
+def test_close_error_keeps_its_failure() -> None:
     pipe = pipeline()
-    assert pipe.close(End.ERROR, "engine error: boom") == []
-    assert pipe.finished is not None and pipe.finished.error == "engine error: boom"
+    failure = Failure("unavailable", "worker gone")
+    assert pipe.close(End.ERROR, failure) == []
+    assert pipe.finished is not None and pipe.finished.failure == failure
 
 
 # -- exactly one End --------------------------------------------------------------------

@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
+from rotor.pipeline.errors import RequestError
 from rotor.pipeline.grammar import TRIGGERS, beam_turn_grammar, tool_choice_guided
 from rotor.pipeline.parse.base import Tools
+from rotor.pipeline.tool_choice import check_tool_choice
 
 WEATHER = {
     "type": "object",
@@ -55,7 +57,7 @@ def segments(grammar: dict[str, Any], channel: str) -> list[dict[str, Any]]:
 
 
 def test_auto_allows_every_tool_analysis_and_final() -> None:
-    grammar = beam_turn_grammar(TOOLS, "auto")
+    grammar = beam_turn_grammar(TOOLS, check_tool_choice("auto", TOOLS))
     assert grammar["type"] == "structural_tag"
     assert tool_names(grammar) == {"weather.lookup", "search", "ping"}
     assert {t["end"] for t in segments(grammar, "analysis")} == {"<|end|>"}
@@ -75,7 +77,7 @@ def test_auto_allows_every_tool_analysis_and_final() -> None:
 
 
 def test_tool_tags_follow_the_beam_header_and_end() -> None:
-    grammar = beam_turn_grammar(TOOLS, "auto")
+    grammar = beam_turn_grammar(TOOLS, check_tool_choice("auto", TOOLS))
     tags = tool_tags(grammar, "weather.lookup")
     assert {t["begin"] for t in tags} == {
         " to=weather.lookup<|channel|>analysis <|constrain|>xml<|message|>",
@@ -85,7 +87,7 @@ def test_tool_tags_follow_the_beam_header_and_end() -> None:
 
 
 def test_parameters_restricted_to_the_tools_properties() -> None:
-    grammar = beam_turn_grammar(TOOLS, "auto")
+    grammar = beam_turn_grammar(TOOLS, check_tool_choice("auto", TOOLS))
     for tag in tool_tags(grammar, "weather.lookup"):
         assert param_names(tag) == {"city", "days"}
         values = {p["begin"]: p["content"] for p in tag["content"]["tags"]}
@@ -102,14 +104,14 @@ def test_parameters_restricted_to_the_tools_properties() -> None:
 
 
 def test_every_structure_opens_with_exactly_one_trigger() -> None:
-    grammar = beam_turn_grammar(TOOLS, "auto")
+    grammar = beam_turn_grammar(TOOLS, check_tool_choice("auto", TOOLS))
     assert grammar["triggers"] == TRIGGERS
     for tag in grammar["structures"]:
         assert sum(tag["begin"].startswith(t) for t in grammar["triggers"]) == 1, tag["begin"]
 
 
 def test_required_puts_a_call_before_any_final() -> None:
-    grammar = beam_turn_grammar(TOOLS, "required")
+    grammar = beam_turn_grammar(TOOLS, check_tool_choice("required", TOOLS))
     assert tool_names(grammar) == {"weather.lookup", "search", "ping"}
     turn = grammar["format"]
     assert turn["type"] == "sequence"
@@ -128,7 +130,7 @@ def test_required_puts_a_call_before_any_final() -> None:
 
 
 def test_named_narrows_to_that_tool() -> None:
-    grammar = beam_turn_grammar(TOOLS, NAMED)
+    grammar = beam_turn_grammar(TOOLS, check_tool_choice(NAMED, TOOLS))
     assert tool_names(grammar) == {"search"}
     first_call = grammar["format"]["elements"][1]
     assert {t["begin"].split(" to=")[1].split("<|")[0] for t in first_call["elements"]} == {
@@ -137,7 +139,7 @@ def test_named_narrows_to_that_tool() -> None:
 
 
 def test_none_allows_no_call() -> None:
-    grammar = beam_turn_grammar(TOOLS, "none")
+    grammar = beam_turn_grammar(TOOLS, check_tool_choice("none", TOOLS))
     assert tool_names(grammar) == set()
     assert segments(grammar, "final")
 
@@ -148,23 +150,23 @@ def test_none_allows_no_call() -> None:
 )
 def test_impossible_choice_is_rejected(choice: Any) -> None:
     with pytest.raises(ValueError):
-        beam_turn_grammar(TOOLS, choice)
+        beam_turn_grammar(TOOLS, check_tool_choice(choice, TOOLS))
     with pytest.raises(ValueError):
-        tool_choice_guided(TOOLS, choice)
+        tool_choice_guided(TOOLS, check_tool_choice(choice, TOOLS))
 
 
 def test_required_without_tools_is_rejected() -> None:
-    with pytest.raises(ValueError):
-        tool_choice_guided(Tools(), "required")
+    with pytest.raises(RequestError, match="needs tools"):
+        check_tool_choice("required", Tools())
 
 
 @pytest.mark.parametrize("choice", ["auto", "none", None])
 def test_guided_is_none_unless_forced(choice: Any) -> None:
-    assert tool_choice_guided(TOOLS, choice) is None
+    assert tool_choice_guided(TOOLS, check_tool_choice(choice, TOOLS)) is None
 
 
 def test_guided_required_is_a_non_empty_array_of_declared_calls() -> None:
-    guided = tool_choice_guided(TOOLS, "required")
+    guided = tool_choice_guided(TOOLS, check_tool_choice("required", TOOLS))
     assert guided is not None and guided["type"] == "json_schema"
     schema = guided["json_schema"]
     assert schema["type"] == "array" and schema["minItems"] == 1
@@ -180,6 +182,11 @@ def test_guided_required_is_a_non_empty_array_of_declared_calls() -> None:
 
 
 def test_guided_named_is_that_tools_parameters() -> None:
-    assert tool_choice_guided(TOOLS, NAMED) == {"type": "json_schema", "json_schema": SEARCH}
-    ping = tool_choice_guided(TOOLS, {"type": "function", "function": {"name": "ping"}})
+    assert tool_choice_guided(TOOLS, check_tool_choice(NAMED, TOOLS)) == {
+        "type": "json_schema",
+        "json_schema": SEARCH,
+    }
+    ping = tool_choice_guided(
+        TOOLS, check_tool_choice({"type": "function", "function": {"name": "ping"}}, TOOLS)
+    )
     assert ping is not None and ping["json_schema"]["type"] == "object"

@@ -17,12 +17,15 @@ import pytest
 from rotor.model.builtin import builtin_test_model
 from rotor.model.card import ModelCard
 from rotor.model.loader import load_model
+from rotor.model.served import ServedModel
 from rotor.model.tokenizer import Tokenizer
 from rotor.pipeline import grammar
 from rotor.pipeline.choice import ChoicePipeline
 from rotor.pipeline.decode import End
+from rotor.pipeline.errors import RequestError
 from rotor.pipeline.parse.base import Piece, Tools
-from rotor.pipeline.preprocess import Prepared, RequestError, ServedModel, prepare_chat
+from rotor.pipeline.preprocess import Prepared, prepare_chat
+from rotor.pipeline.tool_choice import check_tool_choice
 from rotor.protocol.engine import EngineOutput
 from rotor.protocol.openai import ChatCompletionRequest
 
@@ -110,8 +113,8 @@ def test_tool_choice_none_leaves_tools_out_and_parses_nothing() -> None:
     prepared = prepare(model, tools=TOOLS, tool_choice="none")
     assert prepared.prompt_text is not None
     assert "get_weather" not in prepared.prompt_text and "<tools>" not in prepared.prompt_text
-    assert prepared.request.sampling.guided is None
-    assert prepared.request.stop.visible_stop_token_ids == []
+    assert prepared.requests[0].sampling.guided is None
+    assert prepared.requests[0].stop.visible_stop_token_ids == []
     choice = prepared.choices[0]
     pieces = play(model, choice, HERMES_CALL)
     assert fold(pieces).calls == []
@@ -128,7 +131,7 @@ def test_tool_choice_auto_renders_tools_and_parses_calls(tool_choice: str | None
     prepared = prepare(model, **fields)
     assert prepared.prompt_text is not None
     assert "get_weather" in prepared.prompt_text and "<tools>" in prepared.prompt_text
-    assert prepared.request.sampling.guided is None  # auto: no constraint for hermes
+    assert prepared.requests[0].sampling.guided is None  # auto: no constraint for hermes
     choice = prepared.choices[0]
     pieces = play(model, choice, HERMES_CALL)
     assert fold(pieces).calls == [("get_weather", {"city": "Paris"})]
@@ -140,10 +143,14 @@ def test_tool_choice_auto_renders_tools_and_parses_calls(tool_choice: str | None
 def test_tool_choice_required_constrains_when_the_engine_can(structural_tags: bool) -> None:
     model = chatml(structural_tags=structural_tags)
     prepared = prepare(model, tools=TOOLS, tool_choice="required")
-    expected = grammar.tool_choice_guided(DECLARED, "required") if structural_tags else None
-    assert prepared.request.sampling.guided == expected
+    expected = (
+        grammar.tool_choice_guided(DECLARED, check_tool_choice("required", DECLARED))
+        if structural_tags
+        else None
+    )
+    assert prepared.requests[0].sampling.guided == expected
     if structural_tags:
-        guided = prepared.request.sampling.guided
+        guided = prepared.requests[0].sampling.guided
         assert guided is not None and guided["json_schema"]["minItems"] == 1
     assert prepared.prompt_text is not None and "get_weather" in prepared.prompt_text
     # Under the constraint the model writes the JSON array it forces, not the
@@ -170,7 +177,7 @@ def test_harmony_named_choice_gets_no_bare_json_constraint(tmp_path: Path) -> No
     model = ServedModel.build(card, tok, tool_parser_name="harmony")
     for choice in ("required", NAMED):
         prepared = prepare(model, tools=TOOLS, tool_choice=choice)
-        assert prepared.request.sampling.guided is None
+        assert prepared.requests[0].sampling.guided is None
 
 
 @pytest.mark.parametrize("structural_tags", [True, False])
@@ -178,10 +185,15 @@ def test_named_tool_choice_makes_the_output_one_call(structural_tags: bool) -> N
     model = chatml(structural_tags=structural_tags)
     prepared = prepare(model, tools=TOOLS, tool_choice=NAMED)
     if structural_tags:
-        assert prepared.request.sampling.guided == {"type": "json_schema", "json_schema": WEATHER}
-        assert prepared.request.sampling.guided == grammar.tool_choice_guided(DECLARED, NAMED)
+        assert prepared.requests[0].sampling.guided == {
+            "type": "json_schema",
+            "json_schema": WEATHER,
+        }
+        assert prepared.requests[0].sampling.guided == grammar.tool_choice_guided(
+            DECLARED, check_tool_choice(NAMED, DECLARED)
+        )
     else:
-        assert prepared.request.sampling.guided is None
+        assert prepared.requests[0].sampling.guided is None
     assert prepared.prompt_text is not None and "get_weather" in prepared.prompt_text
     choice = prepared.choices[0]
     pieces = play(model, choice, '{"city": "Paris", "days": 2}', per_step=3)
@@ -210,7 +222,6 @@ def test_inconsistent_tool_choice_is_a_400(
     model = chatml() if parser == "hermes" else beam(beam_dir)
     with pytest.raises(RequestError) as info:
         prepare(model, **fields)
-    assert info.value.status == 400
     assert info.value.param == "tool_choice"
 
 
@@ -228,8 +239,12 @@ def test_beam_grammar_installed_only_when_the_engine_accepts_it_and_not_opted_ou
         fields["turn_grammar"] = turn_grammar
     installed = structural_tags and turn_grammar is not False
     prepared = prepare(model, **fields)
-    guided = prepared.request.sampling.guided
-    assert guided == (grammar.beam_turn_grammar(DECLARED, "auto") if installed else None)
+    guided = prepared.requests[0].sampling.guided
+    assert guided == (
+        grammar.beam_turn_grammar(DECLARED, check_tool_choice("auto", DECLARED))
+        if installed
+        else None
+    )
     choice = prepared.choices[0]
     assert choice.grammar is installed
 
@@ -241,10 +256,10 @@ def test_beam_grammar_installed_only_when_the_engine_accepts_it_and_not_opted_ou
     # The EOS text is retained (for the parser) exactly when the grammar is installed.
     assert choice.decoder.end.eos_text == ("<|return|>" if installed else None)
     if installed:
-        assert choice.finished.end is End.ERROR and choice.finished.error
+        assert choice.finished.end is End.ERROR and choice.finished.failure
         assert pieces == []
     else:
-        assert choice.finished.end is End.MODEL_EOS and choice.finished.error is None
+        assert choice.finished.end is End.MODEL_EOS and choice.finished.failure is None
         assert fold(pieces).calls == [] and fold(pieces).content is None
 
 
@@ -256,8 +271,8 @@ def test_beam_without_active_tools_has_no_grammar_and_no_visible_stop(
 ) -> None:
     model = beam(beam_dir)
     prepared = prepare(model, **fields)
-    assert prepared.request.sampling.guided is None
-    assert prepared.request.stop.visible_stop_token_ids == []
+    assert prepared.requests[0].sampling.guided is None
+    assert prepared.requests[0].stop.visible_stop_token_ids == []
     assert prepared.choices[0].grammar is False
     # `<|call|>` does not end the choice; analysis/final still parse (beam handles reasoning).
     text = "<|channel|>analysis<|message|>r<|end|><|call|><|channel|>final<|message|>Hi"
@@ -277,8 +292,10 @@ def test_beam_call_is_a_visible_stop_when_tools_are_active(
     assert tok is not None
     call_id = tok.token_to_id("<|call|>")
     prepared = prepare(model, tools=TOOLS, tool_choice=tool_choice)
-    assert prepared.request.stop.visible_stop_token_ids == [call_id]
-    assert prepared.request.sampling.guided == grammar.beam_turn_grammar(DECLARED, tool_choice)
+    assert prepared.requests[0].stop.visible_stop_token_ids == [call_id]
+    assert prepared.requests[0].sampling.guided == grammar.beam_turn_grammar(
+        DECLARED, check_tool_choice(tool_choice, DECLARED)
+    )
     choice = prepared.choices[0]
     pieces = play(model, choice, BEAM_PARIS + "<|call|><|channel|>final<|message|>after")
     assert choice.decoder.end is not None and choice.decoder.end.kind is End.VISIBLE_STOP
@@ -301,11 +318,13 @@ def test_skip_special_tokens_default_follows_the_family(
 ) -> None:
     model = beam(beam_dir) if parser == "beam" else chatml(parser)
     fields: dict[str, Any] = {"tools": TOOLS} if with_tools else {}
-    assert prepare(model, **fields).request.output.skip_special_tokens is default
+    assert prepare(model, **fields).requests[0].output.skip_special_tokens is default
     for explicit in (True, False):
-        got = prepare(
-            model, skip_special_tokens=explicit, **fields
-        ).request.output.skip_special_tokens
+        got = (
+            prepare(model, skip_special_tokens=explicit, **fields)
+            .requests[0]
+            .output.skip_special_tokens
+        )
         assert got is explicit
 
 

@@ -1,14 +1,33 @@
-"""One error envelope everywhere, as OpenAI sends it."""
+"""Error responses: one exception (`APIError`), two envelopes (OpenAI's, and
+Anthropic's on Anthropic requests), and the one place where the pipeline's
+errors become HTTP errors.
+
+Which envelope is decided by the request itself (`is_anthropic`), so every
+writer — validation, auth, routing, the pipeline — produces the right one
+directly.
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
 from pydantic import ValidationError
 from starlette.responses import Response
 
-_TYPES = {
+from rotor.pipeline.errors import RequestError
+from rotor.pipeline.events import Failure
+
+log = logging.getLogger("rotor.api")
+
+# What a client is told when something broke inside (the log has the details).
+INTERNAL_ERROR = "internal server error"
+UNAVAILABLE = "the engine serving this model is unavailable; retry later"
+RETRY_AFTER_S = "1"
+
+_OPENAI_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     404: "not_found_error",
@@ -19,37 +38,90 @@ _TYPES = {
     503: "overloaded_error",
 }
 
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+
 
 class APIError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
+        self.headers = headers or {}
 
 
 def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
-    return {
-        "error": {
-            "message": message,
-            "type": _TYPES.get(
-                status, "server_error" if status >= 500 else "invalid_request_error"
-            ),
-            "param": param,
-            "code": status,
-        }
-    }
+    """OpenAI's envelope."""
+    kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
+def anthropic_error_type(status: int) -> str:
+    return _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+
+
+def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": anthropic_error_type(status), "message": message}}
+
+
+def is_anthropic(path: str, headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    """Anthropic's routes, and any /v1/ request that carries `anthropic-version`."""
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return True
+    return path.startswith("/v1/") and any(k == b"anthropic-version" for k, _ in headers)
 
 
 def error_response(
-    status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None
+    status: int,
+    message: str,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+    anthropic: bool = False,
 ) -> Response:
-    return Response(
-        orjson.dumps(error_body(status, message, param)),
-        status_code=status,
-        media_type="application/json",
-        headers=headers,
+    body = (
+        anthropic_error_body(status, message) if anthropic else error_body(status, message, param)
     )
+    return Response(
+        orjson.dumps(body), status_code=status, media_type="application/json", headers=headers
+    )
+
+
+def from_request_error(error: RequestError, params: dict[str, str] | None = None) -> APIError:
+    """A refused request: 400, its field renamed to the client API's (`params`)."""
+    param = (params or {}).get(error.param or "", error.param)
+    return APIError(400, str(error), param)
+
+
+def client_error(failure: Failure, params: dict[str, str] | None = None) -> APIError:
+    """What a client is told of a failed response: refused → 400 naming the
+    field; unavailable → 503 with Retry-After; internal → 500 with a generic
+    message (the real one is logged here); malformed output → 500 naming it."""
+    if failure.kind == "refused":
+        param = (params or {}).get(failure.param or "", failure.param)
+        return APIError(400, failure.message, param)
+    if failure.kind == "unavailable":
+        log.warning("engine unavailable: %s", failure.message)
+        return APIError(503, UNAVAILABLE, None, {"retry-after": RETRY_AFTER_S})
+    if failure.kind == "malformed":
+        return APIError(500, failure.message)
+    log.error("response failed: %s", failure.message)
+    return APIError(500, INTERNAL_ERROR)
 
 
 def describe_validation(error: ValidationError) -> tuple[str, str | None]:

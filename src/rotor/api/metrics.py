@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+
+from rotor.protocol.engine import EngineState
+
+# One gauge per EngineState field, named and described once.
+_ENGINE_GAUGES = [
+    (f.name, f"rotor_engine_{f.name}", f"engine state: {f.name.replace('_', ' ')}")
+    for f in dataclasses.fields(EngineState)
+]
 
 # Buckets fit for LLM latencies: from a fast TTFT to a long generation.
 _TTFT = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -11,20 +22,26 @@ _ITL = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 _DURATION = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
+EngineStates = Callable[[], list[tuple[str, EngineState]]]
+
+
 class _EngineCollector:
-    """Engine state (queue sizes, active requests) read at scrape time."""
+    """Every served model's engine state, read at scrape time (`model` label)."""
 
-    def __init__(self, state) -> None:  # noqa: ANN001 - a callable returning a dict
-        self._state = state
+    def __init__(self, states: EngineStates) -> None:
+        self._states = states
 
-    def collect(self):  # noqa: ANN201
-        for key, value in sorted(self._state().items()):
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                yield GaugeMetricFamily(f"rotor_engine_{key}", f"engine state: {key}", value=value)
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        states = self._states()
+        for field, name, doc in _ENGINE_GAUGES:
+            gauge = GaugeMetricFamily(name, doc, labels=["model"])
+            for model, state in states:
+                gauge.add_metric([model], getattr(state, field))
+            yield gauge
 
 
 class Metrics:
-    def __init__(self, engine_state=None) -> None:  # noqa: ANN001
+    def __init__(self, engine_states: EngineStates | None = None) -> None:
         r = self.registry = CollectorRegistry()
         self.requests = Counter(
             "rotor_requests",
@@ -63,8 +80,8 @@ class Metrics:
         self.disconnected = Counter(
             "rotor_disconnected_clients", "Clients that left mid-request", ["model"], registry=r
         )
-        if engine_state is not None:
-            r.register(_EngineCollector(engine_state))
+        if engine_states is not None:
+            r.register(_EngineCollector(engine_states))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

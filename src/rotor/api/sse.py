@@ -17,25 +17,15 @@ from typing import Any, Protocol, TypeVar
 import orjson
 from starlette.responses import Response
 
-from rotor.api.errors import error_body
-from rotor.pipeline.stream import RequestFailed
-
 log = logging.getLogger("rotor.api")
 
 DONE = b"data: [DONE]\n\n"
-
-# What a client is told when a stream breaks on a bug (the log has the traceback).
-INTERNAL_ERROR = "internal server error"
 
 T = TypeVar("T")
 
 
 def sse_event(data: Any) -> bytes:
     return b"data: " + orjson.dumps(data) + b"\n\n"
-
-
-def sse_error(status: int, message: str, param: str | None = None) -> bytes:
-    return sse_event(error_body(status, message, param))
 
 
 def named_event(event: dict[str, Any]) -> bytes:
@@ -48,27 +38,24 @@ class Framing(Protocol):
 
     def body(self, events: AsyncGenerator[dict[str, Any], None]) -> AsyncIterator[bytes]: ...
 
-    def failure(self, message: str) -> bytes:
-        """What ends a stream that broke unexpectedly, in this API's terms."""
+    def tail(self, events: list[dict[str, Any]]) -> bytes:
+        """`events` (an API's failure events) as the last bytes of a stream."""
         ...
 
 
 class OpenAIFraming:
-    """OpenAI's framing: `data: <chunk>` events, then `data: [DONE]`; a failure
-    after the first chunk is an error event, then `[DONE]`."""
+    """OpenAI's framing: `data: <chunk>` events, then `data: [DONE]`."""
 
     async def body(self, events: AsyncGenerator[dict[str, Any], None]) -> AsyncIterator[bytes]:
         try:
             async for chunk in events:
                 yield sse_event(chunk)
             yield DONE
-        except RequestFailed as e:
-            yield self.failure(str(e))
         finally:
             await events.aclose()
 
-    def failure(self, message: str) -> bytes:
-        return sse_error(500, message) + DONE
+    def tail(self, events: list[dict[str, Any]]) -> bytes:
+        return b"".join(sse_event(e) for e in events) + DONE
 
 
 OPENAI = OpenAIFraming()
@@ -76,16 +63,14 @@ OPENAI = OpenAIFraming()
 
 class NamedFraming:
     """Named events (`event: <type>` + `data: <event>`), as Anthropic and the
-    Responses API send them. `fail` gives the API's own failure events;
-    `wrap` (optional) adds to the event stream (Anthropic's pings)."""
+    Responses API send them; `wrap` (optional) adds to the event stream
+    (Anthropic's pings)."""
 
     def __init__(
         self,
-        fail: Callable[[str], list[dict[str, Any]]],
         wrap: Callable[[AsyncGenerator[dict[str, Any], None]], AsyncGenerator[dict[str, Any], None]]
         | None = None,
     ) -> None:
-        self._fail = fail
         self._wrap = wrap
 
     async def body(self, events: AsyncGenerator[dict[str, Any], None]) -> AsyncIterator[bytes]:
@@ -97,8 +82,11 @@ class NamedFraming:
         finally:
             await events.aclose()
 
-    def failure(self, message: str) -> bytes:
-        return b"".join(named_event(e) for e in self._fail(message))
+    def tail(self, events: list[dict[str, Any]]) -> bytes:
+        return b"".join(named_event(e) for e in events)
+
+
+NAMED = NamedFraming()
 
 
 async def wait_disconnect(receive: Callable) -> None:

@@ -1,56 +1,49 @@
-"""What every engine offers the pipeline: a card and a stream of EngineOutput per request."""
+"""What an engine is to rotor: the per-request token contract, and nothing else.
+
+`generate(EngineRequest)` streams `EngineOutput`s; `abort(request_id)` stops a
+request at once and never blocks. That is all that crosses a wire, so a
+remote worker behind a router is an engine too. Checks that depend on the
+engine run in preprocess against the card's declared capabilities; a request
+the engine refuses anyway raises `EngineError` (kind "refused") on the first
+iteration, before any output, so it is still a 400 naming the field.
+
+Starting and stopping an engine is its builder's business (launch), not the
+frontend's: a frontend does not start remote workers.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Protocol, runtime_checkable
 
 from rotor.model.card import ModelCard
-from rotor.model.tokenizer import Tokenizer
-from rotor.protocol.engine import EngineOutput, EngineRequest
-
-
-class EngineError(Exception):
-    """The engine cannot run this request (bad `mock` script, unsupported option).
-
-    `param` names the request field at fault, as the API spells it ("mock", "n",
-    "max_tokens", "prompt"), or is None when no field is (a duplicate request id,
-    an engine that is not started).
-    """
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
+from rotor.protocol.engine import EngineOutput, EngineRequest, EngineState
 
 
 class Engine(Protocol):
-    card: ModelCard
-    tokenizer: Tokenizer | None
+    card: ModelCard  # what it serves, with its capabilities
+
+    def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        """Stream outputs for the request's choices (each tagged with its `index`).
+
+        Closing the iterator early (the client went away) must abort the work
+        at once. A `request_id` that is already running is an internal error."""
+        ...
+
+    def abort(self, request_id: str) -> None:
+        """Stop the request now; its stream ends with no further output."""
+        ...
+
+    def state(self) -> EngineState:
+        """What the engine reports about itself, for /health and /metrics."""
+        ...
+
+
+@runtime_checkable
+class Lifecycle(Protocol):
+    """Engines with work in the background (a step loop) are started and
+    stopped by whoever built them."""
 
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
-
-    def validate(self, request: EngineRequest) -> None:
-        """Raise EngineError if this request cannot run, before any work is done.
-
-        The frontend calls it before it starts streaming, so a request the engine
-        refuses is a 400 naming `EngineError.param`, not a broken stream;
-        `generate` checks again (and may raise the same error on first iteration).
-        """
-        ...
-
-    def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
-        """Stream outputs for all `request.n` choices (each tagged with its `index`).
-
-        Closing the iterator early (the client went away) must abort the work at
-        once; `abort` stops a single choice that the frontend has finished. A
-        `request_id` that is already running is refused with EngineError.
-        """
-        ...
-
-    def abort(self, request_id: str, index: int | None = None) -> None: ...
-
-    def state(self) -> dict[str, Any]:
-        """Engine state for /health and metrics (queue sizes, active requests)."""
-        ...

@@ -11,12 +11,10 @@ import asyncio
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
 
-from rotor.engines.base import EngineError
 from rotor.model.card import ECHO_EOS_ID, ModelCard
 from rotor.model.tokenizer import Tokenizer
-from rotor.protocol.engine import EngineOutput, EngineRequest
+from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineState
 
 DEFAULT_DELAY_MS = 10.0
 # With no delay, still yield to the event loop now and then so cancellation and
@@ -52,18 +50,6 @@ class EchoEngine:
         self._running: dict[str, _Running] = {}
         self.tokens_generated = 0
 
-    async def start(self) -> None:
-        return None
-
-    async def stop(self) -> None:
-        # Nothing runs in the background; streams still in flight end on their
-        # own (or when their consumer closes them) and stay abortable meanwhile.
-        return None
-
-    def validate(self, request: EngineRequest) -> None:
-        if self.tokenizer is None and request.annotations.get("echo_text") is None:
-            raise EngineError("the echo engine needs the text to echo")
-
     def abort(self, request_id: str, index: int | None = None) -> None:
         running = self._running.get(request_id)
         if running is None:
@@ -73,8 +59,10 @@ class EchoEngine:
         elif 0 <= index < running.n:
             running.aborted.add(index)
 
-    def state(self) -> dict[str, Any]:
-        return {"active_requests": len(self._running), "tokens_generated": self.tokens_generated}
+    def state(self) -> EngineState:
+        return EngineState(
+            active_requests=len(self._running), tokens_generated=self.tokens_generated
+        )
 
     def _script(self, request: EngineRequest) -> list[str] | list[int]:
         """What each step sends: a character (text out) or a token id."""
@@ -88,10 +76,11 @@ class EchoEngine:
         return prompt + self.card.eos_token_ids[:1]
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
-        self.validate(request)
+        if self.tokenizer is None and request.annotations.get("echo_text") is None:
+            raise EngineError("the echo engine needs the text to echo", "refused", "messages")
         rid = request.request_id
         if rid in self._running:
-            raise EngineError(f"request_id {rid!r} is already running")
+            raise EngineError(f"request_id {rid!r} is already running", "internal")
         script = self._script(request)
         n = request.n
         length = len(script)

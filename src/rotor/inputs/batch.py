@@ -22,12 +22,12 @@ import orjson
 from pydantic import ValidationError
 
 from rotor.api.errors import describe_validation
-from rotor.frontend import Frontend, ModelNotFound
+from rotor.frontend import ModelNotFound, ResponseFailed
 from rotor.inputs.interrupt import EXIT_INTERRUPTED, Interrupted, until_interrupted
 from rotor.inputs.session import Answer, stream_chat
-from rotor.pipeline.preprocess import RequestError
-from rotor.pipeline.stream import RequestFailed
+from rotor.pipeline.errors import RequestError
 from rotor.protocol.openai import ChatCompletionRequest
+from rotor.system import System
 
 CONCURRENCY = 16
 WINDOW = 4 * CONCURRENCY  # requests started ahead of the oldest unwritten one
@@ -181,7 +181,7 @@ class Progress:
 
 
 async def run_batch(
-    frontend: Frontend, path: str, output: str | None, max_tokens: int | None = None
+    system: System, path: str, output: str | None, max_tokens: int | None = None
 ) -> int:
     """0 when every line has its output line (errors included), 2 when FILE or
     the output cannot be opened, 130 on Ctrl-C (lines so far are written)."""
@@ -207,8 +207,8 @@ async def run_batch(
         try:
             request = build_request(line, max_tokens)
             async with limit:
-                answer = await stream_chat(frontend, request)
-        except (LineError, RequestError, RequestFailed, ModelNotFound) as e:
+                answer = await stream_chat(system.frontend, request)
+        except (LineError, RequestError, ResponseFailed, ModelNotFound) as e:
             return {"index": index, "error": str(e)}, None
         except Exception as e:  # an engine bug must not stop the other lines
             return {"index": index, "error": f"internal error: {type(e).__name__}: {e}"}, None
@@ -234,7 +234,7 @@ async def run_batch(
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
 
-    await frontend.start()
+    await system.start()
     start = time.perf_counter()
     interrupted = False
     try:
@@ -245,6 +245,6 @@ async def run_batch(
         elapsed = time.perf_counter() - start
         progress.close()
         out.close()
-        await frontend.stop()
+        await system.stop()
     print(stats.summary(elapsed, out_path, interrupted), file=sys.stderr)
     return EXIT_INTERRUPTED if interrupted else 0

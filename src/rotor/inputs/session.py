@@ -15,7 +15,6 @@ from typing import Any
 from rotor.frontend import Frontend
 from rotor.pipeline.parse.base import Content, Piece, Reasoning, ToolCall
 from rotor.pipeline.preprocess import new_request_id
-from rotor.pipeline.stream import delta_pieces
 from rotor.protocol.openai import ChatCompletionRequest
 
 OnPiece = Callable[[Piece], None]
@@ -56,39 +55,34 @@ async def stream_chat(
     """Run `request` (choice 0) to its finish_reason, calling `on_piece` as pieces come.
 
     Raises what the frontend raises: RequestError / ModelNotFound before any
-    output, RequestFailed from the stream. Cancelling the caller closes the
-    chunk stream, which stops the engine's work for this request."""
+    output, ResponseFailed from the stream. Cancelling the caller closes the
+    event stream, which stops the engine's work for this request."""
     start = time.perf_counter()
     response = await frontend.chat(request, new_request_id())
     answer = Answer()
     text: list[str] = []
     reasoning: list[str] = []
-    field_name = frontend.reasoning_field
-    chunks = response.chunks
+    events = response.events
     try:
-        async for chunk in chunks:
-            for choice in chunk["choices"]:
-                if choice["index"] != 0:
-                    continue
-                for piece in delta_pieces(choice["delta"], field_name):
-                    if answer.ttft_s is None:
-                        answer.ttft_s = time.perf_counter() - start
-                    if type(piece) is Content:
-                        text.append(piece.text)
-                    elif type(piece) is Reasoning:
-                        reasoning.append(piece.text)
-                    else:
-                        answer.tool_calls.append(piece)  # type: ignore[arg-type]
-                    if on_piece is not None:
-                        on_piece(piece)
-                if choice.get("finish_reason") is not None:
-                    answer.finish_reason = choice["finish_reason"]
-            if answer.finish_reason is not None:
+        async for event in events:
+            if event.index != 0:
+                continue
+            for piece in event.pieces:
+                if answer.ttft_s is None:
+                    answer.ttft_s = time.perf_counter() - start
+                if type(piece) is Content:
+                    text.append(piece.text)
+                elif type(piece) is Reasoning:
+                    reasoning.append(piece.text)
+                elif type(piece) is ToolCall:
+                    answer.tool_calls.append(piece)
+                if on_piece is not None:
+                    on_piece(piece)
+            if event.finished is not None:
+                answer.finish_reason = event.finished.finish_reason
                 break
     finally:
-        aclose = getattr(chunks, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await events.aclose()
     answer.latency_s = time.perf_counter() - start
     answer.text = "".join(text)
     answer.reasoning = "".join(reasoning)

@@ -14,13 +14,13 @@ import sys
 from pydantic import ValidationError
 
 from rotor.api.errors import describe_validation
-from rotor.frontend import Frontend, ModelNotFound
+from rotor.frontend import ModelNotFound, ResponseFailed
 from rotor.inputs.interrupt import EXIT_INTERRUPTED, Interrupted, until_interrupted
 from rotor.inputs.render import Renderer
 from rotor.inputs.session import stream_chat
-from rotor.pipeline.preprocess import RequestError
-from rotor.pipeline.stream import RequestFailed
+from rotor.pipeline.errors import RequestError
 from rotor.protocol.openai import ChatCompletionRequest
+from rotor.system import System
 
 
 def read_message() -> str:
@@ -36,7 +36,7 @@ def read_message() -> str:
     return data.decode("utf-8").rstrip("\r\n")
 
 
-async def run_stdin(frontend: Frontend, max_tokens: int | None = None) -> int:
+async def run_stdin(system: System, max_tokens: int | None = None) -> int:
     """0 on an answer, 1 on an error (message on stderr), 130 on Ctrl-C."""
     try:
         text = read_message()
@@ -56,18 +56,18 @@ async def run_stdin(frontend: Frontend, max_tokens: int | None = None) -> int:
         print(f"rotor: {describe_validation(e)[0]}", file=sys.stderr)
         return 1
     renderer = Renderer(sys.stdout, reasoning_out=sys.stderr, dim=sys.stderr.isatty())
-    await frontend.start()
+    await system.start()
     try:
         # Ctrl-C stops the answer cleanly (engine work closed), no traceback.
-        await until_interrupted(stream_chat(frontend, request, renderer.piece))
+        await until_interrupted(stream_chat(system.frontend, request, renderer.piece))
     except Interrupted:
         renderer.finish()
         return EXIT_INTERRUPTED
-    except (RequestError, RequestFailed, ModelNotFound) as e:
+    except (RequestError, ResponseFailed, ModelNotFound) as e:
         renderer.finish()
         print(f"rotor: {e}", file=sys.stderr)
         return 1
     finally:
-        await frontend.stop()
+        await system.stop()
     renderer.finish()
     return 0

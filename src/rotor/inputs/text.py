@@ -16,13 +16,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from rotor.api.errors import describe_validation
-from rotor.frontend import Frontend, ModelNotFound
+from rotor.frontend import ModelNotFound, ResponseFailed
 from rotor.inputs.interrupt import EXIT_INTERRUPTED, Interrupted, until_interrupted
 from rotor.inputs.render import Renderer
 from rotor.inputs.session import stream_chat
-from rotor.pipeline.preprocess import RequestError
-from rotor.pipeline.stream import RequestFailed
+from rotor.pipeline.errors import RequestError
 from rotor.protocol.openai import ChatCompletionRequest
+from rotor.system import System
 
 PROMPT = "> "
 
@@ -73,15 +73,16 @@ class LineReader:
 
 
 class Repl:
-    def __init__(self, frontend: Frontend, max_tokens: int | None = None) -> None:
-        self.frontend = frontend
+    def __init__(self, system: System, max_tokens: int | None = None) -> None:
+        self.system = system
+        self.frontend = system.frontend
         self.max_tokens = max_tokens
         self.conversation = Conversation()
         self.reader = LineReader()
         self.dim = sys.stdout.isatty()
 
     async def run(self) -> int:
-        await self.frontend.start()
+        await self.system.start()
         try:
             while True:
                 try:
@@ -95,7 +96,7 @@ class Repl:
                 if not await self.handle(line.strip()):
                     return 0
         finally:
-            await self.frontend.stop()
+            await self.system.stop()
 
     async def handle(self, line: str) -> bool:
         """Handle one input line; False means leave."""
@@ -137,7 +138,7 @@ class Repl:
             renderer.finish()
             print("(cancelled)")
             return
-        except (RequestError, RequestFailed, ModelNotFound) as e:
+        except (RequestError, ResponseFailed, ModelNotFound) as e:
             renderer.finish()
             print(f"error: {e}")
             return
@@ -145,14 +146,14 @@ class Repl:
         self.conversation.add(user, answer.message())
 
 
-def run_text(frontend: Frontend, max_tokens: int | None = None) -> int:
+def run_text(system: System, max_tokens: int | None = None) -> int:
     """Run the REPL to its end and return the exit status.
 
     A loop of our own rather than asyncio.run: asyncio.run turns the first
     SIGINT into a task cancellation, which cannot interrupt a blocking input()."""
     loop = asyncio.new_event_loop()
     try:
-        return loop.run_until_complete(Repl(frontend, max_tokens).run())
+        return loop.run_until_complete(Repl(system, max_tokens).run())
     except KeyboardInterrupt:  # between the windows where we catch it ourselves
         return EXIT_INTERRUPTED
     finally:

@@ -3,27 +3,24 @@ finish_reason that both imply. Streaming and non-streaming both consume this."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rotor.pipeline.decode import ChoiceDecoder, End, Ended
+from rotor.pipeline.events import ChoiceEvent, Failure, Finished
 from rotor.pipeline.parse.base import ParseError, Piece, ToolCall
 from rotor.pipeline.parse.message import MessageParser
 from rotor.protocol.engine import EngineOutput, TokenLogprob
 
 
-@dataclass(slots=True)
-class Finished:
-    """The end of a choice as the APIs need it (internal; shaped per API)."""
-
-    finish_reason: str  # stop | length | tool_calls
-    stop_reason: int | str | None
-    completion_tokens: int
-    end: End
-    error: str | None = None  # set for ERROR and strict parse failures (a request error)
-
-
 class ChoicePipeline:
-    __slots__ = ("index", "decoder", "parser", "grammar", "named_tool", "calls", "finished")
+    __slots__ = (
+        "index",
+        "decoder",
+        "parser",
+        "grammar",
+        "named_tool",
+        "calls",
+        "finished",
+        "_lp_sent",
+    )
 
     def __init__(
         self,
@@ -40,10 +37,22 @@ class ChoicePipeline:
         self.named_tool = named_tool
         self.calls = 0
         self.finished: Finished | None = None
+        self._lp_sent = 0
 
     @property
     def logprobs(self) -> list[TokenLogprob]:
         return self.decoder.logprobs
+
+    def event(self, index: int, pieces: list[Piece]) -> ChoiceEvent:
+        """The event for what the last push/close brought: its pieces, the
+        logprobs not handed out yet (they go with text, or with the finish:
+        tokens whose text is still held back keep theirs), and the finish."""
+        lps = self.decoder.logprobs
+        new: list[TokenLogprob] = []
+        if (pieces or self.finished is not None) and len(lps) > self._lp_sent:
+            new = lps[self._lp_sent :]
+            self._lp_sent = len(lps)
+        return ChoiceEvent(index, pieces, new, self.finished)
 
     def push(self, out: EngineOutput) -> list[Piece]:
         """Pieces for one engine output; nothing once the choice has finished."""
@@ -57,29 +66,34 @@ class ChoicePipeline:
             self._count(pieces)
         return pieces
 
-    def close(self, kind: End = End.TRANSPORT_EOF, error: str | None = None) -> list[Piece]:
+    def close(self, kind: End = End.TRANSPORT_EOF, failure: Failure | None = None) -> list[Piece]:
         """The engine stream ended (or broke, or the client left) before an End."""
         if self.finished is not None:
             return []
-        text = self.decoder.close(kind, error)
+        text = self.decoder.close(kind, failure.message if failure else None)
         pieces = self.parser.feed(text) if text else []
         assert self.decoder.end is not None
-        return self._end(pieces, self.decoder.end)
+        return self._end(pieces, self.decoder.end, failure)
 
-    def _end(self, pieces: list[Piece], ended: Ended) -> list[Piece]:
+    def _end(
+        self, pieces: list[Piece], ended: Ended, failure: Failure | None = None
+    ) -> list[Piece]:
         kind = ended.kind
         tokens = self.decoder.tokens
-        if kind is End.ERROR or kind is End.CANCELLED:
-            error = ended.error or ("cancelled" if kind is End.CANCELLED else "engine error")
-            self.finished = Finished("stop", None, tokens, kind, error)
+        if kind is End.ERROR:
+            # An engine output that says "error" is the engine breaking: internal.
+            failure = failure or Failure("internal", ended.error or "engine error")
+            self.finished = Finished("stop", None, tokens, kind, failure)
+            return []
+        if kind is End.CANCELLED:
+            self.finished = Finished("stop", None, tokens, kind)
             return []
         strict = kind is End.MODEL_EOS and self.grammar
         try:
             pieces = pieces + self.parser.finish(strict=strict, eos_text=ended.eos_text)
         except ParseError as e:
-            self.finished = Finished(
-                "stop", None, tokens, End.ERROR, f"malformed tool call: {e.detail}"
-            )
+            failure = Failure("malformed", f"malformed tool call: {e.detail}")
+            self.finished = Finished("stop", None, tokens, End.ERROR, failure)
             return []
         self._count(pieces)
         if kind is End.LENGTH:

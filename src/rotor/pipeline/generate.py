@@ -1,115 +1,122 @@
-"""Drive one engine request through its choice pipelines.
+"""Drive a response's engine requests through their choice pipelines.
 
-Yields `(choice, pieces)` as they come; a choice is done when
-`choice.finished` is set. Ends the engine's work for a choice the frontend
-closed itself (stop string, max_tokens), and for the whole request when the
-consumer stops iterating (client disconnect) — closing this generator closes
-the engine's.
+Every choice is its own engine request (n fans out, as vLLM's parallel
+sampling does), so each can be ended, aborted or — later — moved to another
+worker on its own. `run_choice` yields one `ChoiceEvent` per engine output;
+it ends the engine's work for a choice the frontend closed itself (stop
+string, max_tokens), and closing it (client disconnect) closes the engine's
+stream, which aborts the work. `run_all` merges the choices of a response.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
+from typing import Protocol
 
-from rotor.engines.base import Engine
 from rotor.pipeline.choice import ChoicePipeline
 from rotor.pipeline.decode import End
-from rotor.pipeline.parse.base import Piece
+from rotor.pipeline.events import ChoiceEvent, Failure, Usage
 from rotor.pipeline.preprocess import Prepared
+from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest
 
-Event = tuple[ChoicePipeline, list[Piece]]
-
-
-class Usage:
-    """Token counts of one response, summed over its engine requests."""
-
-    __slots__ = ("prompt_tokens", "completion_tokens", "cached_tokens")
-
-    def __init__(self) -> None:
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
-        self.cached_tokens: int | None = None
-
-    def as_openai(self) -> dict:
-        usage = {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
-        }
-        if self.cached_tokens is not None:
-            usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
-        return usage
+log = logging.getLogger("rotor.pipeline")
 
 
-async def run_engine(engine: Engine, prepared: Prepared, usage: Usage) -> AsyncIterator[Event]:
-    request = prepared.request
-    choices = prepared.choices
-    usage.prompt_tokens += prepared.prompt_tokens
-    open_choices = len(choices)
-    cached_seen = False  # every choice reports the same shared-prefix count: take it once
+class EngineClient(Protocol):
+    """What the pipeline needs of an engine: the per-request contract."""
+
+    def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]: ...
+
+    def abort(self, request_id: str) -> None: ...
+
+
+async def run_choice(
+    engine: EngineClient,
+    request: EngineRequest,
+    choice: ChoicePipeline,
+    index: int,
+    usage: Usage,
+    take_cached: bool,
+) -> AsyncIterator[ChoiceEvent]:
+    """One choice's events until it finishes. `take_cached`: this choice
+    reports the prompt's cached tokens (one choice per prompt does)."""
     stream = engine.generate(request)
     try:
         try:
             async for out in stream:
-                if out.cached_tokens is not None and not cached_seen:
-                    cached_seen = True
+                if take_cached and out.cached_tokens is not None:
+                    take_cached = False
                     usage.cached_tokens = (usage.cached_tokens or 0) + out.cached_tokens
-                choice = choices[out.index]
-                if choice.finished is not None:
-                    continue
                 pieces = choice.push(out)
-                if choice.finished is not None:
-                    open_choices -= 1
-                    usage.completion_tokens += choice.finished.completion_tokens
-                    if out.finish is None and open_choices:
-                        engine.abort(request.request_id, out.index)
-                yield choice, pieces
-                if not open_choices:
+                finished = choice.finished
+                if finished is not None:
+                    usage.completion_tokens += finished.completion_tokens
+                    if out.finish is None:  # the frontend ended it: stop the engine now
+                        engine.abort(request.request_id)
+                    yield choice.event(index, pieces)
                     return
+                yield choice.event(index, pieces)
         except asyncio.CancelledError:
             raise
-        except Exception as e:  # the engine broke: every open choice ends in ERROR
-            for choice in choices:
-                if choice.finished is None:
-                    pieces = choice.close(End.ERROR, f"engine error: {e}")
-                    yield choice, pieces
-            return
-        for choice in choices:  # the stream ended without a finish
-            if choice.finished is None:
-                pieces = choice.close(End.TRANSPORT_EOF)
-                usage.completion_tokens += choice.decoder.tokens
-                yield choice, pieces
+        except EngineError as e:
+            failure = Failure.from_engine(e)
+        except Exception as e:  # a broken engine must not break the response
+            log.exception("engine request %s failed", request.request_id)
+            failure = Failure("internal", f"{type(e).__name__}: {e}")
+        else:
+            failure = None
+        if failure is not None:
+            pieces = choice.close(End.ERROR, failure)
+        else:  # the stream ended without a finish
+            pieces = choice.close(End.TRANSPORT_EOF)
+            usage.completion_tokens += choice.decoder.tokens
+        yield choice.event(index, pieces)
     finally:
-        await stream.aclose()
+        await stream.aclose()  # type: ignore[attr-defined]
+
+
+def _streams(
+    engine: EngineClient, prepared: list[Prepared], usage: Usage
+) -> list[AsyncIterator[ChoiceEvent]]:
+    streams = []
+    for p in prepared:
+        usage.prompt_tokens += p.prompt_tokens
+        for i, (request, choice) in enumerate(zip(p.requests, p.choices, strict=True)):
+            streams.append(run_choice(engine, request, choice, p.first_index + i, usage, i == 0))
+    return streams
 
 
 async def run_all(
-    engine: Engine, prepared: list[Prepared], usage: Usage
-) -> AsyncIterator[tuple[int, ChoicePipeline, list[Piece]]]:
-    """Several engine requests (completions with a list of prompts) merged into
-    one stream of (global choice index, choice, pieces)."""
-    if len(prepared) == 1:
-        p = prepared[0]
-        async for choice, pieces in run_engine(engine, p, usage):
-            yield p.first_index + choice.index, choice, pieces
-        return
-    queue: asyncio.Queue = asyncio.Queue()
-    done = object()
-
-    async def pump(p: Prepared) -> None:
+    engine: EngineClient, prepared: list[Prepared], usage: Usage
+) -> AsyncIterator[ChoiceEvent]:
+    """Every choice of a response (n choices of each prompt) merged into one
+    stream of events, in the order they happen."""
+    streams = _streams(engine, prepared, usage)
+    if len(streams) == 1:
+        stream = streams[0]
         try:
-            async for choice, pieces in run_engine(engine, p, usage):
-                await queue.put((p.first_index + choice.index, choice, pieces))
+            async for event in stream:
+                yield event
         finally:
-            await queue.put(done)
+            await stream.aclose()  # type: ignore[attr-defined]
+        return
+    queue: asyncio.Queue[ChoiceEvent | None] = asyncio.Queue()
 
-    tasks = [asyncio.create_task(pump(p)) for p in prepared]
+    async def pump(stream: AsyncIterator[ChoiceEvent]) -> None:
+        try:
+            async for event in stream:
+                await queue.put(event)
+        finally:
+            await queue.put(None)
+
+    tasks = [asyncio.create_task(pump(s)) for s in streams]
     try:
         remaining = len(tasks)
         while remaining:
             item = await queue.get()
-            if item is done:
+            if item is None:
                 remaining -= 1
                 continue
             yield item

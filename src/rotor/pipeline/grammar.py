@@ -11,8 +11,8 @@ Two shapes, both built from the request's declared tools and its `tool_choice`:
 - `tool_choice_guided`: for every other family, a JSON schema that forces
   `required` (a non-empty array of calls) or one named tool's arguments.
 
-Validation of `tool_choice` against the tools (400s) belongs to the API layer;
-here an impossible choice is a ValueError, never a silently wrong grammar.
+Both take the `ToolChoice` that `pipeline/tool_choice.py` checked; the
+markers are the Harmony/Beam family's own (parse/families).
 """
 
 from __future__ import annotations
@@ -20,17 +20,23 @@ from __future__ import annotations
 from typing import Any
 
 from rotor.pipeline.parse.base import Tools
+from rotor.pipeline.parse.families.beam import PARAM_CLOSE, PARAM_OPEN
+from rotor.pipeline.parse.families.harmony import (
+    CALL,
+    CHANNEL,
+    CONSTRAIN,
+    END,
+    MESSAGE,
+    RECIPIENT,
+    RETURN,
+    START,
+)
+from rotor.pipeline.tool_choice import ToolChoice
 
-ASSISTANT = "<|start|>assistant"
-CHANNEL = "<|channel|>"
-MESSAGE = "<|message|>"
-END = "<|end|>"
-CALL = "<|call|>"
-RETURN = "<|return|>"
-PARAM_CLOSE = "</rfl:parameter>"
+ASSISTANT = f"{START}assistant"
 
 # Each structure begins with exactly one of these.
-TRIGGERS = [CHANNEL, ASSISTANT, " to="]
+TRIGGERS = [CHANNEL, ASSISTANT, " " + RECIPIENT]
 
 
 def _any_text() -> dict[str, Any]:
@@ -39,21 +45,6 @@ def _any_text() -> dict[str, Any]:
 
 def _empty_object() -> dict[str, Any]:
     return {"type": "object", "properties": {}}
-
-
-def chosen_tool(tools: Tools, tool_choice: str | dict[str, Any] | None) -> str | None:
-    """The tool a named `tool_choice` forces, None for auto / none / required."""
-    if tool_choice is None or isinstance(tool_choice, str):
-        if tool_choice not in (None, "auto", "none", "required"):
-            raise ValueError(f"unknown tool_choice {tool_choice!r}")
-        if tool_choice == "required" and not tools:
-            raise ValueError('tool_choice "required" needs at least one tool')
-        return None
-    fn = tool_choice.get("function", tool_choice)
-    name = fn.get("name") if isinstance(fn, dict) else None
-    if not isinstance(name, str) or name not in tools:
-        raise ValueError(f"tool_choice names an undeclared tool: {name!r}")
-    return name
 
 
 def _tag(begin: str, content: dict[str, Any], end: str) -> dict[str, Any]:
@@ -79,10 +70,7 @@ def _params(schema: dict[str, Any]) -> dict[str, Any]:
     props = schema.get("properties")
     if not isinstance(props, dict) or not props:
         return {"type": "const_string", "value": ""}
-    tags = [
-        _tag(f'<rfl:parameter name="{key}">', _value(sub), PARAM_CLOSE)
-        for key, sub in props.items()
-    ]
+    tags = [_tag(f'{PARAM_OPEN}{key}">', _value(sub), PARAM_CLOSE) for key, sub in props.items()]
     return {"type": "tags_with_separator", "tags": tags, "separator": "", "at_least_one": False}
 
 
@@ -95,7 +83,7 @@ def final_tags() -> list[dict[str, Any]]:
 
 
 def tool_tags(name: str, schema: dict[str, Any]) -> list[dict[str, Any]]:
-    header = f" to={name}{CHANNEL}analysis <|constrain|>xml{MESSAGE}"
+    header = f" {RECIPIENT}{name}{CHANNEL}analysis {CONSTRAIN}xml{MESSAGE}"
     return _segment(header, _params(schema), (CALL, END))
 
 
@@ -109,10 +97,10 @@ def _repeat(tags: list[dict[str, Any]], at_most_one: bool = False) -> dict[str, 
     }
 
 
-def beam_turn_grammar(tools: Tools, tool_choice: str | dict[str, Any] | None) -> dict[str, Any]:
-    """The structural tag for one Beam assistant turn under `tool_choice`."""
-    forced = chosen_tool(tools, tool_choice)
-    if tool_choice == "none":
+def beam_turn_grammar(tools: Tools, choice: ToolChoice) -> dict[str, Any]:
+    """The structural tag for one Beam assistant turn under `choice`."""
+    forced = choice.name
+    if choice.mode == "none":
         names: list[str] = []
     elif forced is not None:
         names = [forced]
@@ -120,7 +108,7 @@ def beam_turn_grammar(tools: Tools, tool_choice: str | dict[str, Any] | None) ->
         names = list(tools.schemas)
     analysis, final = analysis_tags(), final_tags()
     calls = [tag for name in names for tag in tool_tags(name, tools.schemas[name] or {})]
-    if forced is not None or tool_choice == "required":
+    if forced is not None or choice.mode == "required":
         # A call before any final text: no final-only turn.
         turn: dict[str, Any] = {
             "type": "sequence",
@@ -141,14 +129,12 @@ def beam_turn_grammar(tools: Tools, tool_choice: str | dict[str, Any] | None) ->
     }
 
 
-def tool_choice_guided(
-    tools: Tools, tool_choice: str | dict[str, Any] | None
-) -> dict[str, Any] | None:
+def tool_choice_guided(tools: Tools, choice: ToolChoice) -> dict[str, Any] | None:
     """The JSON-schema constraint for `required` or a named tool; None otherwise."""
-    forced = chosen_tool(tools, tool_choice)
+    forced = choice.name
     if forced is not None:
         return {"type": "json_schema", "json_schema": tools.schemas[forced] or _empty_object()}
-    if tool_choice != "required":
+    if choice.mode != "required":
         return None
     items = [
         {

@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rotor.protocol.openai import MockScript, stop_list
+from rotor.protocol.mock import MockField
+from rotor.protocol.openai import stop_list
 
 
 class _Strict(BaseModel):
@@ -140,7 +141,7 @@ class MessagesRequest(CountTokensRequest):
     metadata: Metadata | None = None
     stream: bool = False
     # rotor extension: the mocker's scripted output
-    mock: MockScript | None = None
+    mock: MockField | None = None
 
     @field_validator("stop_sequences")
     @classmethod

@@ -27,9 +27,7 @@ class EngineError(Exception):
     `param` names the request field at fault as the API spells it ("mock", "n",
     "max_tokens", "prompt") for a refusal, or is None when no field is."""
 
-    def __init__(
-        self, message: str, kind: ErrorKind = "refused", param: str | None = None
-    ) -> None:
+    def __init__(self, message: str, kind: ErrorKind = "refused", param: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.kind: ErrorKind = kind
@@ -128,3 +126,21 @@ class EngineOutput:
                 for lp in data["logprobs"]
             ]
         return cls(**data)
+
+
+@dataclass(slots=True)
+class EngineState:
+    """What an engine reports about itself, for /health, /metrics and (later) the
+    router's load view. Every field is a gauge `rotor_engine_<field>`; an engine
+    fills what it knows and leaves the rest at 0."""
+
+    active_requests: int = 0  # requests it holds now
+    waiting: int = 0  # sequences queued for their first step
+    running: int = 0  # sequences being stepped
+    tokens_generated: int = 0
+    kv_blocks_total: int = 0
+    kv_blocks_free: int = 0
+    kv_blocks_cached: int = 0
+    preemptions: int = 0
+    steps: int = 0
+    simulated_ms: float = 0.0

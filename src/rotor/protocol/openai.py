@@ -7,7 +7,7 @@ them from an allow-list of fields.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import (
     BaseModel,
@@ -19,6 +19,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from rotor.protocol.mock import MockField
 
 MAX_N = 16
 MAX_STOP = 4
@@ -52,15 +54,6 @@ class StreamOptions(BaseModel):
     continuous_usage_stats: bool = False
 
 
-class MockScript(BaseModel):
-    """The mocker's scripted output (rotor's documented test surface)."""
-
-    model_config = ConfigDict(extra="forbid")
-    output: str | list[str] = ""
-    end: Literal["eos", "eos_hidden", "length", "stop", "eof", "error"] = "eos"
-    tokens_per_step: int = Field(default=1, ge=1)
-
-
 class SamplingFields(BaseModel):
     """Fields shared by chat and completions (OpenAI + vLLM extensions)."""
 
@@ -91,7 +84,7 @@ class SamplingFields(BaseModel):
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
     # rotor extensions
-    mock: MockScript | None = None
+    mock: MockField | None = None
 
     @field_validator("stop")
     @classmethod

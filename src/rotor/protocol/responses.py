@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from rotor.protocol.openai import MockScript
+from rotor.protocol.mock import MockField
 
 
 class _Strict(BaseModel):
@@ -200,7 +200,7 @@ class ResponsesRequest(_Strict):
     user: str | None = None
     # rotor extensions: stop strings (validated as chat validates them), the mocker's script
     stop: str | list[str] | None = None
-    mock: MockScript | None = None
+    mock: MockField | None = None
 
     @field_validator("input")
     @classmethod

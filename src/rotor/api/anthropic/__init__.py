@@ -2,15 +2,15 @@
 the chat pipeline.
 
 A request becomes the one internal `ChatCompletionRequest` (`convert`) and
-runs through `Frontend.chat`; `MessageStream` shapes its chat chunks into
+runs through `Frontend.chat`; `MessageStream` shapes its internal events into
 Anthropic's stream events (`stream`). Streaming sends those events (with pings
 while the model is quiet); non-streaming folds the same events
 (`fold_message`), so the two cannot disagree. Stops, tool calls and reasoning
 are the pipeline's.
 
 Errors on these routes (and on any /v1/ request carrying `anthropic-version`)
-leave in Anthropic's envelope, whoever raised them: see `errors`. `models`
-describes the served model in Anthropic's shape; `routes` wires it all up.
+leave in Anthropic's envelope, whoever raised them (`rotor.api.errors`).
+`models` describes served models in Anthropic's shape; `routes` wires it up.
 """
 
 from rotor.api.anthropic.models import anthropic_model, anthropic_models

@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 
+from rotor.api.body import chat_request
 from rotor.api.errors import APIError
-from rotor.api.route import chat_request
 from rotor.protocol.anthropic import (
     CountTokensRequest,
     InputMessage,
@@ -71,7 +71,7 @@ def to_chat(req: CountTokensRequest) -> ChatCompletionRequest:
             stop=req.stop_sequences,
             stream=req.stream,
             metadata=req.metadata.model_dump(exclude_none=True) if req.metadata else None,
-            mock=req.mock.model_dump() if req.mock else None,
+            mock=req.mock,
         )
     return chat_request(fields)
 

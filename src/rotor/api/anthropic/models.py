@@ -1,16 +1,16 @@
-"""The served model in Anthropic's `/v1/models` shape."""
+"""Served models in Anthropic's `/v1/models` shape."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 from typing import Any
 
-from rotor.frontend import Frontend
+from rotor.model.served import ServedModel
 
 
-def anthropic_model(frontend: Frontend) -> dict[str, Any]:
-    """The served model as Anthropic's `/v1/models/{id}` describes one."""
-    card = frontend.model.card
+def anthropic_model(model: ServedModel) -> dict[str, Any]:
+    """One model as Anthropic's `/v1/models/{id}` describes it."""
+    card = model.card
     created = datetime.fromtimestamp(card.created, tz=timezone.utc)
     return {
         "type": "model",
@@ -21,6 +21,8 @@ def anthropic_model(frontend: Frontend) -> dict[str, Any]:
     }
 
 
-def anthropic_models(frontend: Frontend) -> dict[str, Any]:
-    data = [anthropic_model(frontend)]
-    return {"data": data, "has_more": False, "first_id": data[0]["id"], "last_id": data[-1]["id"]}
+def anthropic_models(models: list[ServedModel]) -> dict[str, Any]:
+    data = [anthropic_model(m) for m in models]
+    first = data[0]["id"] if data else None
+    last = data[-1]["id"] if data else None
+    return {"data": data, "has_more": False, "first_id": first, "last_id": last}

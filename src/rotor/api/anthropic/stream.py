@@ -1,4 +1,4 @@
-"""Chat chunks → Anthropic stream events (`MessageStream`), the fold that
+"""Internal events → Anthropic stream events (`MessageStream`), the fold that
 builds the non-streaming message from those same events (`fold_message`), and
 the pings a quiet stream sends (`with_pings`).
 
@@ -15,9 +15,10 @@ from typing import Any
 
 import orjson
 
+from rotor.api.errors import APIError, anthropic_error_type
 from rotor.frontend import Response as ChatResponse
+from rotor.pipeline.events import ChoiceEvent
 from rotor.pipeline.parse.base import Content, Reasoning, ToolCall
-from rotor.pipeline.stream import RequestFailed, delta_pieces
 
 # Seconds of silence after which a streaming response sends a `ping`.
 PING_INTERVAL_S = float(os.environ.get("ROTOR_ANTHROPIC_PING_S", "10"))
@@ -33,19 +34,18 @@ def tool_use_id(call_id: str) -> str:
 
 
 class MessageStream:
-    """Shapes one choice's chat chunks into Anthropic stream events: blocks in
+    """Shapes one choice's events into Anthropic stream events: blocks in
     order, each started, filled and stopped. Pure: no I/O."""
 
-    def __init__(self, resp: ChatResponse, rid: str, reasoning_field: str) -> None:
+    def __init__(self, resp: ChatResponse, rid: str) -> None:
         self._head = {
             "id": f"msg_{rid}",
             "type": "message",
             "role": "assistant",
             "model": resp.model,
         }
-        self._prompt_tokens = sum(p.prompt_tokens for p in resp.prepared)
+        self._prompt_tokens = resp.prompt_tokens
         self._usage = resp.usage
-        self._reasoning = reasoning_field
         self._index = -1  # the latest block's index
         self._open: str | None = None  # "text" or "thinking" while such a block is open
         self._calls = 0
@@ -67,19 +67,19 @@ class MessageStream:
         }
         return [{"type": "message_start", "message": message}, PING]
 
-    def chunk(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+    def event(self, event: ChoiceEvent) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        for choice in chunk["choices"]:
-            for piece in delta_pieces(choice["delta"], self._reasoning):
-                if type(piece) is Content:
-                    out += self._delta("text", piece.text)
-                elif type(piece) is Reasoning:
-                    out += self._delta("thinking", piece.text)
-                else:
-                    out += self._tool_use(piece)  # type: ignore[arg-type]
-            if choice.get("finish_reason") is not None:
-                self._finish = choice["finish_reason"]
-                self._stop = choice.get("stop_reason")
+        for piece in event.pieces:
+            if type(piece) is Content:
+                out += self._delta("text", piece.text)
+            elif type(piece) is Reasoning:
+                out += self._delta("thinking", piece.text)
+            elif type(piece) is ToolCall:
+                out += self._tool_use(piece)
+        finished = event.finished
+        if finished is not None:
+            self._finish = finished.finish_reason
+            self._stop = finished.stop_reason
         return out
 
     def finish(self) -> list[dict[str, Any]]:
@@ -101,8 +101,9 @@ class MessageStream:
             {"type": "message_stop"},
         ]
 
-    def fail(self, message: str) -> list[dict[str, Any]]:
-        return [{"type": "error", "error": {"type": "api_error", "message": message}}]
+    def fail(self, error: APIError) -> list[dict[str, Any]]:
+        kind = anthropic_error_type(error.status)
+        return [{"type": "error", "error": {"type": kind, "message": error.message}}]
 
     def _stop_reason(self) -> tuple[str, str | None]:
         if self._finish == "length":
@@ -155,10 +156,6 @@ class MessageStream:
         ]
 
 
-class MessageFailed(RequestFailed):
-    """The stream carried an `error` event: the non-streaming response is a 500."""
-
-
 def fold_message(events: list[dict[str, Any]]) -> dict[str, Any]:
     """The non-streaming message: the events applied in order, as a client
     accumulates them."""
@@ -188,8 +185,6 @@ def fold_message(events: list[dict[str, Any]]) -> dict[str, Any]:
         elif kind == "message_delta":
             message.update(event["delta"])
             message["usage"].update(event["usage"])
-        elif kind == "error":
-            raise MessageFailed(event["error"]["message"])
     return message
 
 

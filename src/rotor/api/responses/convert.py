@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rotor.api.route import chat_request
+from rotor.api.body import chat_request
 from rotor.protocol.openai import ChatCompletionRequest
 from rotor.protocol.responses import (
     FormatJSONObject,
@@ -21,7 +21,7 @@ from rotor.protocol.responses import (
 )
 
 # RequestError params in chat terms → the Responses field the client sent.
-_PARAMS = {
+PARAMS = {
     "messages": "input",
     "max_tokens": "max_output_tokens",
     "response_format": "text.format",
@@ -83,7 +83,7 @@ def to_chat(req: ResponsesRequest) -> ChatCompletionRequest:
             "reasoning_effort": req.reasoning.effort if req.reasoning else None,
             "metadata": req.metadata,
             "user": req.user,
-            "mock": req.mock.model_dump() if req.mock else None,
+            "mock": req.mock,
         }
     )
 

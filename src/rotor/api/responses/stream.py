@@ -1,25 +1,23 @@
-"""Chat chunks → Responses stream events (`ResponseStream`), and the fold that
+"""Internal events → Responses stream events (`ResponseStream`), and the fold that
 builds the non-streaming response from those same events (`fold_response`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rotor.api.errors import APIError
 from rotor.frontend import Response as ChatResponse
+from rotor.pipeline.events import ChoiceEvent
 from rotor.pipeline.parse.base import Content, Reasoning, ToolCall
-from rotor.pipeline.stream import RequestFailed, delta_pieces
 from rotor.protocol.responses import FunctionChoice, ResponsesRequest
 
 
 class ResponseStream:
-    """Shapes one choice's chat chunks into Responses stream events, numbering
+    """Shapes one choice's events into Responses stream events, numbering
     them. Pure: no I/O. The final response is built from the items it closed."""
 
-    def __init__(
-        self, req: ResponsesRequest, resp: ChatResponse, rid: str, reasoning_field: str
-    ) -> None:
+    def __init__(self, req: ResponsesRequest, resp: ChatResponse, rid: str) -> None:
         self._rid = rid
-        self._reasoning = reasoning_field
         self._seq = 0
         self._output: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None  # the reasoning or message item in progress
@@ -56,18 +54,17 @@ class ResponseStream:
             self._event("response.in_progress", response=snapshot),
         ]
 
-    def chunk(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+    def event(self, event: ChoiceEvent) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        for choice in chunk["choices"]:
-            for piece in delta_pieces(choice["delta"], self._reasoning):
-                if type(piece) is Content:
-                    out += self._delta("message", piece.text)
-                elif type(piece) is Reasoning:
-                    out += self._delta("reasoning", piece.text)
-                else:
-                    out += self._call(piece)  # type: ignore[arg-type]
-            if choice.get("finish_reason") is not None:
-                self.finish_reason = choice["finish_reason"]
+        for piece in event.pieces:
+            if type(piece) is Content:
+                out += self._delta("message", piece.text)
+            elif type(piece) is Reasoning:
+                out += self._delta("reasoning", piece.text)
+            elif type(piece) is ToolCall:
+                out += self._call(piece)
+        if event.finished is not None:
+            self.finish_reason = event.finished.finish_reason
         return out
 
     def finish(self) -> list[dict[str, Any]]:
@@ -80,8 +77,9 @@ class ResponseStream:
             return out + [self._event("response.incomplete", response=body)]
         return out + [self._event("response.completed", response=self.response("completed", usage))]
 
-    def fail(self, message: str) -> list[dict[str, Any]]:
+    def fail(self, error: APIError) -> list[dict[str, Any]]:
         """An engine or strict parse failure after the stream began."""
+        message = error.message
         out = self._close("incomplete")
         error = {"code": "server_error", "message": message}
         body = self.response("failed", _usage(self._usage), error=error)
@@ -244,12 +242,9 @@ _TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
 def fold_response(events: list[dict[str, Any]]) -> dict[str, Any]:
     """The non-streaming response: the one the stream's terminal event carries,
-    which the stream assembled from the items it sent. A failed response is
-    RequestFailed (a 500 with its message)."""
+    which the stream assembled from the items it sent (a failure never reaches
+    a fold: it is the response's status)."""
     for event in reversed(events):
         if event["type"] in _TERMINAL:
-            response = event["response"]
-            if response["status"] == "failed":
-                raise RequestFailed(response["error"]["message"])
-            return response
+            return event["response"]
     raise RuntimeError("the response stream ended without a terminal event")

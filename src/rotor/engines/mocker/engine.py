@@ -17,17 +17,16 @@ import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from rotor.engines.base import EngineError
 from rotor.engines.mocker.config import MockerConfig
 from rotor.engines.mocker.sampler import LogprobMaker, RandomSource
 from rotor.engines.mocker.scheduler import Scheduler
-from rotor.engines.mocker.script import Script, ScriptSource, parse_script
+from rotor.engines.mocker.script import ScriptSource, parse_script
 from rotor.engines.mocker.sequence import Sequence, SequenceStatus, TokenSource
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
-from rotor.protocol.engine import EngineOutput, EngineRequest
+from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineState
+from rotor.protocol.mock import MockScript
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +130,7 @@ class MockerEngine:
         self.vocab = [i for i in range(tokenizer.vocab_size) if i not in added]
         self.steps = 0
         self.simulated_ms = 0.0
+        self.tokens_generated = 0
         self._requests: dict[str, _Request] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -154,20 +154,15 @@ class MockerEngine:
 
     # -- Engine interface --------------------------------------------------
 
-    def validate(self, request: EngineRequest) -> None:
-        """Raise EngineError if this request cannot run; the frontend calls it
-        before it starts streaming, so a bad `mock` script is a 400, not a broken stream."""
-        self._parse(request)
-
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         """Admit the request's n sequences and relay their outputs until every
         choice has ended; leaving early aborts whatever is still running."""
         script = self._parse(request)
         if self._task is None:
-            raise EngineError("the mocker engine is not started")
+            raise EngineError("the mocker engine is not started", "unavailable")
         rid = request.request_id
         if rid in self._requests:
-            raise EngineError(f"request_id {rid!r} is already running")
+            raise EngineError(f"request_id {rid!r} is already running", "internal")
         req = self._admit(request, script)
         done: set[int] = set()
         try:
@@ -199,19 +194,20 @@ class MockerEngine:
             self.scheduler.finish(seq)
             req.queue.put_nowait(_Closed(seq.index))
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> EngineState:
         kv = self.scheduler.kv
-        return {
-            "waiting": len(self.scheduler.waiting),
-            "running": len(self.scheduler.running),
-            "kv_blocks_total": kv.num_total,
-            "kv_blocks_free": kv.num_free,
-            "kv_blocks_cached": kv.num_cached,
-            "steps": self.steps,
-            "preemptions": self.scheduler.preemptions,
-            "active_requests": len(self._requests),
-            "simulated_ms": self.simulated_ms,
-        }
+        return EngineState(
+            active_requests=len(self._requests),
+            waiting=len(self.scheduler.waiting),
+            running=len(self.scheduler.running),
+            tokens_generated=self.tokens_generated,
+            kv_blocks_total=kv.num_total,
+            kv_blocks_free=kv.num_free,
+            kv_blocks_cached=kv.num_cached,
+            preemptions=self.scheduler.preemptions,
+            steps=self.steps,
+            simulated_ms=self.simulated_ms,
+        )
 
     # -- admission -----------------------------------------------------------
 
@@ -219,12 +215,12 @@ class MockerEngine:
         eos = self.card.eos_token_ids or request.stop.eos_token_ids
         return eos[0] if eos else None
 
-    def _parse(self, request: EngineRequest) -> Script | None:
+    def _parse(self, request: EngineRequest) -> MockScript | None:
         """Check the request; its parsed `mock` script, or None for seeded output."""
         if request.n < 1:
-            raise EngineError(f"n must be at least 1, got {request.n}", "n")
+            raise EngineError(f"n must be at least 1, got {request.n}", "refused", "n")
         if not request.token_ids:
-            raise EngineError("token_ids: the prompt is empty", "prompt")
+            raise EngineError("token_ids: the prompt is empty", "refused", "prompt")
         if len(request.token_ids) >= self.max_seq_len:
             # The frontend's context check (against this engine's card) comes
             # first; this one keeps a direct caller from queueing a sequence that
@@ -232,6 +228,7 @@ class MockerEngine:
             raise EngineError(
                 f"token_ids: the prompt has {len(request.token_ids)} tokens; this engine "
                 f"holds at most {self.max_seq_len} per sequence, prompt and output",
+                "refused",
                 "prompt",
             )
         raw = request.annotations.get("mock")
@@ -239,15 +236,18 @@ class MockerEngine:
             if request.stop.max_tokens < 1:
                 raise EngineError(
                     f"stop.max_tokens must be at least 1, got {request.stop.max_tokens}",
+                    "refused",
                     "max_tokens",
                 )
             return None
         script = parse_script(raw, request.n)
         if script.end in ("eos", "eos_hidden") and self._eos_id(request) is None:
-            raise EngineError(f"mock.end {script.end!r}: the model has no EOS token id", "mock")
+            raise EngineError(
+                f"mock.end {script.end!r}: the model has no EOS token id", "refused", "mock"
+            )
         return script
 
-    def _admit(self, request: EngineRequest, parsed: Script | None) -> _Request:
+    def _admit(self, request: EngineRequest, parsed: MockScript | None) -> _Request:
         eos_id = self._eos_id(request)
         seqs: list[Sequence] = []
         makers: list[LogprobMaker | None] = []
@@ -258,7 +258,7 @@ class MockerEngine:
                 key = f"{self.config.seed}:{request.request_id}:{index}"
             source: TokenSource
             if parsed is not None:
-                ids = self.tokenizer.encode(parsed.outputs[index])
+                ids = self.tokenizer.encode(parsed.output(index))
                 source = ScriptSource(ids, parsed.end, parsed.tokens_per_step, eos_id)
             else:
                 source = RandomSource(
@@ -316,6 +316,7 @@ class MockerEngine:
         first = seq.num_generated == 0  # every output carries tokens or the finish
         out = seq.source.next(seq.num_generated, self.max_seq_len - seq.num_tokens)
         seq.token_ids.extend(out.token_ids)
+        self.tokens_generated += len(out.token_ids)
         closed = seq.source.closed
         if out.finish is None and not closed and seq.num_tokens >= self.max_seq_len:
             out.finish = "length"  # the sequence fills what the engine can hold

@@ -1,0 +1,70 @@
+"""Reading a request: its id, its JSON body (with the size limit), and the
+body validated as an API's request model."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, TypeVar
+
+import orjson
+from fastapi import Request
+from pydantic import BaseModel, ValidationError
+
+from rotor.api.errors import APIError, describe_validation
+from rotor.protocol.openai import ChatCompletionRequest
+
+DEFAULT_BODY_LIMIT = 32 * 1024 * 1024
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def request_id(request: Request) -> str:
+    """The client's `x-request-id` when it is a sane token, else a new one;
+    the same for every caller within one request (error responses included)."""
+    rid = getattr(request.state, "request_id", None)
+    if rid is None:
+        rid = request.headers.get("x-request-id")
+        if not (rid and len(rid) <= 128 and rid.replace("-", "").replace("_", "").isalnum()):
+            rid = uuid.uuid4().hex
+        request.state.request_id = rid
+    return rid
+
+
+async def read_json(request: Request, limit: int) -> dict[str, Any]:
+    """The JSON object body: 413 over `limit` bytes, 400 when it is not a JSON object."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise APIError(413, f"request body of {length} bytes is over the limit of {limit}")
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise APIError(413, f"request body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    try:
+        data = orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError as e:
+        raise APIError(400, f"malformed JSON body: {e}") from None
+    if not isinstance(data, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    return data
+
+
+def validated(model: type[M], data: dict[str, Any]) -> M:
+    """`data` as `model`; what validation rejects is the client's 400 naming the field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        message, param = describe_validation(e)
+        raise APIError(400, message, param) from None
+
+
+async def read_request(request: Request, model: type[M], limit: int) -> M:
+    """The JSON body validated as `model`: 413 over `limit`, 400 naming bad fields."""
+    return validated(model, await read_json(request, limit))
+
+
+def chat_request(fields: dict[str, Any]) -> ChatCompletionRequest:
+    """The internal chat request built from another API's fields (None: absent)."""
+    return validated(ChatCompletionRequest, {k: v for k, v in fields.items() if v is not None})

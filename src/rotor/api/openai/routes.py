@@ -1,0 +1,83 @@
+"""OpenAI's routes: chat completions, completions, models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from starlette.responses import JSONResponse, Response
+
+from rotor.api.anthropic.models import anthropic_model, anthropic_models
+from rotor.api.body import read_request
+from rotor.api.errors import APIError
+from rotor.api.metrics import Metrics
+from rotor.api.openai.chat import ChatShaper, fold_chat
+from rotor.api.openai.completions import CompletionShaper, fold_completion
+from rotor.api.respond import APIView, respond
+from rotor.api.sse import OPENAI
+from rotor.frontend import Frontend
+from rotor.frontend import Response as StartedResponse
+from rotor.model.served import ServedModel
+from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
+
+
+def register_openai(app: FastAPI, frontend: Frontend, metrics: Metrics, body_limit: int) -> None:
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        req = await read_request(request, ChatCompletionRequest, body_limit)
+        options = req.stream_options
+
+        def view(resp: StartedResponse, rid: str) -> APIView:
+            shaper = ChatShaper(
+                resp,
+                frontend.reasoning_field,
+                include_usage=bool(options and options.include_usage),
+                continuous_usage=bool(options and options.continuous_usage_stats),
+            )
+            return APIView(shaper, OPENAI, lambda chunks: fold_chat(chunks, resp))
+
+        return await respond(request, frontend, metrics, "chat", req, view)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        req = await read_request(request, CompletionRequest, body_limit)
+        options = req.stream_options
+
+        def view(resp: StartedResponse, rid: str) -> APIView:
+            shaper = CompletionShaper(
+                resp,
+                include_usage=bool(options and options.include_usage),
+                continuous_usage=bool(options and options.continuous_usage_stats),
+            )
+            return APIView(shaper, OPENAI, lambda chunks: fold_completion(chunks, resp))
+
+        return await respond(
+            request, frontend, metrics, "completions", req, view, call=frontend.completion
+        )
+
+    @app.get("/v1/models")
+    async def list_models(request: Request) -> Response:
+        models = [e.model for e in frontend.registry.entries()]
+        if "anthropic-version" in request.headers:
+            return JSONResponse(anthropic_models(models))
+        return JSONResponse({"object": "list", "data": [model_entry(m) for m in models]})
+
+    @app.get("/v1/models/{model_id:path}")
+    async def get_model(request: Request, model_id: str) -> Response:
+        if model_id not in frontend.registry.names():
+            raise APIError(404, f"the model {model_id!r} does not exist", "model")
+        model = frontend.resolve(model_id)
+        if "anthropic-version" in request.headers:
+            return JSONResponse(anthropic_model(model))
+        return JSONResponse(model_entry(model))
+
+
+def model_entry(model: ServedModel) -> dict[str, Any]:
+    card = model.card
+    return {
+        "id": card.name,
+        "object": "model",
+        "created": card.created,
+        "owned_by": "rotor",
+        "max_model_len": card.context_length,
+    }

@@ -1,0 +1,89 @@
+"""`/tokenize` and `/detokenize` (vLLM's shape): the served model's tokenizer,
+and for `messages` the prompt exactly as chat prepares it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from starlette.responses import JSONResponse, Response
+
+from rotor.api.body import chat_request, read_json
+from rotor.api.errors import APIError, from_request_error
+from rotor.frontend import Frontend, ModelNotFound
+from rotor.model.served import ServedModel
+from rotor.model.tokenizer import Tokenizer
+from rotor.pipeline.errors import RequestError
+from rotor.pipeline.preprocess import LONG_PROMPT_CHARS
+
+
+def register_tokens(app: FastAPI, frontend: Frontend, body_limit: int) -> None:
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> Response:
+        data = await read_json(request, body_limit)
+        served = _resolve(frontend, data.get("model"))
+        tok = _tokenizer(served)
+        if "messages" in data:
+            # The prompt exactly as chat prepares it, so `count` is chat's prompt_tokens.
+            chat = chat_request(
+                {
+                    "model": data.get("model"),
+                    "messages": data["messages"],
+                    "add_generation_prompt": data.get("add_generation_prompt", True),
+                    "tools": data.get("tools"),
+                    "tool_choice": data.get("tool_choice"),
+                    "chat_template_kwargs": data.get("chat_template_kwargs"),
+                }
+            )
+            try:
+                prepared = await frontend.prepare_chat(chat)
+            except RequestError as e:
+                raise from_request_error(e) from None
+            ids = prepared.token_ids
+        elif isinstance(data.get("prompt"), str):
+            prompt: str = data["prompt"]
+            special = data.get("add_special_tokens", True)
+            ids = await _off_loop_if(
+                len(prompt) > LONG_PROMPT_CHARS, tok.encode, prompt, add_special_tokens=special
+            )
+        else:
+            raise APIError(400, "give either 'prompt' (a string) or 'messages'", "prompt")
+        context = served.card.context_length
+        return JSONResponse({"count": len(ids), "max_model_len": context, "tokens": ids})
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> Response:
+        data = await read_json(request, body_limit)
+        tok = _tokenizer(_resolve(frontend, data.get("model")))
+        ids = data.get("tokens")
+        if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+            raise APIError(400, "'tokens' must be a list of token ids", "tokens")
+        vocab = tok.vocab_size
+        if any(t < 0 or t >= vocab for t in ids):
+            raise APIError(400, f"token ids must be in [0, {vocab})", "tokens")
+        text = await _off_loop_if(
+            len(ids) > LONG_PROMPT_CHARS, tok.decode, ids, skip_special_tokens=False
+        )
+        return JSONResponse({"prompt": text})
+
+
+def _resolve(frontend: Frontend, name: str | None) -> ServedModel:
+    try:
+        return frontend.resolve(name)
+    except ModelNotFound as e:
+        raise APIError(404, str(e), "model") from None
+
+
+def _tokenizer(served: ServedModel) -> Tokenizer:
+    if served.tokenizer is None:
+        raise APIError(400, f"model {served.card.name!r} has no tokenizer")
+    return served.tokenizer
+
+
+async def _off_loop_if(long: bool, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)`, in a worker thread when the input is long."""
+    if long:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    return fn(*args, **kwargs)

@@ -1,0 +1,64 @@
+"""Typed configuration: what the `rotor` commands parse their flags into, and
+what launch builds from. `Flag` describes one command-line flag (each also
+read from `ROTOR_<NAME>`), so an engine can declare its own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Flag:
+    name: str  # "--max-num-seqs"
+    help: str
+    type: Any = str
+    default: Any = None
+    action: str | None = None  # "store_true"
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.name.lstrip("-").replace("-", "_")
+
+
+@dataclass
+class ModelConfig:
+    """Which model is served and how the frontend treats it."""
+
+    model_path: str | None = None
+    model_name: str | None = None
+    max_model_len: int | None = None
+    chat_template: str | None = None
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+
+
+@dataclass
+class HTTPConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    reasoning_field: str = "reasoning_content"
+
+
+@dataclass
+class EngineConfig:
+    """An engine by registry name, with the values of its own flags."""
+
+    name: str = "echo"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunConfig:
+    """`rotor run`: one process, one model, one engine, one input."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    http: HTTPConfig = field(default_factory=HTTPConfig)
+    input: str = "http"  # http | text | stdin | batch
+    batch_file: str | None = None
+    output: str | None = None  # batch mode's output file
+    max_tokens: int | None = None  # text/stdin/batch: cap each answer
+    log_level: str = "warning"

@@ -1,0 +1,118 @@
+"""Engines by name: each with its flags, its model when no directory is given,
+and how it is built. `rotor run` and (later) `rotor worker` look engines up
+here, so adding one is one entry, not an edit of every command."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rotor.config import Flag
+from rotor.engines.base import Engine
+from rotor.model.card import ModelCard, echo_card
+from rotor.model.tokenizer import Tokenizer
+
+Builtin = Callable[[str | None], tuple[ModelCard, Tokenizer | None, str]]
+Build = Callable[[ModelCard, Tokenizer | None, dict[str, Any]], Engine]
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    name: str
+    help: str
+    flags: tuple[Flag, ...]
+    # The model served when no --model-path is given: (card, tokenizer, what it is).
+    builtin: Builtin
+    # Build the engine for a loaded model from its flags' values (ValueError: bad values).
+    build: Build
+    aliases: tuple[str, ...] = ()
+
+
+def _echo_builtin(name: str | None) -> tuple[ModelCard, Tokenizer | None, str]:
+    return echo_card(name or "echo"), None, "the echo engine"
+
+
+def _build_echo(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any]) -> Engine:
+    from rotor.engines.echo import EchoEngine, delay_from_env
+
+    return EchoEngine(card, tok, delay_from_env())
+
+
+def _mocker_builtin(name: str | None) -> tuple[ModelCard, Tokenizer | None, str]:
+    from rotor.model.builtin import BUILTIN_MODEL_NAME, builtin_test_model
+
+    card, tok = builtin_test_model(name or BUILTIN_MODEL_NAME)
+    return card, tok, "the built-in test model"
+
+
+def _build_mocker(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any]) -> Engine:
+    from rotor.engines.mocker import MockerConfig, MockerEngine
+
+    if tok is None:
+        raise ValueError("the mocker needs a tokenizer (a model directory with tokenizer.json)")
+    config = MockerConfig(
+        max_num_seqs=options["max_num_seqs"],
+        max_num_batched_tokens=options["max_num_batched_tokens"],
+        block_size=options["block_size"],
+        num_kv_blocks=options["num_kv_blocks"],
+        speedup_ratio=options["speedup_ratio"],
+        structural_tags=not options["no_structural_tags"],
+    )
+    return MockerEngine(card, tok, config)
+
+
+MOCKER_FLAGS = (
+    Flag("--max-num-seqs", "mocker: most sequences running at once", int, 256),
+    Flag("--max-num-batched-tokens", "mocker: token budget of one step", int, 8192),
+    Flag("--block-size", "mocker: KV cache block size in tokens", int, 16),
+    Flag("--num-kv-blocks", "mocker: KV cache size in blocks", int, 8192),
+    Flag("--speedup-ratio", "mocker: divide simulated time (0 = never sleep)", float, 1.0),
+    Flag(
+        "--no-structural-tags",
+        "mocker: do not accept structural-tag constraints",
+        bool,
+        False,
+        action="store_true",
+    ),
+)
+
+ENGINES: dict[str, EngineSpec] = {
+    "echo": EngineSpec(
+        "echo",
+        "echo the last user message back (alias echo_full)",
+        (),
+        _echo_builtin,
+        _build_echo,
+        aliases=("echo_full",),
+    ),
+    "mocker": EngineSpec(
+        "mocker",
+        "a simulated vLLM-like engine (--model-path or a built-in test model)",
+        MOCKER_FLAGS,
+        _mocker_builtin,
+        _build_mocker,
+    ),
+}
+
+
+def engine_names() -> list[str]:
+    """Every name an engine answers to, aliases included."""
+    return [n for spec in ENGINES.values() for n in (spec.name, *spec.aliases)]
+
+
+def engine_spec(name: str) -> EngineSpec:
+    """The engine called `name` (or one of its aliases); KeyError when none is."""
+    for spec in ENGINES.values():
+        if name == spec.name or name in spec.aliases:
+            return spec
+    raise KeyError(name)
+
+
+def engine_flags() -> list[Flag]:
+    """Every engine's own flags, each once."""
+    seen: dict[str, Flag] = {}
+    for spec in ENGINES.values():
+        for flag in spec.flags:
+            seen.setdefault(flag.name, flag)
+    return list(seen.values())

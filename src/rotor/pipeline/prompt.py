@@ -1,0 +1,55 @@
+"""A chat request's prompt: the sandboxed template rendered over its messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rotor.model.served import ServedModel
+from rotor.model.template import RESERVED, TemplateError
+from rotor.pipeline.errors import RequestError
+from rotor.protocol.openai import ChatCompletionRequest
+
+
+def render_chat(model: ServedModel, req: ChatCompletionRequest, tools_active: bool) -> str:
+    template = model.template(with_tools=bool(req.tools) and tools_active)
+    if template is None:
+        raise RequestError(f"model {model.card.name!r} has no chat template", "messages")
+    kwargs = {
+        k: v
+        for k, v in (req.chat_template_kwargs or {}).items()
+        if k not in RESERVED  # the request's own fields win
+    }
+    if req.reasoning_effort is not None:
+        kwargs.setdefault("reasoning_effort", req.reasoning_effort)
+    try:
+        return template.render(
+            req.messages,
+            tools=req.tools if tools_active else None,
+            add_generation_prompt=req.add_generation_prompt and not req.continue_final_message,
+            continue_final_message=req.continue_final_message,
+            **kwargs,
+        )
+    except TemplateError as e:
+        raise RequestError(str(e), "messages") from None
+
+
+def last_user_text(messages: list[dict[str, Any]]) -> str:
+    for m in reversed(messages):
+        if m.get("role") == "user":
+            return content_text(m.get("content"))
+    return ""
+
+
+def content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+
+
+def thinking_disabled(kwargs: dict[str, Any] | None) -> bool:
+    """`enable_thinking: false` / `thinking: false` in chat_template_kwargs."""
+    if not kwargs:
+        return False
+    return kwargs.get("enable_thinking") is False or kwargs.get("thinking") is False

@@ -1,0 +1,52 @@
+"""`tool_choice` checked once against the declared tools (tool-calling.md):
+what every later step (the parser plan, the grammars) reads instead of the
+raw request field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rotor.pipeline.errors import RequestError
+from rotor.pipeline.parse.base import Tools
+
+Mode = Literal["none", "auto", "required", "named"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolChoice:
+    mode: Mode
+    name: str | None = None  # the forced tool, for "named"
+
+    @property
+    def active(self) -> bool:
+        """Tools are offered to the model (and parsed from its output)."""
+        return self.mode != "none"
+
+
+def check_tool_choice(raw: str | dict[str, Any] | None, tools: Tools) -> ToolChoice:
+    """The request's `tool_choice` after the consistency checks; RequestError (400)."""
+    if raw is None:
+        return ToolChoice("auto" if tools else "none")
+    if isinstance(raw, str):
+        if raw not in ("none", "auto", "required"):
+            raise RequestError(
+                f"tool_choice {raw!r} must be 'none', 'auto', 'required' or a named function",
+                "tool_choice",
+            )
+        if raw == "required" and not tools:
+            raise RequestError("tool_choice 'required' needs tools", "tool_choice")
+        if raw == "auto" and not tools:
+            return ToolChoice("none")
+        return ToolChoice(raw)  # type: ignore[arg-type]
+    fn = raw.get("function") if isinstance(raw, dict) else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    if raw.get("type") != "function" or not isinstance(name, str):
+        raise RequestError(
+            "tool_choice must be {'type': 'function', 'function': {'name': ...}}", "tool_choice"
+        )
+    if name not in tools:
+        raise RequestError(
+            f"tool_choice names {name!r}, which is not among the tools", "tool_choice"
+        )
+    return ToolChoice("named", name)

@@ -1,0 +1,38 @@
+"""A whole system in one process: a frontend and the in-process engines it
+was built with. Whoever builds it (launch, a test) starts and stops it; the
+frontend itself never starts an engine (a remote worker is not its to start)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rotor.engines.base import Engine, Lifecycle
+from rotor.frontend import Frontend
+from rotor.model.served import ServedModel
+
+
+@dataclass
+class System:
+    frontend: Frontend
+    engines: list[Engine] = field(default_factory=list)
+
+    @classmethod
+    def local(
+        cls, engine: Engine, model: ServedModel, reasoning_field: str = "reasoning_content"
+    ) -> System:
+        """One model served by one in-process engine (`rotor run`)."""
+        frontend = Frontend(reasoning_field=reasoning_field)
+        frontend.registry.add(model, engine)
+        return cls(frontend, [engine])
+
+    async def start(self) -> None:
+        for engine in self.engines:
+            if isinstance(engine, Lifecycle):
+                await engine.start()
+        self.frontend.ready = True
+
+    async def stop(self) -> None:
+        self.frontend.ready = False
+        for engine in reversed(self.engines):
+            if isinstance(engine, Lifecycle):
+                await engine.stop()

@@ -28,6 +28,7 @@ from rotor.engines.mocker.sequence import Sequence, SequenceStatus, TokenSource
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol.engine import EngineOutput, EngineRequest
+from rotor.protocol.kv import KVEvent, KVSnapshot
 
 logger = logging.getLogger(__name__)
 
@@ -341,3 +342,11 @@ class MockerEngine:
                     req.queue.put_nowait(
                         EngineOutput(index=seq.index, finish="error", error=message)
                     )
+
+    # -- KV events ---------------------------------------------------------
+
+    def kv_events(self, sink: Callable[[KVEvent], None] | None) -> KVSnapshot:
+        """Send the KV cache's events to `sink` from now on (None: to nobody) and
+        return what the cache holds now, the state those events apply to."""
+        self.scheduler.kv.sink = sink
+        return self.scheduler.kv.snapshot()

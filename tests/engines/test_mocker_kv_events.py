@@ -59,8 +59,9 @@ class Replica:
     def from_snapshot(cls, snap: KVSnapshot) -> Replica:
         replica = cls()
         replica.last_id = snap.event_id
+        held = {h for h, _ in snap.blocks}
         for h, parent in snap.blocks:
-            assert parent is None or parent in replica.parents or parent not in dict(snap.blocks)
+            assert parent is None or parent in replica.parents or parent not in held
             replica.parents[h] = parent
         return replica
 
@@ -206,19 +207,27 @@ def test_ids_count_without_a_sink_and_the_snapshot_names_the_last() -> None:
 
 
 def test_snapshot_lists_parents_before_children() -> None:
-    kv = KVCache(num_blocks=32, block_size=1)
-    # Registered child-first: the deep chain, then a new root that a later chain
-    # hangs under, then that root's own parent... built by three sequences.
-    for tokens in ([3, 4, 5], [3, 4, 6], [1], [1, 2], [3, 7]):
-        s = seq(tokens)
-        hits = kv.match(s)
-        assert kv.allocate(s, len(tokens), hits)
+    """Even when a child was registered before its parent: a copy of the parent
+    lives on in a sequence after the registered one is evicted, the sequence
+    fills the child, and only then is the parent registered again."""
+    replica = Replica()
+    kv = KVCache(num_blocks=4, block_size=1, sink=replica)
+    r, x = seq([1], "r"), seq([1, 2], "x")
+    assert kv.allocate(r, 1) and kv.allocate(x, 1)  # x's first block copies r's
+    kv.free(r)
+    y = seq([9, 9, 9], "y")
+    assert kv.allocate(y, 3)  # evicts r's block: [1] is no longer findable
+    kv.free(y)
+    assert kv.allocate(x, 2)  # x's [1, 2] is registered, its parent is not
+    z = seq([1], "z")
+    assert kv.match(z) == [] and kv.allocate(z, 1)  # [1] is registered again
+    parent, child = block_hashes([1, 2], 1)
+    assert list(kv.hash_to_block).index(child) < list(kv.hash_to_block).index(parent)
     snap = kv.snapshot()
-    seen: set[int] = set()
-    for h, parent in snap.blocks:
-        assert parent is None or parent in seen
-        seen.add(h)
-    assert seen == matchable(kv)
+    order = [h for h, _ in snap.blocks]
+    assert order.index(parent) < order.index(child)
+    assert dict(snap.blocks)[child] == parent
+    agree(kv, replica)
 
 
 # -- random workloads through the scheduler -------------------------------------

@@ -2,9 +2,9 @@
 
 Every message is a msgpack map keyed by field name: a field a newer peer added
 is ignored, a missing optional field takes its dataclass default, and a peer
-never depends on field order. Two shapes are arrays for speed, and take extra
-trailing elements the same way: a logprob entry `[token_id, logprob, top]` with
-`top` as `[[token_id, logprob], ...]`, and a snapshot block `[hash, parent]`.
+never depends on field order. Two shapes are arrays for speed, and ignore extra
+trailing elements the same way: a logprob entry `[token_id, logprob, top]` (its
+`top` exact `[token_id, logprob]` pairs) and a snapshot block `[hash, parent]`.
 An output omits its fields that are None (their default), so a one-token
 output is `{"index": 0, "token_ids": [id]}`.
 

@@ -1,11 +1,15 @@
 """ModelCard: everything the frontend needs to know about a served model.
 
 A card is built from a Hugging Face style directory (`load_card`) or is one of
-rotor's built-ins (the echo card). Workers publish it; the frontend reads it.
+rotor's built-ins (the echo card). Workers publish it (`rotor.protocol.codec`
+encodes it with its tokenizer); the frontend reads it. Two cards of one model
+agree when their `template_hash()` and `tokenizer_hash` are equal.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +20,6 @@ class Capabilities:
 
     structural_tags: bool = False  # enforces guided / structural-tag constraints
     logprobs: bool = False
-    text_out: bool = False  # sends text instead of token ids (echo without a tokenizer)
     mock_scripts: bool = False  # honours the `mock` request extension
 
 
@@ -37,6 +40,10 @@ class ModelCard:
     generation_defaults: dict[str, Any] = field(default_factory=dict)
     capabilities: Capabilities = field(default_factory=Capabilities)
     created: int = 0
+    # content_hash of the tokenizer's JSON (`Tokenizer.raw.to_str()`) the card is
+    # served with, once known (a card read from the wire has it), so cards can be
+    # compared without their tokenizers.
+    tokenizer_hash: str | None = None
 
     def chat_template(self, with_tools: bool) -> str | None:
         """Pick `tool_use` when tools are present, else `default` (as transformers does)."""
@@ -45,6 +52,19 @@ class ModelCard:
         if "default" in self.chat_templates:
             return self.chat_templates["default"]
         return next(iter(self.chat_templates.values()), None)
+
+    def template_hash(self) -> str:
+        """content_hash of the chat templates, names and sources, in name order."""
+        return content_hash(
+            json.dumps(
+                self.chat_templates, sort_keys=True, ensure_ascii=False, separators=(",", ":")
+            )
+        )
+
+
+def content_hash(text: str) -> str:
+    """sha256 of the text's UTF-8, in hex: how cards name a tokenizer or templates."""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 ECHO_MODEL_NAME = "echo"
@@ -59,5 +79,4 @@ def echo_card(name: str = ECHO_MODEL_NAME) -> ModelCard:
         name=name,
         context_length=1 << 20,
         eos_token_ids=[ECHO_EOS_ID],
-        capabilities=Capabilities(text_out=True),
     )

@@ -1,14 +1,14 @@
 """The token-in/token-out contract between the frontend and every engine.
 
-Plain dataclasses so they cross a process boundary as msgpack/JSON (`to_dict` /
-`from_dict`) and cost nothing to build in-process. Engines never see text
+Plain dataclasses so they cross a process boundary (`rotor.protocol.codec`)
+and cost nothing to build in-process. Engines never see text
 semantics (no stop strings, no parsing); the frontend never trusts an engine to
 stop on its own.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Finish = Literal["eos", "length", "stop", "cancelled", "error"]
@@ -82,17 +82,6 @@ class EngineRequest:
     # "mock" for the mocker's scripted output.
     annotations: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EngineRequest:
-        data = dict(data)
-        data["sampling"] = SamplingParams(**data.get("sampling", {}))
-        data["stop"] = StopParams(**data.get("stop", {}))
-        data["output"] = OutputParams(**data.get("output", {}))
-        return cls(**data)
-
 
 @dataclass(slots=True)
 class TokenLogprob:
@@ -113,20 +102,6 @@ class EngineOutput:
     matched: int | str | None = None  # the EOS/stop id (or string) that ended it
     cached_tokens: int | None = None
     error: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EngineOutput:
-        data = dict(data)
-        if data.get("logprobs") is not None:
-            data["logprobs"] = [
-                TokenLogprob(lp["token_id"], lp["logprob"], [tuple(t) for t in lp.get("top", [])])
-                for lp in data["logprobs"]
-            ]
-        return cls(**data)
-
 
 @dataclass(slots=True)
 class EngineState:

@@ -26,6 +26,7 @@ from rotor.engines.mocker.sequence import Sequence, SequenceStatus, TokenSource
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineState
+from rotor.protocol.kv import KVEvent, KVSnapshot
 from rotor.protocol.mock import MockScript
 
 logger = logging.getLogger(__name__)
@@ -342,3 +343,11 @@ class MockerEngine:
                     req.queue.put_nowait(
                         EngineOutput(index=seq.index, finish="error", error=message)
                     )
+
+    # -- KV events ---------------------------------------------------------
+
+    def kv_events(self, sink: Callable[[KVEvent], None] | None) -> KVSnapshot:
+        """Send the KV cache's events to `sink` from now on (None: to nobody) and
+        return what the cache holds now, the state those events apply to."""
+        self.scheduler.kv.sink = sink
+        return self.scheduler.kv.snapshot()

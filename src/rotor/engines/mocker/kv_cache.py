@@ -1,37 +1,57 @@
 """A paged KV cache with prefix reuse, as vLLM keeps it (without the tensors).
 
-Sequences hold blocks of `block_size` tokens. A full block is named by the hash
-of (parent block's hash, its token ids), so equal prefixes have equal chains.
-Blocks are registered under their hash as soon as the step that fills them is
-scheduled; when their last user lets go, hashed blocks stay in an LRU of free
-cached blocks, ready to be matched by a later prompt, and are the last to be
-handed out (plain free blocks go first, then the least recently freed cached one).
+Sequences hold blocks of `block_size` tokens. A full block is named by its
+chained hash (`rotor.protocol.kv`: the parent block's hash and its token ids),
+so equal prefixes have equal chains. Blocks are registered under their hash as
+soon as the step that fills them is scheduled; when their last user lets go,
+hashed blocks stay in an LRU of free cached blocks, ready to be matched by a
+later prompt, and are the last to be handed out (plain free blocks go first,
+then the least recently freed cached one).
+
+The cache reports its own findable set: a `BlocksStored` event when blocks are
+registered, `BlocksRemoved` when a cached block is evicted, `AllCleared` on
+`clear()`, numbered from 1 without gaps; `snapshot()` is the same set at once.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
 
 from rotor.engines.mocker.sequence import Sequence
+from rotor.protocol.kv import (
+    AllCleared,
+    BlocksRemoved,
+    BlocksStored,
+    KVEvent,
+    KVSnapshot,
+    block_hashes,
+)
+
+EventSink = Callable[[KVEvent], None]
 
 
 class Block:
-    __slots__ = ("block_id", "ref_count", "hash")
+    __slots__ = ("block_id", "ref_count", "hash", "parent")
 
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
         self.ref_count = 0
         self.hash: int | None = None
+        self.parent: int | None = None  # the parent block's hash, once hashed
 
 
 class KVCache:
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, sink: EventSink | None = None) -> None:
         self.block_size = block_size
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_plain: deque[int] = deque(range(num_blocks))
         self.free_cached: OrderedDict[int, None] = OrderedDict()  # LRU first
         self.hash_to_block: dict[int, int] = {}
+        self.sink = sink  # gets every event; replace it at will
+        self.event_id = 0  # the last event's id (events are counted with no sink too)
+        self._evicted: list[int] = []  # hashes dropped by the allocation in progress
 
     @property
     def num_total(self) -> int:
@@ -49,12 +69,11 @@ class KVCache:
 
     def block_hash(self, seq: Sequence, i: int) -> int:
         """Hash of the seq's i-th full block, chained on its parent's."""
-        bs = self.block_size
         hashes = seq.block_hashes
-        while len(hashes) <= i:
-            j = len(hashes)
+        if len(hashes) <= i:
+            bs, j = self.block_size, len(hashes)
             parent = hashes[j - 1] if j else None
-            hashes.append(hash((parent, tuple(seq.token_ids[j * bs : (j + 1) * bs]))))
+            hashes.extend(block_hashes(seq.token_ids[j * bs : (i + 1) * bs], bs, parent))
         return hashes[i]
 
     def match(self, seq: Sequence) -> list[int]:
@@ -83,11 +102,15 @@ class KVCache:
             if block.ref_count == 0:
                 del self.free_cached[block_id]
             block.ref_count += 1
-        seq.block_table.extend(hits)
-        seq.num_hashed_blocks = max(seq.num_hashed_blocks, len(seq.block_table))
+        if hits:  # admission: the table was empty, and hits are registered already
+            seq.block_table.extend(hits)
+            seq.num_hashed_blocks = max(seq.num_hashed_blocks, len(seq.block_table))
         for _ in range(needed):
             seq.block_table.append(self._take())
-        self._register(seq, num_tokens // self.block_size)
+        if self._evicted:
+            self._emit(BlocksRemoved(self._next_id(), self._evicted))
+            self._evicted = []
+        self._register(seq, min(num_tokens, seq.num_tokens) // self.block_size)
         return True
 
     def free(self, seq: Sequence) -> None:
@@ -105,6 +128,30 @@ class KVCache:
         seq.block_table.clear()
         seq.num_hashed_blocks = 0
 
+    def clear(self) -> None:
+        """Forget every registration (vLLM's prefix-cache reset): cached blocks
+        become plain free blocks, and blocks in use are never matched again."""
+        for block in self.blocks:
+            block.hash = block.parent = None
+        self.hash_to_block.clear()
+        self.free_plain.extend(self.free_cached)
+        self.free_cached.clear()
+        self._emit(AllCleared(self._next_id()))
+
+    def snapshot(self) -> KVSnapshot:
+        """Every registered block as (hash, parent), parents first, as of the last event."""
+        parent_of = {h: self.blocks[b].parent for h, b in self.hash_to_block.items()}
+        children: dict[int, list[int]] = {}
+        order: list[int] = []  # roots: no parent, or a parent no longer held
+        for h, parent in parent_of.items():
+            if parent is not None and parent in parent_of:
+                children.setdefault(parent, []).append(h)
+            else:
+                order.append(h)
+        for h in order:  # grows while it runs: breadth first from the roots
+            order.extend(children.get(h, ()))
+        return KVSnapshot(self.event_id, self.block_size, [(h, parent_of[h]) for h in order])
+
     def _take(self) -> int:
         if self.free_plain:
             block_id = self.free_plain.popleft()
@@ -112,18 +159,42 @@ class KVCache:
             block_id, _ = self.free_cached.popitem(last=False)
             block = self.blocks[block_id]
             # `free` caches only blocks registered under their hash, and a
-            # registration is dropped only here.
+            # registration is dropped only here (and by `clear`).
             assert block.hash is not None
             del self.hash_to_block[block.hash]
-            block.hash = None
+            self._evicted.append(block.hash)
+            block.hash = block.parent = None
         self.blocks[block_id].ref_count = 1
         return block_id
 
     def _register(self, seq: Sequence, num_full: int) -> None:
-        """Name the seq's newly full blocks so later prompts can find them."""
+        """Name the seq's newly full blocks so later prompts can find them; each
+        unbroken run of new registrations is one stored event."""
+        run: list[int] = []
+        run_parent: int | None = None
         for i in range(seq.num_hashed_blocks, num_full):
             block = self.blocks[seq.block_table[i]]
             if block.hash is None:
                 block.hash = self.block_hash(seq, i)
-                self.hash_to_block.setdefault(block.hash, block.block_id)
+                block.parent = seq.block_hashes[i - 1] if i else None
+                if block.hash not in self.hash_to_block:
+                    self.hash_to_block[block.hash] = block.block_id
+                    if not run:
+                        run_parent = block.parent
+                    run.append(block.hash)
+                    continue
+            # Already named, or a duplicate of a block another sequence registered.
+            if run:
+                self._emit(BlocksStored(self._next_id(), run, run_parent, self.block_size))
+                run = []
+        if run:
+            self._emit(BlocksStored(self._next_id(), run, run_parent, self.block_size))
         seq.num_hashed_blocks = max(seq.num_hashed_blocks, num_full)
+
+    def _next_id(self) -> int:
+        self.event_id += 1
+        return self.event_id
+
+    def _emit(self, event: KVEvent) -> None:
+        if self.sink is not None:
+            self.sink(event)

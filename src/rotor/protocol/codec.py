@@ -1,0 +1,475 @@
+"""msgpack encoding of what crosses a wire: the token contract, KV events, model cards.
+
+Every message is a msgpack map keyed by field name: a field a newer peer added
+is ignored, a missing optional field takes its dataclass default, and a peer
+never depends on field order. Two shapes are arrays for speed, and ignore extra
+trailing elements the same way: a logprob entry `[token_id, logprob, top]` (its
+`top` exact `[token_id, logprob]` pairs) and a snapshot block `[hash, parent]`.
+An output omits its fields that are None (their default), so a one-token
+output is `{"index": 0, "token_ids": [id]}`.
+
+Anything malformed (not msgpack, the wrong shape or type, a missing required
+field, a tokenizer whose JSON does not match its hash) raises `CodecError`;
+decoders check types, never values: `n = 0` decodes, and the engine refuses it.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable
+from dataclasses import MISSING, fields
+from typing import Any, get_args
+
+import msgpack
+import tokenizers
+
+from rotor.model.card import Capabilities, ModelCard, content_hash
+from rotor.model.tokenizer import Tokenizer
+from rotor.protocol.engine import (
+    EngineError,
+    EngineOutput,
+    EngineRequest,
+    ErrorKind,
+    Finish,
+    OutputParams,
+    SamplingParams,
+    StopParams,
+    TokenLogprob,
+)
+from rotor.protocol.kv import AllCleared, BlocksRemoved, BlocksStored, KVEvent, KVSnapshot
+
+
+class CodecError(ValueError):
+    """A payload that is not a valid encoding of what the decoder expects."""
+
+
+_packb = msgpack.packb
+_FINISHES = frozenset(get_args(Finish))
+_ERROR_KINDS = frozenset(get_args(ErrorKind))
+
+# -- field checks: (value, field name) -> the value, or CodecError --------------
+
+Check = Callable[[Any, str], Any]
+
+
+def _unpack(data: bytes) -> Any:
+    try:
+        return msgpack.unpackb(data, raw=False)
+    except Exception as exc:  # msgpack raises several types for bad input
+        raise CodecError(f"not a msgpack message: {exc}") from None
+
+
+def _unpack_tuples(data: bytes) -> Any:
+    """Arrays as tuples: cheaper to unpack, and a logprob's pairs come out as the
+    tuples TokenLogprob keeps (outputs carry no free-form values that a list would suit)."""
+    try:
+        return msgpack.unpackb(data, raw=False, use_list=False)
+    except Exception as exc:
+        raise CodecError(f"not a msgpack message: {exc}") from None
+
+
+def _wrong(name: str, expected: str, value: Any) -> CodecError:
+    return CodecError(f"{name}: expected {expected}, got {type(value).__name__}")
+
+
+def _map(value: Any, name: str) -> dict[str, Any]:
+    if type(value) is not dict:
+        raise _wrong(name, "a map", value)
+    return value
+
+
+def _str(value: Any, name: str) -> str:
+    if type(value) is not str:
+        raise _wrong(name, "a string", value)
+    return value
+
+
+def _int(value: Any, name: str) -> int:
+    if type(value) is not int:
+        raise _wrong(name, "an integer", value)
+    return value
+
+
+def _float(value: Any, name: str) -> float:
+    if type(value) is float:
+        return value
+    if type(value) is int:
+        return float(value)
+    raise _wrong(name, "a number", value)
+
+
+def _bool(value: Any, name: str) -> bool:
+    if type(value) is not bool:
+        raise _wrong(name, "a boolean", value)
+    return value
+
+
+def _ints_in(typecode: str, what: str) -> Check:
+    """A list of integers in the array typecode's range, checked in C."""
+
+    def check(value: Any, name: str) -> list[int]:
+        if type(value) is not list:
+            raise _wrong(name, f"a list of {what}", value)
+        try:
+            array(typecode, value)
+        except (TypeError, OverflowError):
+            raise CodecError(f"{name}: expected a list of {what}") from None
+        return value
+
+    return check
+
+
+_token_ids = _ints_in("I", "token ids (u32)")
+_hashes = _ints_in("Q", "block hashes (u64)")
+
+
+def _str_map(value: Any, name: str) -> dict[str, str]:
+    _map(value, name)
+    for key, item in value.items():
+        if type(key) is not str or type(item) is not str:
+            raise CodecError(f"{name}: expected a map of strings to strings")
+    return value
+
+
+def _optional(check: Check) -> Check:
+    def optional(value: Any, name: str) -> Any:
+        return None if value is None else check(value, name)
+
+    return optional
+
+
+def _build(cls: type, schema: dict[str, Check], value: Any, name: str) -> Any:
+    """`cls` from a map: known fields checked, unknown ones ignored, missing ones defaulted."""
+    data = _map(value, name)
+    kwargs = {
+        key: schema[key](item, f"{name}.{key}") for key, item in data.items() if key in schema
+    }
+    try:
+        return cls(**kwargs)
+    except TypeError:
+        missing = [f.name for f in fields(cls) if f.name not in kwargs]
+        raise CodecError(f"{name}: a required field is missing (one of {missing})") from None
+
+
+def _names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+def _as_map(obj: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in names}
+
+
+# -- EngineRequest -----------------------------------------------------------
+
+_SAMPLING: dict[str, Check] = {
+    "temperature": _float,
+    "top_p": _float,
+    "top_k": _int,
+    "min_p": _float,
+    "seed": _optional(_int),
+    "presence_penalty": _float,
+    "frequency_penalty": _float,
+    "repetition_penalty": _float,
+    "guided": _optional(_map),
+}
+_STOP: dict[str, Check] = {
+    "max_tokens": _int,
+    "min_tokens": _int,
+    "stop_token_ids": _token_ids,
+    "eos_token_ids": _token_ids,
+    "visible_stop_token_ids": _token_ids,
+    "ignore_eos": _bool,
+}
+_OUTPUT_PARAMS: dict[str, Check] = {
+    "logprobs": _bool,
+    "top_logprobs": _int,
+    "skip_special_tokens": _bool,
+}
+_REQUEST: dict[str, Check] = {
+    "request_id": _str,
+    "model": _str,
+    "token_ids": _token_ids,
+    "sampling": lambda v, n: _build(SamplingParams, _SAMPLING, v, n),
+    "stop": lambda v, n: _build(StopParams, _STOP, v, n),
+    "output": lambda v, n: _build(OutputParams, _OUTPUT_PARAMS, v, n),
+    "n": _int,
+    "annotations": _map,
+}
+_SAMPLING_NAMES, _STOP_NAMES = _names(SamplingParams), _names(StopParams)
+_OUTPUT_PARAMS_NAMES = _names(OutputParams)
+
+
+def encode_request(request: EngineRequest) -> bytes:
+    return _packb(
+        {
+            "request_id": request.request_id,
+            "model": request.model,
+            "token_ids": request.token_ids,
+            "sampling": _as_map(request.sampling, _SAMPLING_NAMES),
+            "stop": _as_map(request.stop, _STOP_NAMES),
+            "output": _as_map(request.output, _OUTPUT_PARAMS_NAMES),
+            "n": request.n,
+            "annotations": request.annotations,
+        }
+    )
+
+
+def decode_request(data: bytes) -> EngineRequest:
+    return _build(EngineRequest, _REQUEST, _unpack(data), "request")
+
+
+# -- EngineOutput: the per-token path, written out by hand ----------------------
+
+
+def _output_map(out: EngineOutput) -> dict[str, Any]:
+    m: dict[str, Any] = {"index": out.index, "token_ids": out.token_ids}
+    if out.text is not None:
+        m["text"] = out.text
+    if out.logprobs is not None:
+        m["logprobs"] = [(lp.token_id, lp.logprob, lp.top) for lp in out.logprobs]
+    if out.finish is not None:
+        m["finish"] = out.finish
+    if out.matched is not None:
+        m["matched"] = out.matched
+    if out.cached_tokens is not None:
+        m["cached_tokens"] = out.cached_tokens
+    if out.error is not None:
+        m["error"] = out.error
+    return m
+
+
+def _number(value: Any) -> bool:
+    return type(value) is float or type(value) is int
+
+
+def _logprobs(value: Any, name: str) -> list[TokenLogprob]:
+    """Entries [token_id, logprob, top], top as exact [token_id, logprob] pairs."""
+    if type(value) is not tuple:
+        raise _wrong(name, "a list", value)
+    entries = []
+    for entry in value:
+        if type(entry) is not tuple or len(entry) < 3:
+            raise _wrong(name, "[token_id, logprob, top] entries", entry)
+        token_id, logprob, top = entry[0], entry[1], entry[2]
+        if type(token_id) is not int or not _number(logprob) or type(top) is not tuple:
+            raise CodecError(f"{name}: expected [token_id, logprob, top], got {entry!r}")
+        for pair in top:
+            if type(pair) is not tuple or len(pair) != 2 or type(pair[0]) is not int:
+                raise CodecError(f"{name}.top: expected [token_id, logprob] pairs, got {pair!r}")
+            if not _number(pair[1]):
+                raise CodecError(f"{name}.top: expected [token_id, logprob] pairs, got {pair!r}")
+        entries.append(TokenLogprob(token_id, logprob, list(top)))
+    return entries
+
+
+def _output(value: Any, name: str) -> EngineOutput:
+    """An output from a map whose arrays are tuples (`_unpack_tuples`); the
+    per-token path, so its checks are written out."""
+    if type(value) is not dict:
+        raise _wrong(name, "a map", value)
+    get = value.get
+    index, ids, text = get("index", 0), get("token_ids", ()), get("text")
+    logprobs, finish, matched = get("logprobs"), get("finish"), get("matched")
+    cached, error = get("cached_tokens"), get("error")
+    if type(index) is not int:
+        raise _wrong(f"{name}.index", "an integer", index)
+    if type(ids) is not tuple:
+        raise _wrong(f"{name}.token_ids", "a list of token ids", ids)
+    ids = _token_ids(list(ids), f"{name}.token_ids")
+    if text is not None and type(text) is not str:
+        raise _wrong(f"{name}.text", "a string", text)
+    if logprobs is not None:
+        logprobs = _logprobs(logprobs, f"{name}.logprobs")
+    if finish is not None and (type(finish) is not str or finish not in _FINISHES):
+        raise CodecError(f"{name}.finish: expected one of {sorted(_FINISHES)}, got {finish!r}")
+    if matched is not None and type(matched) is not int and type(matched) is not str:
+        raise _wrong(f"{name}.matched", "a token id or a string", matched)
+    if cached is not None and type(cached) is not int:
+        raise _wrong(f"{name}.cached_tokens", "an integer", cached)
+    if error is not None and type(error) is not str:
+        raise _wrong(f"{name}.error", "a string", error)
+    return EngineOutput(
+        index=index,
+        token_ids=ids,
+        text=text,
+        logprobs=logprobs,
+        finish=finish,
+        matched=matched,
+        cached_tokens=cached,
+        error=error,
+    )
+
+
+def encode_output(output: EngineOutput) -> bytes:
+    return _packb(_output_map(output))
+
+
+def decode_output(data: bytes) -> EngineOutput:
+    return _output(_unpack_tuples(data), "output")
+
+
+def encode_outputs(outputs: list[EngineOutput]) -> bytes:
+    """Several outputs (of one request, in order) as one message."""
+    return _packb([_output_map(out) for out in outputs])
+
+
+def decode_outputs(data: bytes) -> list[EngineOutput]:
+    items = _unpack_tuples(data)
+    if type(items) is not tuple:
+        raise _wrong("outputs", "a list", items)
+    return [_output(item, "outputs[]") for item in items]
+
+
+# -- EngineError ---------------------------------------------------------------
+
+
+def encode_error(error: EngineError) -> bytes:
+    return _packb({"message": error.message, "kind": error.kind, "param": error.param})
+
+
+def decode_error(data: bytes) -> EngineError:
+    """An unknown kind from a newer peer reads as "internal": a 500, never retried."""
+    m = _map(_unpack(data), "error")
+    if "message" not in m:
+        raise CodecError("error: the message is missing")
+    kind = _str(m.get("kind", "internal"), "error.kind")
+    return EngineError(
+        _str(m["message"], "error.message"),
+        kind if kind in _ERROR_KINDS else "internal",  # type: ignore[arg-type]
+        _optional(_str)(m.get("param"), "error.param"),
+    )
+
+
+# -- KV events -----------------------------------------------------------------
+
+_KV_EVENTS: dict[str, tuple[type, dict[str, Check]]] = {
+    "stored": (
+        BlocksStored,
+        {
+            "event_id": _int,
+            "block_hashes": _hashes,
+            "parent_hash": _optional(lambda v, n: _hashes([v], n)[0]),
+            "block_size": _int,
+        },
+    ),
+    "removed": (BlocksRemoved, {"event_id": _int, "block_hashes": _hashes}),
+    "cleared": (AllCleared, {"event_id": _int}),
+}
+_KV_TYPES = {cls: (tag, _names(cls)) for tag, (cls, _) in _KV_EVENTS.items()}
+
+
+def encode_kv_event(event: KVEvent) -> bytes:
+    tag, names = _KV_TYPES[type(event)]
+    return _packb({"type": tag, **_as_map(event, names)})
+
+
+def decode_kv_event(data: bytes) -> KVEvent:
+    m = _map(_unpack(data), "kv_event")
+    tag = m.get("type")
+    kind = _KV_EVENTS.get(tag) if type(tag) is str else None
+    if kind is None:
+        raise CodecError(f"kv_event.type: expected one of {sorted(_KV_EVENTS)}, got {tag!r}")
+    cls, schema = kind
+    return _build(cls, schema, m, f"kv_event({tag})")
+
+
+def encode_kv_snapshot(snapshot: KVSnapshot) -> bytes:
+    return _packb(
+        {
+            "event_id": snapshot.event_id,
+            "block_size": snapshot.block_size,
+            "blocks": snapshot.blocks,
+        }
+    )
+
+
+def _snapshot_blocks(value: Any, name: str) -> list[tuple[int, int | None]]:
+    if type(value) is not list:
+        raise _wrong(name, "a list", value)
+    blocks = []
+    for pair in value:
+        if type(pair) is not list or len(pair) < 2:
+            raise _wrong(name, "[hash, parent] pairs", pair)
+        h, parent = pair[0], pair[1]
+        _hashes([h] if parent is None else [h, parent], name)
+        blocks.append((h, parent))
+    return blocks
+
+
+def decode_kv_snapshot(data: bytes) -> KVSnapshot:
+    schema = {"event_id": _int, "block_size": _int, "blocks": _snapshot_blocks}
+    return _build(KVSnapshot, schema, _unpack(data), "kv_snapshot")
+
+
+# -- ModelCard (with its tokenizer) --------------------------------------------
+
+
+def _capability_checks() -> dict[str, Check]:
+    """Each capability is checked against its default's type, so a new field
+    needs no codec change."""
+    by_type: dict[type, Check] = {bool: _bool, int: _int, float: _float, str: _str}
+    checks: dict[str, Check] = {}
+    for f in fields(Capabilities):
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        checks[f.name] = by_type.get(type(default), lambda v, n: v)
+    return checks
+
+
+_CAPABILITIES = _capability_checks()
+
+
+_CARD: dict[str, Check] = {
+    "name": _str,
+    "path": _optional(_str),
+    "context_length": _int,
+    "eos_token_ids": _token_ids,
+    "bos_token": _optional(_str),
+    "eos_token": _optional(_str),
+    "unk_token": _optional(_str),
+    "pad_token": _optional(_str),
+    "chat_templates": _str_map,
+    "tool_call_parser": _optional(_str),
+    "reasoning_parser": _optional(_str),
+    "generation_defaults": _map,
+    "capabilities": lambda v, n: _build(Capabilities, _CAPABILITIES, v, n),
+    "created": _int,
+    "tokenizer_hash": _optional(_str),
+}
+_CARD_NAMES, _CAPABILITY_NAMES = _names(ModelCard), _names(Capabilities)
+
+
+def encode_card(
+    card: ModelCard, tokenizer: Tokenizer | None = None, *, tokenizer_json: bool = True
+) -> bytes:
+    """The card and, with `tokenizer`, its hash and (unless `tokenizer_json` is
+    False, for a peer that fetches it by hash) the tokenizer's JSON itself."""
+    m = _as_map(card, _CARD_NAMES)
+    m["capabilities"] = _as_map(card.capabilities, _CAPABILITY_NAMES)
+    if tokenizer is not None:
+        raw = tokenizer.raw.to_str()
+        digest = content_hash(raw)
+        if card.tokenizer_hash is not None and card.tokenizer_hash != digest:
+            raise ValueError("the card's tokenizer_hash is not the tokenizer's")
+        m["tokenizer_hash"] = digest
+        if tokenizer_json:
+            m["tokenizer_json"] = raw
+    return _packb(m)
+
+
+def decode_card(data: bytes) -> tuple[ModelCard, Tokenizer | None]:
+    """The card (its `tokenizer_hash` set when one was sent) and the tokenizer
+    rebuilt from its JSON, or None when no JSON came."""
+    m = _map(_unpack(data), "card")
+    card: ModelCard = _build(ModelCard, _CARD, m, "card")
+    raw = m.get("tokenizer_json")
+    if raw is None:
+        return card, None
+    digest = content_hash(_str(raw, "card.tokenizer_json"))
+    if card.tokenizer_hash is None:
+        card.tokenizer_hash = digest
+    elif card.tokenizer_hash != digest:
+        raise CodecError("card.tokenizer_json does not match card.tokenizer_hash")
+    try:
+        return card, Tokenizer(tokenizers.Tokenizer.from_str(raw))
+    except Exception as exc:  # the Rust binding raises its own exception type
+        raise CodecError(f"card.tokenizer_json: not a tokenizer: {exc}") from None

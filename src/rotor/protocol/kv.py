@@ -1,0 +1,135 @@
+"""KV block identity and KV cache events: what workers tell routers about their caches.
+
+Block hash (the one definition for the whole system)
+-----------------------------------------------------
+A sequence of token ids is cut into blocks of `block_size` tokens; only full
+blocks have a hash. Block i's hash is
+
+    h_i = XXH3_64(seed=SEED, data=le_u64(h_{i-1}) + le_u32(t_0) + ... + le_u32(t_{k-1}))
+
+where `t_0 .. t_{k-1}` are the block's token ids, `le_u32` is the 4-byte
+little-endian encoding of an unsigned 32-bit integer (token ids must lie in
+[0, 2**32)), `le_u64` the 8-byte little-endian encoding of the parent's
+hash, and the root block's parent is 0 (the data always starts with 8 bytes).
+So a block of k tokens hashes exactly 8 + 4k bytes, and a block's hash names
+its whole prefix: equal hashes mean equal token prefixes (up to 2**-64).
+
+SEED = 0x726F746F72 (= 491496173426, the ASCII bytes of "rotor" read as a
+big-endian integer). XXH3-64 is the 64-bit XXH3 of the `xxhash` package
+(`xxhash.xxh3_64_intdigest`), version-stable by its own specification, so
+every process, machine and Python version computes the same hashes (unlike
+Python's `hash()`, which is salted per process).
+
+KV events
+---------
+An engine's cache emits `BlocksStored` when blocks become findable by hash,
+`BlocksRemoved` when they stop being findable, and `AllCleared` when every
+registration is dropped. `event_id` increases by one per event of one cache
+(from 1), so a consumer sees a gap as a lost event and resyncs from a
+`KVSnapshot`: the (hash, parent) pairs the cache holds, parents first, as of
+the snapshot's `event_id`.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import xxhash
+
+SEED = 0x726F746F72
+ROOT_PARENT = 0  # the parent hash the root block chains in
+
+_xxh3 = xxhash.xxh3_64_intdigest
+_BIG_ENDIAN = sys.byteorder == "big"
+assert array("I").itemsize == 4, "array('I') must hold 32-bit items"
+
+
+def _le_u32(tokens: Iterable[int]) -> bytes:
+    """The tokens as little-endian u32, or ValueError naming the bad input."""
+    try:
+        packed = array("I", tokens)
+    except (OverflowError, TypeError):
+        raise ValueError("token ids must be integers in [0, 2**32)") from None
+    if _BIG_ENDIAN:
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _le_u64(parent: int | None) -> bytes:
+    if parent is None:
+        parent = ROOT_PARENT
+    try:
+        return parent.to_bytes(8, "little")
+    except (OverflowError, AttributeError):
+        raise ValueError(
+            f"a parent hash must be an integer in [0, 2**64), got {parent!r}"
+        ) from None
+
+
+def block_hash(parent: int | None, tokens: Iterable[int]) -> int:
+    """The hash of one block of `tokens` whose parent block hashed to `parent`
+    (None for the first block of a sequence)."""
+    return _xxh3(_le_u64(parent) + _le_u32(tokens), seed=SEED)
+
+
+def block_hashes(token_ids: Sequence[int], block_size: int, parent: int | None = None) -> list[int]:
+    """The chained hashes of every full block of `token_ids` (a trailing partial
+    block has none); `parent` is the hash of the block before the first one."""
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1, got {block_size}")
+    full = len(token_ids) // block_size
+    raw = _le_u32(token_ids[: full * block_size])
+    step = 4 * block_size
+    hashes: list[int] = []
+    h = _le_u64(parent)
+    for start in range(0, full * step, step):
+        value = _xxh3(h + raw[start : start + step], seed=SEED)
+        hashes.append(value)
+        h = value.to_bytes(8, "little")
+    return hashes
+
+
+@dataclass(slots=True)
+class BlocksStored:
+    """Blocks that became findable by hash: `block_hashes` is one chain, each
+    block the parent of the next; `parent_hash` is the first one's parent
+    (None: it is a sequence's first block)."""
+
+    event_id: int
+    block_hashes: list[int]
+    parent_hash: int | None = None
+    block_size: int = 0  # tokens per block, so a consumer can check it hashes alike
+
+
+@dataclass(slots=True)
+class BlocksRemoved:
+    """Blocks that are no longer findable by hash (evicted or dropped)."""
+
+    event_id: int
+    block_hashes: list[int]
+
+
+@dataclass(slots=True)
+class AllCleared:
+    """Every block registration of the cache was dropped."""
+
+    event_id: int
+
+
+KVEvent = BlocksStored | BlocksRemoved | AllCleared
+
+
+@dataclass(slots=True)
+class KVSnapshot:
+    """What a cache holds as of `event_id` (its last event; 0 before any): each
+    registered block as (hash, parent hash or None), a parent before its
+    children whenever the parent is itself held. Replaying each pair as a
+    stored block rebuilds the cache's findable set; events after `event_id`
+    then apply on top."""
+
+    event_id: int
+    block_size: int
+    blocks: list[tuple[int, int | None]] = field(default_factory=list)

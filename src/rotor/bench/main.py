@@ -52,9 +52,11 @@ async def resolve_model(pool: Pool) -> str:
         raise BenchError("GET /models listed no model; give --model") from None
 
 
-async def probe(cfg: BenchConfig, pool: Pool, model: str, tools: list[Any]) -> bool:
+async def probe(
+    cfg: BenchConfig, pool: Pool, model: str, tools: list[Any]
+) -> tuple[bool, dict[str, Any]]:
     """One short request: does the server take `ignore_eos`, and does it answer
-    at all? Returns whether to send ignore_eos."""
+    at all? Returns whether to send ignore_eos, and the answered request."""
     messages = [{"role": "user", "content": "Say hello."}]
     tries = {"auto": (True, False), "on": (True,), "off": (False,)}[cfg.ignore_eos]
     last: dict[str, str] | None = None
@@ -63,7 +65,7 @@ async def probe(cfg: BenchConfig, pool: Pool, model: str, tools: list[Any]) -> b
         record, _ = await client.send(client.body(messages, 2), time.perf_counter())
         last = record["error"]
         if last is None:
-            return ignore_eos
+            return ignore_eos, record
         if not (ignore_eos and last["kind"] == "http_400" and "ignore_eos" in last["message"]):
             break
     assert last is not None
@@ -76,21 +78,22 @@ async def run_levels(cfg: BenchConfig, console: Console) -> dict[str, Any]:
     try:
         model = cfg.model or await resolve_model(pool)
         tools = tool_specs(cfg.tools)
-        ignore_eos = await probe(cfg, pool, model, tools)
+        ignore_eos, probed = await probe(cfg, pool, model, tools)
         client = Client(cfg.endpoint, pool, model, ignore_eos, tools, cfg.timeout)
         console.print(
             f"rotor bench: {cfg.endpoint} · {model} · {cfg.url} · "
             f"ignore_eos {'on' if ignore_eos else 'not accepted' if cfg.ignore_eos == 'auto' else 'off'}"
         )
         progress = Live(console) if cfg.progress and console.is_terminal else Quiet()
+        warmup: list[dict[str, Any]] = []
         try:
             if cfg.warmup:
                 first = int(cfg.levels[0]) if cfg.mode == "closed" else 8
                 warm = conversations(cfg.workload, f"{cfg.seed}:warmup")
                 progress.begin("warm-up", cfg.warmup, None)
-                await closed_loop(
-                    client, warm, min(first, cfg.warmup), Budget(cfg.warmup, None), progress
-                )
+                budget = Budget(cfg.warmup, None)
+                run = await closed_loop(client, warm, min(first, cfg.warmup), budget, progress)
+                warmup = run.records
                 progress.end()
             levels = []
             for i, level in enumerate(cfg.levels):
@@ -105,6 +108,8 @@ async def run_levels(cfg: BenchConfig, console: Console) -> dict[str, Any]:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "rotor_version": _rotor_version(),
         "config": results.config_json(cfg, model, ignore_eos),
+        "probe": probed,
+        "warmup": results.totals(warmup),
         "levels": levels,
     }
 

@@ -4,6 +4,8 @@ summary. The schema is versioned (`schema`); fields are only ever added.
     {
       "schema": "rotor.bench/1",
       "label": str, "created": ISO-8601 time, "rotor_version": str,
+      "probe": the preflight request's record (shape as in levels[].requests),
+      "warmup": {requests, failed, prompt_tokens, output_tokens} (not in any level),
       "config": {url, endpoint, model, mode: "closed"|"open", levels: [number],
                  burstiness, max_concurrency, num_requests, duration, warmup,
                  timeout, seed, ignore_eos: bool, tools, slo: {key: seconds},
@@ -91,6 +93,16 @@ def level_json(
         "request_rate": _number(level) if mode == "open" else None,
         "summary": summary,
         "requests": records,
+    }
+
+
+def totals(records: list[dict[str, Any]]) -> dict[str, int]:
+    """What unrecorded requests (the warm-up) cost the server, for accounting."""
+    return {
+        "requests": len(records),
+        "failed": sum(1 for r in records if r["error"]),
+        "prompt_tokens": sum(r["prompt_tokens"] or 0 for r in records),
+        "output_tokens": sum(r["output_tokens"] or 0 for r in records),
     }
 
 

@@ -323,11 +323,14 @@ class Client:
             error = {"kind": e.kind, "message": str(e)}
         except StreamError as e:
             error = {"kind": "stream_error", "message": str(e)[:500]}
-        end = time.perf_counter()
+        e2e = time.perf_counter() - m.t0
+        ttft = m.ttft
+        if ttft is None and error is None:  # no visible output (e.g. only special tokens)
+            ttft = e2e
         record = {
             "start_s": m.t0 - origin,
-            "ttft_s": m.ttft,
-            "e2e_s": end - m.t0,
+            "ttft_s": ttft,
+            "e2e_s": e2e,
             "itl_s": m.itl,
             "prompt_tokens": m.prompt_tokens,
             "output_tokens": m.output_tokens,

@@ -129,13 +129,19 @@ class Pool:
         reader = conn.reader
         target = self.endpoint.base_path.encode() + path.encode()
         if body is None:
-            conn.writer.write(b"GET %s HTTP/1.1\r\n%s\r\n" % (target, self._head))
+            request = b"GET %s HTTP/1.1\r\n%s\r\n" % (target, self._head)
         else:
-            conn.writer.write(
-                b"POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s"
-                % (target, self._head, len(body), body)
+            request = b"POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s" % (
+                target,
+                self._head,
+                len(body),
+                body,
             )
-        status_line = await reader.readline()
+        try:
+            conn.writer.write(request)
+            status_line = await reader.readline()
+        except OSError:  # reset before any answer: as good as closed
+            status_line = b""
         if not status_line:
             raise _Stale
         conn.used = True

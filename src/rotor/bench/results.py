@@ -33,7 +33,9 @@ summary. The schema is versioned (`schema`); fields are only ever added.
     }
 
 Token counts are the server's usage; times are seconds in requests and
-milliseconds in summaries. Error kinds: http_<status>, connect,
+milliseconds in summaries. `ttft_s` is the first event that carries output
+(text, reasoning or a tool call); an answer with no visible output has its
+end as its first token; a failed request has none. Error kinds: http_<status>, connect,
 connection_closed, protocol, timeout, stream_error, incomplete.
 """
 

@@ -58,9 +58,11 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
 
 
 def log_ticks(lo: float, hi: float) -> list[float]:
+    """1-2-5 ticks on a short log axis; only powers of ten on a long one."""
     out = []
+    steps = (1, 2, 5) if math.log10(hi / lo) <= 3 else (1,)
     for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1):
-        for m in (1, 2, 5):
+        for m in steps:
             v = m * 10.0**e
             if lo <= v <= hi:
                 out.append(v)

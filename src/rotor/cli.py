@@ -97,6 +97,17 @@ def build_parser() -> argparse.ArgumentParser:
                 choices=flag.choices,
                 help=help_text,
             )
+    # rotor bench: its flags live with it (rotor.bench.args); this block only wires them in
+    from rotor.bench.args import DESCRIPTION as BENCH_DESCRIPTION
+    from rotor.bench.args import add_arguments as add_bench_arguments
+
+    bench = sub.add_parser(
+        "bench",
+        help="benchmark an OpenAI-compatible server",
+        description=BENCH_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_bench_arguments(bench)
     return parser
 
 
@@ -169,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
             return run(run_config(args, kind, path, engine))
         except KeyboardInterrupt:  # Ctrl-C before a mode installed its own handling
             return EXIT_INTERRUPTED
+    if args.command == "bench":
+        from rotor.bench.main import main as bench_main
+
+        return bench_main(args)
     return 2  # pragma: no cover - argparse requires a command
 
 

@@ -1,0 +1,115 @@
+"""Percentiles, per-request derived latencies, goodput and one level's summary.
+
+Pure functions over plain numbers and the request records the loop produces,
+so every figure in results.json can be checked by hand.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+PERCENTILES = (50, 90, 99)
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) of already sorted values, interpolating
+    linearly between closest ranks (numpy's default 'linear' method)."""
+    if not sorted_values:
+        raise ValueError("percentile of no values")
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile {q} is not within 0..100")
+    pos = (len(sorted_values) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    frac = pos - lo
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+
+
+def describe(values: Sequence[float], scale: float = 1.0) -> dict[str, float] | None:
+    """mean, std, min, p50, p90, p99, max of `values` × `scale`; None when empty."""
+    if not values:
+        return None
+    s = sorted(values)
+    n = len(s)
+    mean = sum(s) / n
+    var = sum((v - mean) ** 2 for v in s) / n
+    out = {"count": n, "mean": mean * scale, "std": math.sqrt(var) * scale, "min": s[0] * scale}
+    for q in PERCENTILES:
+        out[f"p{q}"] = percentile(s, q) * scale
+    out["max"] = s[-1] * scale
+    return out
+
+
+def tpot(rec: dict[str, Any]) -> float | None:
+    """Time per output token after the first: (e2e - ttft) / (output_tokens - 1)."""
+    n = rec.get("output_tokens")
+    if rec.get("error") or rec.get("ttft_s") is None or not n or n < 2:
+        return None
+    return (rec["e2e_s"] - rec["ttft_s"]) / (n - 1)
+
+
+def meets_slo(rec: dict[str, Any], slo: dict[str, float]) -> bool:
+    """Whether a successful request met every objective (seconds): ttft, tpot, e2e."""
+    if rec.get("error"):
+        return False
+    for key, limit in slo.items():
+        if key == "ttft":
+            value = rec.get("ttft_s")
+        elif key == "e2e":
+            value = rec.get("e2e_s")
+        else:  # tpot: a one-token answer has none and cannot miss it
+            value = tpot(rec)
+            if value is None and rec.get("ttft_s") is not None:
+                continue
+        if value is None or value > limit:
+            return False
+    return True
+
+
+def summarize(
+    records: list[dict[str, Any]],
+    duration_s: float,
+    slo: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """One level's summary. Token counts are the server's usage, summed over
+    the requests that reported it; latencies are over successful requests."""
+    ok = [r for r in records if not r.get("error")]
+    errors = Counter(r["error"]["kind"] for r in records if r.get("error"))
+    with_usage = [r for r in ok if r.get("output_tokens") is not None]
+    prompt = sum(r["prompt_tokens"] or 0 for r in with_usage)
+    output = sum(r["output_tokens"] for r in with_usage)
+    cached = sum(r.get("cached_tokens") or 0 for r in with_usage)
+    dur = duration_s if duration_s > 0 else math.nan
+    itl = [g for r in ok for g in r["itl_s"]]
+    tpots = [t for t in (tpot(r) for r in ok) if t is not None]
+    summary: dict[str, Any] = {
+        "requests": len(records),
+        "completed": len(ok),
+        "failed": len(records) - len(ok),
+        "errors": dict(sorted(errors.items())),
+        "without_usage": len(ok) - len(with_usage),
+        "duration_s": duration_s,
+        "request_throughput": len(ok) / dur,
+        "output_throughput": output / dur,
+        "total_token_throughput": (prompt + output) / dur,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "cached_tokens": cached,
+        "cache_hit_ratio": cached / prompt if prompt else None,
+        "ttft_ms": describe([r["ttft_s"] for r in ok if r["ttft_s"] is not None], 1e3),
+        "tpot_ms": describe(tpots, 1e3),
+        "itl_ms": describe(itl, 1e3),
+        "e2e_ms": describe([r["e2e_s"] for r in ok], 1e3),
+        "goodput": None,
+    }
+    if slo:
+        good = sum(1 for r in records if meets_slo(r, slo))
+        summary["goodput"] = {
+            "requests": good,
+            "request_throughput": good / dur,
+            "fraction": good / len(records) if records else None,
+        }
+    return summary

@@ -1,0 +1,257 @@
+"""`rotor bench` end to end: the command as a subprocess against a real
+`rotor run out=mocker --speedup-ratio 0`, checked against what the server
+itself counted (its /metrics), and its report checked for being self-contained."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from support.server import Server, rotor_server
+
+pytestmark = pytest.mark.e2e
+
+SMALL = ["--input-len", "20", "--output-len", "8", "--seed", "1", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    with rotor_server("out=mocker", "--speedup-ratio", "0") as srv:
+        yield srv
+
+
+def bench(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "rotor.cli", "bench", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def counters(srv: Server) -> dict[str, float]:
+    """The server's own accounting, once no request is in flight any more."""
+    while srv.metric("rotor_requests_in_flight") > 0:
+        time.sleep(0.01)
+    return {
+        "ok": srv.metric("rotor_requests_total", 'status="200"'),
+        "prompt": srv.metric("rotor_prompt_tokens_total"),
+        "output": srv.metric("rotor_completion_tokens_total"),
+    }
+
+
+def run_bench(srv: Server, out: Path, *argv: str) -> tuple[dict[str, Any], dict[str, float]]:
+    """Run the command; its results and what the server counted meanwhile."""
+    before = counters(srv)
+    bench("--url", srv.v1, "--output-dir", str(out), *argv)
+    after = counters(srv)
+    doc = orjson.loads((out / "results.json").read_bytes())
+    return doc, {k: after[k] - before[k] for k in before}
+
+
+def check_doc(doc: dict[str, Any], counted: dict[str, float], per_level: int) -> None:
+    """Schema, counts, timings; token totals equal to the server's."""
+    assert doc["schema"] == "rotor.bench/1"
+    for key in ("label", "created", "rotor_version", "config", "probe", "warmup", "levels"):
+        assert key in doc, key
+    records = []
+    for level in doc["levels"]:
+        s = level["summary"]
+        reqs = level["requests"]
+        assert s["requests"] == s["completed"] == len(reqs) == per_level
+        assert s["failed"] == 0 and s["errors"] == {} and s["without_usage"] == 0
+        assert [r["index"] for r in reqs] == list(range(per_level))
+        for r in reqs:
+            assert r["error"] is None, r["error"]
+            assert 0 < r["ttft_s"] <= r["e2e_s"]
+            assert all(g >= 0 for g in r["itl_s"])
+            assert r["output_tokens"] >= 1 and r["prompt_tokens"] >= 1
+        assert s["output_tokens"] == sum(r["output_tokens"] for r in reqs)
+        assert s["prompt_tokens"] == sum(r["prompt_tokens"] for r in reqs)
+        assert s["ttft_ms"]["p50"] <= s["ttft_ms"]["p99"] <= s["ttft_ms"]["max"]
+        assert s["request_throughput"] > 0 and s["output_throughput"] > 0
+        records += reqs
+    probe, warm = doc["probe"], doc["warmup"]
+    assert warm["failed"] == 0
+    assert counted["ok"] == len(records) + 1 + warm["requests"]
+    assert (
+        counted["output"]
+        == sum(r["output_tokens"] for r in records) + probe["output_tokens"] + warm["output_tokens"]
+    )
+    assert (
+        counted["prompt"]
+        == sum(r["prompt_tokens"] for r in records) + probe["prompt_tokens"] + warm["prompt_tokens"]
+    )
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions", "messages", "responses"])
+def test_closed_loop_each_endpoint(server: Server, tmp_path: Path, endpoint: str) -> None:
+    doc, counted = run_bench(
+        server,
+        tmp_path,
+        "--endpoint",
+        endpoint,
+        "--concurrency",
+        "1",
+        "3",
+        "--num-requests",
+        "6",
+        "--warmup",
+        "2",
+        *SMALL,
+    )
+    check_doc(doc, counted, per_level=6)
+    assert doc["warmup"]["requests"] == 2
+    assert [lv["concurrency"] for lv in doc["levels"]] == [1, 3]
+    assert doc["config"]["endpoint"] == endpoint and doc["config"]["model"] == "mock-model"
+    # rotor takes ignore_eos on chat and completions only; there every answer is max_tokens long
+    assert doc["config"]["ignore_eos"] is (endpoint in ("chat", "completions"))
+    if doc["config"]["ignore_eos"]:
+        assert all(r["output_tokens"] == 8 for lv in doc["levels"] for r in lv["requests"])
+
+
+def test_open_loop_with_shared_prefix_and_slo(server: Server, tmp_path: Path) -> None:
+    doc, counted = run_bench(
+        server,
+        tmp_path,
+        "--request-rate",
+        "200",
+        "inf",
+        "--burstiness",
+        "0.5",
+        "--num-requests",
+        "12",
+        "--warmup",
+        "0",
+        "--shared-prefix",
+        "2x60",
+        "--input-len",
+        "70",
+        "--output-len",
+        "4",
+        "--slo",
+        "ttft=10s,tpot=10s",
+        "--server-pid",
+        str(server.process.pid),
+        "--no-progress",
+    )
+    check_doc(doc, counted, per_level=12)
+    assert [lv["request_rate"] for lv in doc["levels"]] == [200, "inf"]
+    for lv in doc["levels"]:
+        s = lv["summary"]
+        assert s["goodput"]["requests"] == 12  # objectives no request can miss
+        assert s["cached_tokens"] > 0  # two prefixes, twelve prompts: the server reused them
+        assert s["cache_hit_ratio"] == pytest.approx(s["cached_tokens"] / s["prompt_tokens"])
+        assert s["server_cpu"]["seconds"] >= 0 and s["server_cpu"]["us_per_output_token"] >= 0
+
+
+def test_multi_turn_tools_and_a_dataset(server: Server, tmp_path: Path) -> None:
+    doc, counted = run_bench(
+        server,
+        tmp_path / "turns",
+        "--concurrency",
+        "2",
+        "--turns",
+        "3",
+        "--tools",
+        "2",
+        "--num-requests",
+        "6",
+        "--warmup",
+        "0",
+        *SMALL,
+    )
+    check_doc(doc, counted, per_level=6)
+    reqs = doc["levels"][0]["requests"]
+    by_conv: dict[int, list[dict[str, Any]]] = {}
+    for r in reqs:
+        by_conv.setdefault(r["conversation"], []).append(r)
+    for turns in by_conv.values():
+        assert [r["turn"] for r in turns] == list(range(len(turns)))
+        prompts = [r["prompt_tokens"] for r in turns]
+        assert prompts == sorted(prompts) and len(set(prompts)) == len(prompts)  # it grows
+
+    data = tmp_path / "reqs.jsonl"
+    data.write_text(
+        '{"prompt": "hello there"}\n{"messages": [{"role": "user", "content": "hi"}]}\n'
+    )
+    doc, counted = run_bench(
+        server,
+        tmp_path / "data",
+        "--dataset",
+        str(data),
+        "--endpoint",
+        "messages",
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "4",
+        "--warmup",
+        "0",
+        "--output-len",
+        "3",
+    )
+    check_doc(doc, counted, per_level=4)
+
+
+def test_report_is_self_contained_and_compare_works(server: Server, tmp_path: Path) -> None:
+    common = ["--num-requests", "5", "--warmup", "0", *SMALL]
+    bench(
+        "--url", server.v1, "--concurrency", "1", "2", "--output-dir", str(tmp_path / "a"), *common
+    )
+    bench(
+        "--url", server.v1, "--concurrency", "2", "4", "--output-dir", str(tmp_path / "b"), *common
+    )
+    for name in ("a", "b"):
+        page = (tmp_path / name / "report.html").read_text()
+        assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page)
+        assert "<script src" not in page and "<link" not in page
+        for title in (
+            "TTFT percentiles",
+            "Output tokens/s",
+            "TTFT distribution",
+            "Inter-token latency distribution",
+        ):
+            assert f"<title>{title}" in page, title
+        assert page.count("<svg") == 8
+        assert page.count("<circle") > 0 and page.count("<polygon") == 4  # 2 levels × 2 hists
+
+    out = tmp_path / "cmp"
+    proc = bench(
+        "--compare",
+        str(tmp_path / "a" / "results.json"),
+        str(tmp_path / "b" / "results.json"),
+        "--output-dir",
+        str(out),
+    )
+    assert "a vs b" in proc.stdout
+    page = (out / "report.html").read_text()
+    assert "rotor bench: a vs b" in page
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page)
+    # levels 1, 2, 4 across both runs: one TTFT and one ITL histogram each
+    assert page.count("<title>TTFT at") == 3 and page.count("<title>ITL at") == 3
+    assert "a p99" in page and "b p99" in page
+
+
+def test_clear_errors(server: Server, tmp_path: Path) -> None:
+    bad = bench("--url", server.v1, "--concurrency", "0", check=False)
+    assert bad.returncode == 2 and "--concurrency must be positive" in bad.stdout
+    model = bench("--url", server.v1, "--model", "nope", "--output-dir", str(tmp_path), check=False)
+    assert model.returncode == 2 and "refused a probe request (http_404)" in model.stdout
+    gone = bench("--url", "http://127.0.0.1:9/v1", "--model", "m", check=False)
+    assert gone.returncode == 2 and "cannot connect" in gone.stdout
+    notjson = tmp_path / "x.json"
+    notjson.write_text("{}")
+    cmp = bench("--compare", str(notjson), str(notjson), check=False)
+    assert cmp.returncode == 2 and "not a rotor bench results file" in cmp.stdout

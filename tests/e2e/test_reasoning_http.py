@@ -273,3 +273,54 @@ def test_unknown_tool_call_parser_fails_startup_listing_valid_names() -> None:
     assert "nope" in err
     for name in ("hermes", "llama3_json", "mistral", "pythonic", "deepseek_v3"):
         assert name in err, err
+
+
+# -- reasoning tags that are special tokens (issue 13, defect 6) -------------------------------
+
+
+SPECIAL_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# (reasoning parser, its tags as special tokens, model output, reasoning, content)
+SPECIAL_TAGS = [
+    ("mistral", ("[THINK]", "[/THINK]"), f"[THINK]{THOUGHT}[/THINK]{ANSWER}", THOUGHT, ANSWER),
+    (
+        "gemma4",
+        ("<|channel>", "<channel|>"),
+        f"<|channel>thought\n{THOUGHT}<channel|>{ANSWER}",
+        THOUGHT,
+        ANSWER,
+    ),
+]
+
+
+@pytest.mark.parametrize(("parser", "tags", "output", "thought", "answer"), SPECIAL_TAGS)
+def test_special_token_tags_reach_the_parser_and_never_the_client(
+    tmp_path: Path, parser: str, tags: tuple[str, ...], output: str, thought: str, answer: str
+) -> None:
+    """No tool parser, so special tokens are skipped by default: the reasoning
+    tags must still be seen (and stripped), other special tokens still skipped."""
+    from support.models import family_model
+
+    model = family_model(
+        tmp_path,
+        special_tokens=("<|eos|>", "<|im_start|>", "<|im_end|>", "<|extra|>", *tags),
+        eos_token="<|eos|>",
+        template=SPECIAL_TEMPLATE,
+        name="special-tags",
+    )
+    noisy = f"{output}<|extra|>"
+    with rotor_server(*MOCKER, "--model-path", str(model), "--reasoning-parser", parser) as srv:
+        for extra in ({}, {"skip_special_tokens": True}):
+            payload = {**body(noisy, **extra), "model": "special-tags"}
+            for message in (
+                post(srv, payload)["choices"][0]["message"],
+                fold(stream(srv, payload)),
+            ):
+                assert message["reasoning_content"] == thought, message
+                assert message["content"] == answer, message
+        # Asked to keep special tokens: the others show, the tags still do not.
+        payload = {**body(noisy, skip_special_tokens=False), "model": "special-tags"}
+        message = post(srv, payload)["choices"][0]["message"]
+        assert (message["reasoning_content"], message["content"]) == (thought, answer + "<|extra|>")

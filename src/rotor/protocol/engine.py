@@ -27,9 +27,7 @@ class EngineError(Exception):
     `param` names the request field at fault as the API spells it ("mock", "n",
     "max_tokens", "prompt") for a refusal, or is None when no field is."""
 
-    def __init__(
-        self, message: str, kind: ErrorKind = "refused", param: str | None = None
-    ) -> None:
+    def __init__(self, message: str, kind: ErrorKind = "refused", param: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.kind: ErrorKind = kind

@@ -132,6 +132,12 @@ class ReasoningParser:
     def __init__(self, inside: bool) -> None:
         self.inside = inside
 
+    @classmethod
+    def markers(cls) -> tuple[str, ...]:
+        """Every tag text the parser reads: those written with special tokens
+        must reach it even when special tokens are skipped."""
+        return (cls.start_tag,) if cls.start_tag else ()
+
     def exit_at(self, markers: tuple[str, ...]) -> None:
         """The tool parser's call-start markers: one inside a block that is never
         closed ends the reasoning there. A parser that cannot honour it ignores it."""

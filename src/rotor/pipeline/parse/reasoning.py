@@ -55,6 +55,10 @@ class TagReasoningParser(ReasoningParser):
         self._scan = 0  # where to resume looking for an end tag while exited
         self._set_tags()
 
+    @classmethod
+    def markers(cls) -> tuple[str, ...]:
+        return (*cls.start_tags, *cls.end_tags, *cls.content_drops)
+
     def exit_at(self, markers: tuple[str, ...]) -> None:
         """Tool-call start markers that end an unclosed block (see the module doc)."""
         self._exits = tuple(m for m in markers if m)

@@ -163,6 +163,20 @@ def test_tool_markers_inside_reasoning_stay_reasoning(server: Server) -> None:
     assert folded["finish_reason"] == "tool_calls"
 
 
+def test_a_call_in_a_think_block_never_closed_ends_the_reasoning(server: Server) -> None:
+    """Qwen3 on a long context starts its call before `</think>` (issue 13, defect 5)."""
+    output = '<think>I\'ll call f.\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
+    for per_step in (1, 4):
+        payload = body(output, per_step, tools=TOOLS)
+        for message in (
+            post(server, payload)["choices"][0]["message"],
+            fold(stream(server, payload)),
+        ):
+            assert message["reasoning_content"] == "I'll call f.\n", message
+            assert not message.get("content"), message
+            assert [c["function"]["name"] for c in message["tool_calls"]] == ["f"], message
+
+
 @pytest.mark.parametrize("kwargs", [{"enable_thinking": False}, {"thinking": False}])
 def test_thinking_off_leaves_think_text_in_content(server: Server, kwargs: dict) -> None:
     output = f"<think>{THOUGHT}</think>{ANSWER}"

@@ -163,6 +163,20 @@ def test_tool_markers_inside_reasoning_stay_reasoning(server: Server) -> None:
     assert folded["finish_reason"] == "tool_calls"
 
 
+def test_a_call_in_a_think_block_never_closed_ends_the_reasoning(server: Server) -> None:
+    """Qwen3 on a long context starts its call before `</think>` (issue 13, defect 5)."""
+    output = '<think>I\'ll call f.\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
+    for per_step in (1, 4):
+        payload = body(output, per_step, tools=TOOLS)
+        for message in (
+            post(server, payload)["choices"][0]["message"],
+            fold(stream(server, payload)),
+        ):
+            assert message["reasoning_content"] == "I'll call f.\n", message
+            assert not message.get("content"), message
+            assert [c["function"]["name"] for c in message["tool_calls"]] == ["f"], message
+
+
 @pytest.mark.parametrize("kwargs", [{"enable_thinking": False}, {"thinking": False}])
 def test_thinking_off_leaves_think_text_in_content(server: Server, kwargs: dict) -> None:
     output = f"<think>{THOUGHT}</think>{ANSWER}"
@@ -273,3 +287,54 @@ def test_unknown_tool_call_parser_fails_startup_listing_valid_names() -> None:
     assert "nope" in err
     for name in ("hermes", "llama3_json", "mistral", "pythonic", "deepseek_v3"):
         assert name in err, err
+
+
+# -- reasoning tags that are special tokens (issue 13, defect 6) -------------------------------
+
+
+SPECIAL_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# (reasoning parser, its tags as special tokens, model output, reasoning, content)
+SPECIAL_TAGS = [
+    ("mistral", ("[THINK]", "[/THINK]"), f"[THINK]{THOUGHT}[/THINK]{ANSWER}", THOUGHT, ANSWER),
+    (
+        "gemma4",
+        ("<|channel>", "<channel|>"),
+        f"<|channel>thought\n{THOUGHT}<channel|>{ANSWER}",
+        THOUGHT,
+        ANSWER,
+    ),
+]
+
+
+@pytest.mark.parametrize(("parser", "tags", "output", "thought", "answer"), SPECIAL_TAGS)
+def test_special_token_tags_reach_the_parser_and_never_the_client(
+    tmp_path: Path, parser: str, tags: tuple[str, ...], output: str, thought: str, answer: str
+) -> None:
+    """No tool parser, so special tokens are skipped by default: the reasoning
+    tags must still be seen (and stripped), other special tokens still skipped."""
+    from support.models import family_model
+
+    model = family_model(
+        tmp_path,
+        special_tokens=("<|eos|>", "<|im_start|>", "<|im_end|>", "<|extra|>", *tags),
+        eos_token="<|eos|>",
+        template=SPECIAL_TEMPLATE,
+        name="special-tags",
+    )
+    noisy = f"{output}<|extra|>"
+    with rotor_server(*MOCKER, "--model-path", str(model), "--reasoning-parser", parser) as srv:
+        for extra in ({}, {"skip_special_tokens": True}):
+            payload = {**body(noisy, **extra), "model": "special-tags"}
+            for message in (
+                post(srv, payload)["choices"][0]["message"],
+                fold(stream(srv, payload)),
+            ):
+                assert message["reasoning_content"] == thought, message
+                assert message["content"] == answer, message
+        # Asked to keep special tokens: the others show, the tags still do not.
+        payload = {**body(noisy, skip_special_tokens=False), "model": "special-tags"}
+        message = post(srv, payload)["choices"][0]["message"]
+        assert (message["reasoning_content"], message["content"]) == (thought, answer + "<|extra|>")

@@ -64,6 +64,37 @@ FAMILY_MARKERS: dict[str, tuple[str, ...]] = {
     "jamba": ("<tool_calls>", "</tool_calls>"),
     "granite": ("<|tool_call|>",),
     "internlm": ("<|action_start|>", "<|plugin|>", "<|interpreter|>", "<|action_end|>"),
+    "deepseek_v32": (
+        "<｜DSML｜function_calls>",
+        "</｜DSML｜function_calls>",
+        "<｜DSML｜invoke",
+        "</｜DSML｜invoke>",
+        "<｜DSML｜parameter",
+        "</｜DSML｜parameter>",
+    ),
+    "deepseek_v4": (
+        "<｜DSML｜tool_calls>",
+        "</｜DSML｜tool_calls>",
+        "<｜DSML｜invoke",
+        "</｜DSML｜invoke>",
+        "<｜DSML｜parameter",
+        "</｜DSML｜parameter>",
+    ),
+    "seed_oss": ("<seed:tool_call>", "</seed:tool_call>"),
+    "step3": (
+        "<｜tool_calls_begin｜>",
+        "<｜tool_calls_end｜>",
+        "<｜tool_call_begin｜>",
+        "<｜tool_call_end｜>",
+        "<｜tool_sep｜>",
+    ),
+    "lfm2": ("<|tool_call_start|>", "<|tool_call_end|>"),
+    "gigachat3": ("<|message_sep|>", "<|role_sep|>", "<|function_call|>"),
+}
+# Marker text that is plain text in the family's tokenizer, not a token.
+PLAIN_MARKER_TEXT: dict[str, tuple[str, ...]] = {
+    "granite": ("<tool_call>",),
+    "gigachat3": ("function call", "\n"),
 }
 
 # The parser class attributes that hold marker strings (a string, or a tuple of

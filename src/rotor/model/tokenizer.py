@@ -13,16 +13,28 @@ from tokenizers.decoders import DecodeStream
 
 
 class IncrementalDecoder:
-    """Per-choice incremental detokenizer: never returns half a UTF-8 character."""
+    """Per-choice incremental detokenizer: never returns half a UTF-8 character.
 
-    __slots__ = ("_stream", "_tok")
+    `drop`: special-token ids skipped while others are kept — skipping special
+    tokens except those a parser must see (reasoning tags that are special
+    tokens); the stream then decodes with special tokens and leaves these out."""
 
-    def __init__(self, tok: tokenizers.Tokenizer, skip_special_tokens: bool) -> None:
+    __slots__ = ("_stream", "_tok", "_drop")
+
+    def __init__(
+        self,
+        tok: tokenizers.Tokenizer,
+        skip_special_tokens: bool,
+        drop: frozenset[int] = frozenset(),
+    ) -> None:
         self._tok = tok
-        self._stream = DecodeStream(skip_special_tokens=skip_special_tokens)
+        self._drop = drop
+        self._stream = DecodeStream(skip_special_tokens=skip_special_tokens and not drop)
 
     def step(self, token_id: int) -> str:
         """Text completed by this token ('' while a character is still incomplete)."""
+        if token_id in self._drop:
+            return ""
         return self._stream.step(self._tok, token_id) or ""
 
 
@@ -48,8 +60,20 @@ class Tokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self.raw.decode(ids, skip_special_tokens=skip_special_tokens)
 
-    def decoder(self, skip_special_tokens: bool) -> IncrementalDecoder:
+    def decoder(
+        self, skip_special_tokens: bool, keep: frozenset[int] = frozenset()
+    ) -> IncrementalDecoder:
+        """`keep`: special-token ids decoded even when skipping special tokens."""
+        if skip_special_tokens and keep:
+            return IncrementalDecoder(self.raw, True, self.special_ids - keep)
         return IncrementalDecoder(self.raw, skip_special_tokens)
+
+    def special_ids_in(self, texts: tuple[str, ...]) -> frozenset[int]:
+        """The special tokens the given texts (markers) are written with."""
+        found: set[int] = set()
+        for text in texts:
+            found.update(i for i in self.encode(text) if i in self.special_ids)
+        return frozenset(found)
 
     def token_to_id(self, token: str) -> int | None:
         return self.raw.token_to_id(token)

@@ -95,6 +95,13 @@ def prepare_chat(model: ServedModel, req: ChatCompletionRequest, request_id: str
     skip_special = req.skip_special_tokens
     if skip_special is None:
         skip_special = not (family is not None and family.needs_special_tokens)
+    # Reasoning tags that are special tokens reach the parser whatever
+    # skip_special_tokens says (the parser strips them).
+    keep_special = (
+        tok.special_ids_in(reasoning_cls.markers())
+        if tok is not None and reasoning_cls is not None
+        else frozenset()
+    )
 
     sampling, stop, output = engine_params(
         model, req, prompt_tokens, plan.guided, visible, skip_special
@@ -119,7 +126,15 @@ def prepare_chat(model: ServedModel, req: ChatCompletionRequest, request_id: str
         choices.append(
             ChoicePipeline(
                 i,
-                _decoder(tok, stop, req.stop, req.include_stop_str_in_output, skip_special, retain),
+                _decoder(
+                    tok,
+                    stop,
+                    req.stop,
+                    req.include_stop_str_in_output,
+                    skip_special,
+                    retain,
+                    keep_special,
+                ),
                 parser,
                 grammar_installed=plan.grammar_installed,
                 named_tool=choice.mode == "named",
@@ -217,6 +232,7 @@ def _decoder(
     include_stop: bool,
     skip_special: bool,
     retain_eos: bool,
+    keep_special: frozenset[int] = frozenset(),
 ) -> ChoiceDecoder:
     if tok is None:
         return ChoiceDecoder(stop, stop_strings, include_stop)
@@ -224,7 +240,7 @@ def _decoder(
         stop,
         stop_strings,
         include_stop,
-        decoder=tok.decoder(skip_special),
+        decoder=tok.decoder(skip_special, keep_special),
         token_text=lambda ids: tok.decode(ids, skip_special_tokens=False),
         retain_eos_text=retain_eos,
     )

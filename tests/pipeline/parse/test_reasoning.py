@@ -33,8 +33,36 @@ FORMATS: dict[str, tuple[str, str, bool]] = {
     "mistral": ("[THINK]", "[/THINK]", False),
     "granite": ("Here is my thought process:", "Here is my response:", False),
     "kimi": ("◁think▷", "◁/think▷", False),
+    "nemotron3": ("<think>", "</think>", True),
+    "hunyuan": ("<think>\n", "\n</think>\n<answer>\n", False),
+    "gemma4": ("<|channel>", "<channel|>", False),
+}
+# Other spellings of a tag (granite writes "Here's" too), the label written
+# after a start tag (Gemma 4's channel name) and the answer frame dropped from
+# content (Hunyuan): name → (more start tags, more end tags, label, drops).
+EXTRAS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str, tuple[str, ...]]] = {
+    "granite": (("Here's my thought process:",), ("Here's my response:",), "", ()),
+    "hunyuan": ((), (), "", ("<answer>\n", "\n</answer>")),
+    "gemma4": ((), (), "thought\n", ()),
 }
 NAMES = sorted(FORMATS)
+
+
+def tags(name: str) -> tuple[tuple[str, ...], tuple[str, ...], str, tuple[str, ...]]:
+    """Every start tag, every end tag, the label and the content drops of a format."""
+    s, e, _ = FORMATS[name]
+    more_s, more_e, label, drops = EXTRAS.get(name, ((), (), "", ()))
+    return (s, *more_s), (e, *more_e), label, drops
+
+
+def first(text: str, markers: tuple[str, ...]) -> tuple[int, str | None]:
+    found = [(text.find(m), -len(m), m) for m in markers if m in text]
+    if not found:
+        return -1, None
+    i, _, m = min(found)
+    return i, m
+
+
 NO_TOOLS = Tools()
 
 
@@ -54,20 +82,28 @@ def every_way(name: str, output: str, inside: bool = False) -> tuple[str | None,
 
 def reference(name: str, output: str, inside: bool = False) -> tuple[str | None, str | None]:
     """The format read over the whole text at once (what any split must fold to)."""
-    start, end, starts_inside = FORMATS[name]
-    inside = inside or starts_inside
+    starts, ends, label, drops = tags(name)
+    inside = inside or FORMATS[name][2]
     reasoning: list[str] = []
     content: list[str] = []
     head = output.lstrip()
-    if head.startswith(start):
-        output, inside = head[len(start) :], True
+    opening = next((t for t in starts if head.startswith(t)), None)
+    if opening is not None:
+        output, inside = head[len(opening) :], True
+    pending = inside
     while output:
-        tag = end if inside else start
-        i = output.find(tag)
-        (reasoning if inside else content).append(output if i < 0 else output[:i])
-        if i < 0:
+        if pending and label and output.startswith(label):
+            output = output[len(label) :]
+        pending = False
+        i, tag = first(output, ends if inside else (*starts, *drops))
+        (reasoning if inside else content).append(output if tag is None else output[:i])
+        if tag is None:
             break
-        output, inside = output[i + len(tag) :], not inside
+        output = output[i + len(tag) :]
+        if inside:
+            inside = False
+        elif tag in starts:
+            inside = pending = True
     return "".join(reasoning) or None, "".join(content) or None
 
 
@@ -84,6 +120,13 @@ def test_tags_and_start_state_match_the_format(name: str) -> None:
     cls = reasoning_parser(name)
     assert cls.name == name
     assert (cls.start_tag, cls.end_tag, cls.starts_inside) == (start, end, starts_inside)
+    starts, ends, label, drops = tags(name)
+    assert (cls.start_tags, cls.end_tags, cls.label, cls.content_drops) == (
+        starts,
+        ends,
+        label,
+        drops,
+    )
     assert cls(False).inside is starts_inside
     assert cls(True).inside is True
 
@@ -123,7 +166,11 @@ def test_plain_text_streams_one_piece_per_feed(name: str) -> None:
     _, _, starts_inside = FORMATS[name]
     kind = Reasoning if starts_inside else Content
     parser = reasoning_parser(name)(False)
-    for delta in ["Sure", ", the", " answer", " is", " 4.", " Grüße", " 東京 🙂", "\n", "done"]:
+    starts, ends, _, drops = tags(name)
+    # Hunyuan's markers begin with a newline: there a newline may begin one.
+    firsts = {t[0] for t in (*starts, *ends, *drops)}
+    deltas = ["Sure", ", the", " answer", " is", " 4.", " Grüße", " 東京 🙂", "\n", "done"]
+    for delta in [d for d in deltas if d[0] not in firsts]:
         assert parser.feed(delta) == [kind(delta)], delta
     assert parser.finish() == []
 
@@ -241,7 +288,8 @@ def test_leading_whitespace_of_plain_output_is_kept(name: str) -> None:
     assert every_way(name, "\n") == expected
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if not FORMATS[n][2]])
+# Hunyuan's end tag carries its answer frame (`<answer>\n`), which is dropped.
+@pytest.mark.parametrize("name", [n for n in NAMES if not FORMATS[n][2] and n != "hunyuan"])
 def test_a_stray_end_tag_in_content_stays_content(name: str) -> None:
     """Outside reasoning only the start tag means anything; nothing is dropped."""
     _, e, _ = FORMATS[name]
@@ -350,12 +398,13 @@ COMBINED = [
         "Let me check.\n",  # the shared rule: text next to a call keeps its whitespace
         [("f", {"q": "東京"})],
     ),
+    # Never closed: the call ends the reasoning (issue 13, defect 5).
     (
         '<think>unterminated <tool_call>{"name":"f","arguments":{}}</tool_call>',
         False,
-        'unterminated <tool_call>{"name":"f","arguments":{}}</tool_call>',
+        "unterminated ",
         None,
-        [],
+        [("f", {})],
     ),
 ]
 
@@ -374,8 +423,9 @@ def test_reasoning_streams_before_a_call_completes() -> None:
     parser = MessageParser(
         reasoning_parser("qwen3")(False), tool_parser("hermes")(Tools({"f": {}}))
     )
-    assert parser.feed("<think>use <tool_call>") == [Reasoning("use <tool_call>")]
-    assert parser.feed(" now") == [Reasoning(" now")]
+    # `<tool_call>` could still open a call (`<tool_call>{`): held, then released.
+    assert parser.feed("<think>use <tool_call>") == [Reasoning("use ")]
+    assert parser.feed(" now") == [Reasoning("<tool_call> now")]
     assert parser.feed("</think>") == []
     pieces = parser.feed('<tool_call>{"name":"f","arguments":{}}</tool_call>') + parser.finish()
     assert [(type(p), getattr(p, "name", None)) for p in pieces] == [(ToolCall, "f")]
@@ -389,17 +439,193 @@ def test_combined_any_split_gives_the_same_message(data: st.DataObject, case: tu
     assert (msg.reasoning, msg.content, msg.calls) == (reasoning, content, calls)
 
 
+# -- a call started inside a think block that is never closed (issue 13, defect 5) --------
+
+
+def qwen_call(name: str, **params: str) -> str:
+    body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params.items())
+    return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
+
+
+KIMI_CALL = (
+    "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+    '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>'
+)
+GLM_CALL = "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>"
+WEATHER = [("get_weather", {"city": "Paris"})]
+
+# (reasoning parser, tool family, output, inside, reasoning, content, calls)
+EXITS = [
+    # Qwen3.5 (qwen3_coder calls) on a long context: no `</think>` before the call.
+    (
+        "qwen3",
+        "qwen3_coder",
+        "<think>The user wants the weather.\n" + qwen_call("get_weather", city="Paris"),
+        False,
+        "The user wants the weather.\n",
+        None,
+        WEATHER,
+    ),
+    # The prompt opened the block (Qwen3.5 templates end with `<think>\n`).
+    (
+        "qwen3",
+        "qwen3_coder",
+        "Need the weather. " + qwen_call("get_weather", city="Paris") + "\nDone.",
+        True,
+        "Need the weather. ",
+        "\nDone.",
+        WEATHER,
+    ),
+    # Prose that mentions the tag, not followed by `<function=`: still reasoning.
+    (
+        "qwen3",
+        "qwen3_coder",
+        "<think>I will emit a <tool_call> block next, with <function= inside",
+        False,
+        "I will emit a <tool_call> block next, with <function= inside",
+        None,
+        [],
+    ),
+    # A call written inside a block that is closed later stays reasoning.
+    (
+        "qwen3",
+        "qwen3_coder",
+        "<think>draft: "
+        + qwen_call("get_weather", city="Oslo")
+        + "\nno.</think>"
+        + qwen_call("get_weather", city="Paris"),
+        False,
+        "draft: " + qwen_call("get_weather", city="Oslo") + "\nno.",
+        None,
+        WEATHER,
+    ),
+    # Kimi K2.5: the section marker inside unclosed thinking.
+    (
+        "kimi_k25",
+        "kimi_k2",
+        "<think>I should look it up." + KIMI_CALL,
+        False,
+        "I should look it up.",
+        None,
+        WEATHER,
+    ),
+    # GLM-4.7: `<tool_call>name<arg_key>…` before `</think>` was written.
+    (
+        "glm45",
+        "glm45",
+        "<think>Checking Paris." + GLM_CALL,
+        False,
+        "Checking Paris.",
+        None,
+        WEATHER,
+    ),
+    # Hermes-style calls (Qwen3): the marker must be followed by the JSON call.
+    (
+        "qwen3",
+        "hermes",
+        '<think>ok\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+        "</tool_call>",
+        False,
+        "ok\n",
+        None,
+        WEATHER,
+    ),
+]
+
+
+@pytest.mark.parametrize("reasoning,family,output,inside,thought,content,calls", EXITS)
+def test_a_call_in_an_unclosed_think_block_ends_the_reasoning(
+    reasoning: str,
+    family: str,
+    output: str,
+    inside: bool,
+    thought: str,
+    content: str | None,
+    calls: list,
+) -> None:
+    tools = Tools({"get_weather": {"type": "object", "properties": {"city": {"type": "string"}}}})
+    for chunks in ([output], list(output)):
+        msg = parse_chunks(family, chunks, tools, reasoning, inside)
+        assert (msg.reasoning, msg.content, msg.calls) == (thought, content, calls), chunks
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), case=st.sampled_from(EXITS))
+def test_exits_any_split_gives_the_same_message(data: st.DataObject, case: tuple) -> None:
+    reasoning, family, output, inside, thought, content, calls = case
+    tools = Tools({"get_weather": {"type": "object", "properties": {"city": {"type": "string"}}}})
+    msg = parse_chunks(family, data.draw(splits(output)), tools, reasoning, inside)
+    assert (msg.reasoning, msg.content, msg.calls) == (thought, content, calls)
+
+
+def test_reasoning_before_the_exit_streams_and_the_rest_waits_for_the_end() -> None:
+    parser = MessageParser(
+        reasoning_parser("qwen3")(False), tool_parser("qwen3_coder")(Tools({"f": {}}))
+    )
+    assert parser.feed("<think>plan") == [Reasoning("plan")]
+    assert parser.feed(" <tool_call>\n<function=f>\n") == [Reasoning(" ")]
+    assert parser.feed("</function>\n</tool_call>") == []  # could still be closed
+    pieces = parser.finish()
+    assert [(type(p), getattr(p, "name", None)) for p in pieces] == [(ToolCall, "f")]
+
+
+def test_without_a_tool_parser_nothing_exits() -> None:
+    output = "<think>x " + qwen_call("f", a="1")
+    assert parse("qwen3", [output]) == ("x " + qwen_call("f", a="1"), None)
+
+
+# -- families: granite's two spellings, gemma4's channel label, hunyuan's frame ----------
+
+
+@pytest.mark.parametrize(
+    "output,expected",
+    [
+        (
+            "Here's my thought process:\nadd them\nHere's my response:\n4",
+            ("\nadd them\n", "\n4"),
+        ),
+        ("Here is my thought process: a Here's my response: b", (" a ", " b")),
+        ("Here's my thought process: a Here is my response: b", (" a ", " b")),
+        ("Here's my response: just this", (None, "Here's my response: just this")),
+    ],
+)
+def test_granite_accepts_both_spellings_in_any_mix(output: str, expected: tuple) -> None:
+    assert every_way("granite", output) == expected
+
+
+def test_gemma4_drops_the_thought_channel_label() -> None:
+    output = "<|channel>thought\nThe user asks 2+2.<channel|>The answer is 4."
+    assert every_way("gemma4", output) == ("The user asks 2+2.", "The answer is 4.")
+    # Without the label the text is all reasoning; the label only counts first.
+    assert every_way("gemma4", "<|channel>thinking<channel|>x") == ("thinking", "x")
+    assert every_way("gemma4", "<|channel>a thought\n<channel|>x") == ("a thought\n", "x")
+
+
+def test_hunyuan_answer_frame_is_dropped() -> None:
+    output = "<think>\nadd 2 and 2\n</think>\n<answer>\nIt is 4.\n</answer>"
+    assert every_way("hunyuan", output) == ("add 2 and 2", "It is 4.")
+    fast = "<think>\n\n</think>\n<answer>\nHi\n</answer>"
+    assert every_way("hunyuan", fast) == (None, "Hi")
+
+
+def test_nemotron3_starts_inside() -> None:
+    assert every_way("nemotron3", "plan</think>answer") == ("plan", "answer")
+    assert every_way("nemotron3", "<think>\nplan\n</think>\nanswer") == ("\nplan\n", "\nanswer")
+
+
 # -- properties: generated outputs, random splits -------------------------------------------
 
 
 def outputs(name: str) -> st.SearchStrategy[str]:
     """Outputs built from the format's tags, their prefixes and tricky text."""
     s, e, _ = FORMATS[name]
+    starts, ends, label, drops = tags(name)
+    extra = [t for t in (*starts, *ends, *drops, label) if t and t not in (s, e)]
     pieces = st.one_of(
-        st.sampled_from([s, e, s, e, " ", "\n", "\n\n"]),
+        st.sampled_from([s, e, s, e, " ", "\n", "\n\n", *extra]),
         st.integers(1, len(s) - 1).map(lambda n: s[:n]),
         st.integers(1, len(e) - 1).map(lambda n: e[:n]),
-        st.text(alphabet=st.sampled_from(sorted(set(s + e + "ab é東🙂\n"))), max_size=8),
+        st.text(alphabet=st.sampled_from(sorted(set(s + e + label + "ab é東🙂\n"))), max_size=8),
     )
     return st.lists(pieces, max_size=8).map("".join)
 
@@ -420,8 +646,8 @@ def test_any_split_folds_to_the_format(name: str, data: st.DataObject, inside: b
 @given(data=st.data())
 def test_nothing_is_lost(name: str, data: st.DataObject) -> None:
     """Without tags in the text, reasoning + content is the output itself."""
-    s, e, _ = FORMATS[name]
+    starts, ends, _, drops = tags(name)
     output = data.draw(st.text(max_size=30))
-    assume(s not in output and e not in output)
+    assume(not any(t in output for t in (*starts, *ends, *drops)))
     reasoning, content = parse(name, data.draw(splits(output)))
     assert (reasoning or "") + (content or "") == output

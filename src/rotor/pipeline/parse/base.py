@@ -94,6 +94,9 @@ class ToolParser:
     wants_eos_text: ClassVar[bool] = False
     # The family parses reasoning itself (harmony, beam): no reasoning parser runs.
     handles_reasoning: ClassVar[bool] = False
+    # Where a call begins, as a reasoning parser should spot it inside a think
+    # block the model never closed; None: the family's `start_markers` (if any).
+    call_starts: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, tools: Tools) -> None:
         self.tools = tools
@@ -110,6 +113,12 @@ class ToolParser:
         """Strict end, only under confirmed model EOS with a turn grammar installed."""
         return self.finish()
 
+    def reasoning_exits(self) -> tuple[str, ...]:
+        """The markers that end an unclosed think block (`call_starts`)."""
+        if self.call_starts is not None:
+            return self.call_starts
+        return tuple(getattr(self, "start_markers", ()))
+
 
 class ReasoningParser:
     """Splits a choice's text into reasoning and content."""
@@ -122,6 +131,16 @@ class ReasoningParser:
 
     def __init__(self, inside: bool) -> None:
         self.inside = inside
+
+    @classmethod
+    def markers(cls) -> tuple[str, ...]:
+        """Every tag text the parser reads: those written with special tokens
+        must reach it even when special tokens are skipped."""
+        return (cls.start_tag,) if cls.start_tag else ()
+
+    def exit_at(self, markers: tuple[str, ...]) -> None:
+        """The tool parser's call-start markers: one inside a block that is never
+        closed ends the reasoning there. A parser that cannot honour it ignores it."""
 
     def feed(self, text: str) -> list[Piece]:
         raise NotImplementedError

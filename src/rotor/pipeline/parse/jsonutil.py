@@ -206,3 +206,73 @@ def typed_value(text: str, schema: dict[str, Any] | None) -> Any:
         if t == "array" and isinstance(value, list):
             return value
     return text
+
+
+# Type names as Qwen's reference converter reads them (by prefix): real tool
+# schemas say `int`, `uint64`, `long`, `double`, `bool`, `dict`, `list`, …
+_LOOSE_STRING = ("string", "str", "text", "varchar", "char", "enum")
+_LOOSE_PREFIXES = (
+    (("int", "uint", "long", "short", "unsigned"), "integer"),
+    (("num", "float", "double", "decimal"), "number"),
+    (("bool", "binary"), "boolean"),
+    (("object", "dict", "map"), "container"),
+    (("array", "arr", "list", "tuple"), "container"),
+    (("null", "none"), "null"),
+)
+
+
+def loose_type(name: str) -> str | None:
+    """A schema type name → integer, number, boolean, container, null or
+    string; None for a name with no known meaning."""
+    low = name.strip().lower()
+    if low in _LOOSE_STRING:
+        return "string"
+    for prefixes, kind in _LOOSE_PREFIXES:
+        if low.startswith(prefixes):
+            return kind
+    return None
+
+
+def loose_typed_value(text: str, schema: dict[str, Any] | None) -> Any:
+    """A parameter value typed as Qwen's reference converter types it: by the
+    prefix of each declared type name, in order; numbers and booleans
+    converted, objects and arrays JSON-decoded when they parse (either kind of
+    container for either type), `null` → None. A value that fits none of its
+    declared types, or has no schema, stays the text it was. As in Qwen's
+    converter, `null` is None whatever type is declared."""
+    types = schema_types(schema) if schema else []
+    if not types:
+        return text
+    candidate = text.strip()
+    if candidate.lower() == "null":
+        return None
+    for t in types:
+        kind = loose_type(t)
+        if kind == "string":
+            return text
+        if kind == "null":
+            if candidate.lower() == "none":
+                return None
+            continue
+        if kind == "boolean":
+            low = candidate.lower()
+            if low in ("true", "false"):
+                return low == "true"
+            continue
+        if kind is None:
+            continue
+        try:
+            value = json.loads(candidate, parse_constant=_reject_constant)
+        except ValueError:
+            continue
+        if isinstance(value, bool):
+            continue
+        if kind == "integer" and isinstance(value, int):
+            return value
+        if kind in ("integer", "number") and isinstance(value, float):
+            return int(value) if value.is_integer() else value
+        if kind == "number" and isinstance(value, int):
+            return value
+        if kind == "container" and isinstance(value, dict | list):
+            return value
+    return text

@@ -16,7 +16,6 @@ from typing import ClassVar
 from rotor.pipeline.parse.base import (
     Content,
     Piece,
-    ToolCall,
     ToolParser,
     Tools,
     earliest,
@@ -49,8 +48,10 @@ class MarkerToolParser(ToolParser):
 
     # -- what a family defines -------------------------------------------------
 
-    def parse_section(self, body: str) -> list[ToolCall] | None:
-        """Calls in a section body (markers excluded); None when malformed."""
+    def parse_section(self, body: str) -> list[Piece] | None:
+        """Calls in a section body (markers excluded); None when malformed. A
+        family that keeps a section's good calls around a bad one may return
+        Content for the bad part, in its place."""
         raise NotImplementedError
 
     def section_end(self, buf: str, scan_from: int) -> tuple[int, int] | None:
@@ -64,7 +65,7 @@ class MarkerToolParser(ToolParser):
     def open_section(self) -> None:
         """A section just opened: a family that keeps scan state starts afresh."""
 
-    def unterminated(self, body: str) -> list[ToolCall] | None:
+    def unterminated(self, body: str) -> list[Piece] | None:
         """At the end of the stream, an open section: recover its calls when the
         body is complete, else None (released as content). `body` comes
         without an end marker the stream stopped halfway through."""

@@ -30,6 +30,8 @@ class MessageParser:
     ) -> None:
         self._reasoning = reasoning
         self._tools = tools
+        if reasoning is not None and tools is not None:
+            reasoning.exit_at(tools.reasoning_exits())
         self._parallel = parallel_tool_calls
         # Trailing whitespace of content is held until we know what follows: a
         # whitespace-only segment next to a call is dropped, any other kept.

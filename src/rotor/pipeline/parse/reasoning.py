@@ -1,19 +1,47 @@
-"""Reasoning parsers: a start tag and an end tag around the model's thinking.
+"""Reasoning parsers: start tags and end tags around the model's thinking.
 
-Every family rotor knows differs only in its tags and in whether the model
-starts inside the block (its template opened it). The prompt decides too: when
-the rendered prompt ends with the start tag, parsing starts inside.
+Every family rotor knows differs only in its tags (a family may have several
+spellings of each), in whether the model starts inside the block (its template
+opened it), and in two small extras: a label the model writes right after the
+start tag (Gemma 4's `thought\\n`) and markers that frame the answer and are
+dropped from content (Hunyuan's `</answer>`). The prompt decides too: when the
+rendered prompt ends with the start tag, parsing starts inside.
+
+With a tool parser behind it, the family's call-start markers are *exits*: a
+model that starts a call while still thinking, never closing the block, has
+the rest of its output handed to the tool parser instead of left as reasoning.
+Text from an exit on is held (not streamed) until the end tag proves it was
+reasoning after all, or the output ends without one.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from rotor.pipeline.parse.base import Content, Piece, Reasoning, ReasoningParser, partial_marker_len
+from rotor.pipeline.parse.base import (
+    Content,
+    Piece,
+    Reasoning,
+    ReasoningParser,
+    earliest,
+    partial_marker_len,
+)
 
 
 class TagReasoningParser(ReasoningParser):
     end_tag: ClassVar[str] = ""
+    # Every spelling of each tag; `start_tag` / `end_tag` are the first (derived).
+    start_tags: ClassVar[tuple[str, ...]] = ()
+    end_tags: ClassVar[tuple[str, ...]] = ()
+    # Written right after a start tag and not part of the reasoning (Gemma 4).
+    label: ClassVar[str] = ""
+    # Markers outside reasoning that frame the answer: dropped from content.
+    content_drops: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.start_tags:
+            cls.start_tag, cls.end_tag = cls.start_tags[0], cls.end_tags[0]
 
     def __init__(self, inside: bool) -> None:
         super().__init__(inside or self.starts_inside)
@@ -21,11 +49,35 @@ class TagReasoningParser(ReasoningParser):
         # Before any text, a start tag is swallowed even when already inside
         # (models whose template opened the block sometimes repeat it).
         self._at_start = True
+        self._label_pending = bool(self.label) and self.inside
+        self._exits: tuple[str, ...] = ()
+        self._exited = False  # inside, past an exit: held until an end tag or the end
+        self._scan = 0  # where to resume looking for an end tag while exited
+        self._set_tags()
+
+    @classmethod
+    def markers(cls) -> tuple[str, ...]:
+        return (*cls.start_tags, *cls.end_tags, *cls.content_drops)
+
+    def exit_at(self, markers: tuple[str, ...]) -> None:
+        """Tool-call start markers that end an unclosed block (see the module doc)."""
+        self._exits = tuple(m for m in markers if m)
+        self._set_tags()
+
+    def _set_tags(self) -> None:
+        self._inside_tags = (*self.end_tags, *self._exits)
+        self._outside_tags = (*self.start_tags, *self.content_drops)
+        self._inside_firsts = frozenset(t[0] for t in self._inside_tags)
+        self._outside_firsts = frozenset(t[0] for t in self._outside_tags)
+        self._end_tail = max(len(t) for t in self.end_tags) - 1
 
     def feed(self, text: str) -> list[Piece]:
-        if not self._buf and not self._at_start:
-            tag = self.end_tag if self.inside else self.start_tag
-            if tag[0] not in text:
+        if not self._buf and not self._at_start and not self._label_pending:
+            firsts = self._inside_firsts if self.inside else self._outside_firsts
+            for c in firsts:
+                if c in text:
+                    break
+            else:
                 return [Reasoning(text) if self.inside else Content(text)] if text else []
         self._buf += text
         return self._drain()
@@ -36,26 +88,55 @@ class TagReasoningParser(ReasoningParser):
             buf = self._buf
             if self._at_start:
                 stripped = buf.lstrip()
-                if stripped.startswith(self.start_tag):
-                    self._buf = stripped[len(self.start_tag) :]
-                    self.inside = True
-                elif self.start_tag.startswith(stripped):
+                tag = next((t for t in self.start_tags if stripped.startswith(t)), None)
+                if tag is not None:
+                    self._buf = stripped[len(tag) :]
+                    self._open()
+                elif any(t.startswith(stripped) for t in self.start_tags):
                     return out  # could still be the opening tag
                 self._at_start = False
                 continue
-            tag = self.end_tag if self.inside else self.start_tag
-            i = buf.find(tag)
-            if i < 0:
-                keep = partial_marker_len(buf, (tag,))
+            if self._label_pending:
+                if buf.startswith(self.label):
+                    self._buf = buf[len(self.label) :]
+                elif self.label.startswith(buf):
+                    return out  # could still be the label
+                self._label_pending = False
+                continue
+            if self._exited:
+                i, tag = earliest(buf, self.end_tags, self._scan)
+                if tag is None:
+                    self._scan = max(0, len(buf) - self._end_tail)
+                    return out
+                out.append(Reasoning(buf[:i]))
+                self._buf = buf[i + len(tag) :]
+                self._exited, self.inside, self._scan = False, False, 0
+                continue
+            tags = self._inside_tags if self.inside else self._outside_tags
+            i, tag = earliest(buf, tags)
+            if tag is None:
+                keep = partial_marker_len(buf, tags)
                 if len(buf) > keep:
                     out.append(self._piece(buf[: len(buf) - keep]))
                     self._buf = buf[len(buf) - keep :]
                 return out
             if i:
                 out.append(self._piece(buf[:i]))
+            if self.inside and tag in self._exits and tag not in self.end_tags:
+                self._buf = buf[i:]  # the exit marker stays: it is the tool parser's
+                self._exited, self._scan = True, len(tag)
+                continue
             self._buf = buf[i + len(tag) :]
-            self.inside = not self.inside
+            if self.inside:
+                self.inside = False
+            elif tag in self.start_tags:
+                self._open()
+            # else: an answer-framing marker, dropped
         return out
+
+    def _open(self) -> None:
+        self.inside = True
+        self._label_pending = bool(self.label)
 
     def _piece(self, text: str) -> Piece:
         return Reasoning(text) if self.inside else Content(text)
@@ -63,16 +144,26 @@ class TagReasoningParser(ReasoningParser):
     def finish(self) -> list[Piece]:
         out = self._drain()
         if self._buf:
-            out.append(self._piece(self._buf))
+            # Past an exit and never closed: the rest is the tool parser's.
+            out.append(Content(self._buf) if self._exited else self._piece(self._buf))
             self._buf = ""
+        self._exited = False
         return out
 
 
-def _family(name: str, start: str, end: str, inside: bool = False) -> type[TagReasoningParser]:
+def _family(
+    name: str,
+    start: str | tuple[str, ...],
+    end: str | tuple[str, ...],
+    inside: bool = False,
+    **extra: object,
+) -> type[TagReasoningParser]:
+    starts = (start,) if isinstance(start, str) else start
+    ends = (end,) if isinstance(end, str) else end
     return type(
         f"{name.title().replace('_', '')}ReasoningParser",
         (TagReasoningParser,),
-        {"name": name, "start_tag": start, "end_tag": end, "starts_inside": inside},
+        {"name": name, "start_tags": starts, "end_tags": ends, "starts_inside": inside, **extra},
     )
 
 
@@ -85,8 +176,26 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         _family("glm45", "<think>", "</think>"),
         _family("kimi_k25", "<think>", "</think>"),
         _family("mistral", "[THINK]", "[/THINK]"),
-        _family("granite", "Here is my thought process:", "Here is my response:"),
+        # Granite writes "Here's" as well as "Here is", mixed within one answer.
+        _family(
+            "granite",
+            ("Here is my thought process:", "Here's my thought process:"),
+            ("Here is my response:", "Here's my response:"),
+        ),
         _family("kimi", "◁think▷", "◁/think▷"),
+        # Nemotron 3: the template opens the block (`<think>\n` ends the prompt).
+        _family("nemotron3", "<think>", "</think>", inside=True),
+        # Hunyuan A13B: `<think>\n…\n</think>\n<answer>\n…\n</answer>`; the
+        # newlines are part of its markers, the answer's frame is dropped.
+        _family(
+            "hunyuan",
+            "<think>\n",
+            "\n</think>\n<answer>\n",
+            content_drops=("<answer>\n", "\n</answer>"),
+        ),
+        # Gemma 4: `<|channel>thought\n…<channel|>`; `thought\n` is the channel's
+        # name, not reasoning.
+        _family("gemma4", "<|channel>", "<channel|>", label="thought\n"),
     )
 }
 

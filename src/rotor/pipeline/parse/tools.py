@@ -27,6 +27,12 @@ TOOL_PARSERS: dict[str, str] = {
     "jamba": "jamba:JambaParser",
     "granite": "granite:GraniteParser",
     "internlm": "internlm:InternLMParser",
+    "deepseek_v32": "deepseek_v32:DeepSeekV32Parser",
+    "deepseek_v4": "deepseek_v4:DeepSeekV4Parser",
+    "seed_oss": "seed_oss:SeedOssParser",
+    "step3": "step3:Step3Parser",
+    "lfm2": "lfm2:Lfm2Parser",
+    "gigachat3": "gigachat3:GigaChat3Parser",
 }
 
 

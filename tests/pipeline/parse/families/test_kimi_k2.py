@@ -20,6 +20,16 @@ def block(call_id: str, args: str) -> str:
     return f"<|tool_call_begin|>{call_id}<|tool_call_argument_begin|>{args}<|tool_call_end|>"
 
 
+# Tools as a Kimi-K2.5 agent declares them: the schemas tell unnamed blocks apart.
+K25_TOOLS = {
+    "get_weather": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city"],
+    },
+    "exec": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+}
+
 CASES = [
     Case(
         "one_call",
@@ -77,9 +87,72 @@ CASES = [
         "Hi " + BEGIN + block("functions.f:0", "{not json}") + END + " after",
     ),
     Case(
-        "id_without_index_is_content",
+        "id_without_index_keeps_its_name",
         BEGIN + block("functions.f", "{}") + END,
-        BEGIN + block("functions.f", "{}") + END,
+        None,
+        [("f", {})],
+    ),
+    # Kimi-K2.5 ids that are not `functions.NAME:N` (defect 1 of issue 13).
+    Case(
+        "bare_counter_id_name_inferred_from_the_schema",
+        BEGIN
+        + "<|tool_call_begin|>0 <|tool_call_argument_begin|>"
+        + '{"cmd": "ls -la"}<|tool_call_end|>'
+        + END,
+        None,
+        [("exec", {"cmd": "ls -la"})],
+        tools=K25_TOOLS,
+    ),
+    Case(
+        "call_counter_and_squashed_ids",
+        BEGIN
+        + block("call00003", '{"city": "Oslo", "days": 2}')
+        + block("functionsexec5", '{"cmd": "pwd"}')
+        + END,
+        None,
+        [("get_weather", {"city": "Oslo", "days": 2}), ("exec", {"cmd": "pwd"})],
+        tools=K25_TOOLS,
+    ),
+    Case(
+        "unnamed_block_that_fits_no_tool_is_content_the_rest_kept",
+        BEGIN
+        + block("functions.get_weather:0", '{"city": "Paris"}')
+        + block("7", '{"nothing": "fits"}')
+        + block("functions.exec:2", '{"cmd": "date"}')
+        + END,
+        block("7", '{"nothing": "fits"}'),
+        [("get_weather", {"city": "Paris"}), ("exec", {"cmd": "date"})],
+        tools=K25_TOOLS,
+    ),
+    Case(
+        "unnamed_block_that_fits_two_tools_is_content",
+        BEGIN + block("1", "{}") + block("functions.exec:2", '{"cmd": "date"}') + END,
+        block("1", "{}"),
+        [("exec", {"cmd": "date"})],
+        tools={"a": {}, "b": {}, "exec": {"properties": {"cmd": {}}, "required": ["cmd"]}},
+    ),
+    Case(
+        "bad_json_in_one_block_keeps_the_others",
+        BEGIN + block("functions.a:0", "{oops") + block("functions.b:1", '{"y": 1}') + END,
+        block("functions.a:0", "{oops"),
+        [("b", {"y": 1})],
+    ),
+    # A section cut off mid-way through parallel calls (defect 2).
+    Case(
+        "cut_off_in_the_last_block_keeps_the_complete_calls",
+        "Checking. "
+        + BEGIN
+        + block("functions.a:0", '{"x": 1}')
+        + block("functions.b:1", '{"y": 2}')
+        + '<|tool_call_begin|>functions.c:2<|tool_call_argument_begin|>{"z": ',
+        'Checking. <|tool_call_begin|>functions.c:2<|tool_call_argument_begin|>{"z": ',
+        [("a", {"x": 1}), ("b", {"y": 2})],
+    ),
+    Case(
+        "cut_off_between_blocks_keeps_the_complete_calls",
+        BEGIN + block("functions.a:0", '{"x": 1}') + "\n<|tool_call_beg",
+        None,
+        [("a", {"x": 1})],
     ),
     Case(
         "cut_off_incomplete_is_content",
@@ -112,6 +185,12 @@ def test_call_keeps_kimis_own_id() -> None:
     output = BEGIN + block("functions.get_weather:0", "{}") + block("lookup:1", "{}") + END
     msg = parse_chunks(FAMILY, list(output), Tools({"get_weather": {}, "lookup": {}}))
     assert [c.id for c in msg.raw_calls] == ["functions.get_weather:0", "lookup:1"]
+
+
+def test_ids_the_model_wrote_are_kept_even_when_the_name_is_inferred() -> None:
+    output = BEGIN + block("call00003", '{"cmd": "ls"}') + block("0", '{"city": "Rome"}') + END
+    msg = parse_chunks(FAMILY, list(output), Tools(K25_TOOLS))
+    assert [(c.name, c.id) for c in msg.raw_calls] == [("exec", "call00003"), ("get_weather", "0")]
 
 
 def test_own_id_survives_parallel_tool_calls_false() -> None:

@@ -30,6 +30,23 @@ TYPED = {
 }
 
 
+LOOSE = {
+    "run": {
+        "type": "object",
+        "properties": {
+            "n": {"type": "int"},
+            "big": {"type": "uint64"},
+            "ratio": {"type": "double"},
+            "whole": {"type": "float"},
+            "flag": {"type": "bool"},
+            "opts": {"type": "dict"},
+            "items": {"type": "list"},
+            "label": {"type": "str"},
+        },
+    }
+}
+
+
 def call(name: str, *params: tuple[str, str]) -> str:
     """One call the way Qwen3-Coder's template writes it."""
     body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params)
@@ -93,6 +110,52 @@ CASES = [
         None,
         [("set", {"ratio": 2.5, "on": True, "ids": [1, 2], "note": None, "count": "many"})],
         tools=TYPED,
+    ),
+    # Type names as real Qwen3-Coder tool schemas write them (issue 13, defect 3).
+    Case(
+        "loose_type_names_typed_by_prefix",
+        call(
+            "run",
+            ("n", "42"),
+            ("big", "7"),
+            ("ratio", "0.5"),
+            ("whole", "3.0"),
+            ("flag", "True"),
+            ("opts", '{"a": 1}'),
+            ("items", "[1, 2]"),
+            ("label", "42"),
+        ),
+        None,
+        [
+            (
+                "run",
+                {
+                    "n": 42,
+                    "big": 7,
+                    "ratio": 0.5,
+                    "whole": 3,
+                    "flag": True,
+                    "opts": {"a": 1},
+                    "items": [1, 2],
+                    "label": "42",
+                },
+            )
+        ],
+        tools=LOOSE,
+    ),
+    Case(
+        "object_for_an_array_parameter_is_still_decoded",
+        call("run", ("items", '{"k": "v"}'), ("opts", "[1]"), ("n", "forty")),
+        None,
+        [("run", {"items": {"k": "v"}, "opts": [1], "n": "forty"})],
+        tools=LOOSE,
+    ),
+    Case(
+        "null_is_none_whatever_the_type",
+        call("run", ("n", "null"), ("label", "null")),
+        None,
+        [("run", {"n": None, "label": None})],
+        tools=LOOSE,
     ),
     Case(
         "multiline_value_keeps_inner_newlines",

@@ -49,6 +49,10 @@ class LeadingParser(ToolParser):
         # One step per state (_HEAD, _PROSE, _SECTION); a step says whether it moved on.
         self._steps = (self._head, self._prose, self._section)
 
+    def reasoning_exits(self) -> tuple[str, ...]:
+        """Only the marker starts a call anywhere; a lead character does not."""
+        return (self.marker,) if self.marker else ()
+
     # -- what a family defines -------------------------------------------------
 
     def section_end(self, body: str, final: bool) -> tuple[int, int] | None:

@@ -70,12 +70,17 @@ def attr_name(head: str) -> str | None:
     return plain_name(value)
 
 
-def typed_arguments(tools: Tools, tool: str, pairs: list[tuple[str, str]]) -> str:
+def typed_arguments(
+    tools: Tools,
+    tool: str,
+    pairs: list[tuple[str, str]],
+    typing: Callable[[str, dict[str, Any] | None], Any] = typed_value,
+) -> str:
     """The `arguments` JSON of a call whose values arrived as text: each value
-    typed by its declared schema, a string when none is declared."""
+    typed by its declared schema (`typing`), a string when none is declared."""
     args: dict[str, Any] = {}
     for key, value in pairs:
-        args[key] = typed_value(value, tools.param_schema(tool, key))
+        args[key] = typing(value, tools.param_schema(tool, key))
     return dumps_args(args)
 
 
@@ -86,6 +91,7 @@ def element_calls(
     close_tag: str,
     name_of: Callable[[str], str | None],
     params_of: Callable[[str], list[tuple[str, str]] | None],
+    typing: Callable[[str, dict[str, Any] | None], Any] = typed_value,
 ) -> list[ToolCall] | None:
     """One call per element of `body` (`<open_prefix…>params</close_tag>`, only
     whitespace between): its name from the head, its parameters typed by the
@@ -99,5 +105,5 @@ def element_calls(
         pairs = params_of(inner)
         if name is None or pairs is None:
             return None
-        calls.append(ToolCall(name=name, arguments=typed_arguments(tools, name, pairs)))
+        calls.append(ToolCall(name=name, arguments=typed_arguments(tools, name, pairs, typing)))
     return calls

@@ -11,3 +11,5 @@ class HermesParser(JsonCallsParser):
     start_markers = ("<tool_call>",)
     end_markers = ("</tool_call>",)
     single = True  # one call per section; parallel calls are one section each
+    # Inside an unclosed think block, only the call's own structure ends it.
+    call_starts = ("<tool_call>\n{", "<tool_call>{")

@@ -69,21 +69,27 @@ class PythonicParser(LeadingParser):
         return end, end
 
     def parse_section(self, body: str) -> list[ToolCall] | None:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # e.g. invalid escapes in a string
-                tree = ast.parse(body.strip(), mode="eval")
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return call_list(body)
+
+
+def call_list(body: str) -> list[ToolCall] | None:
+    """`[f(a=1), g()]` → its calls; None unless the text is exactly such a list
+    (also used by lfm2, which wraps the same list in markers)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. invalid escapes in a string
+            tree = ast.parse(body.strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    if not isinstance(tree.body, ast.List) or not tree.body.elts:
+        return None
+    calls: list[ToolCall] = []
+    for node in tree.body.elts:
+        call = _call(node)
+        if call is None:
             return None
-        if not isinstance(tree.body, ast.List) or not tree.body.elts:
-            return None
-        calls: list[ToolCall] = []
-        for node in tree.body.elts:
-            call = _call(node)
-            if call is None:
-                return None
-            calls.append(call)
-        return calls
+        calls.append(call)
+    return calls
 
 
 def _call(node: ast.expr) -> ToolCall | None:

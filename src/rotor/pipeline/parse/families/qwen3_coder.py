@@ -10,7 +10,9 @@
 
 The template puts each value on its own lines, so one newline after the
 parameter tag and one before its end belong to the markup, not the value.
-Values are text, typed by the tool's schema. As the model's reference parser
+Values are text, typed by the tool's schema as Qwen's reference converter
+types them: by the prefix of the type name (`int`, `uint64`, `double`, `bool`,
+`dict`, `list`, … as well as the JSON Schema names). As the model's reference parser
 does, a parameter the model forgot to close ends at the next `<parameter=` or
 at `</function>`; the function itself must be closed.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from rotor.pipeline.parse.base import ToolCall, plain_name, skip_space
 from rotor.pipeline.parse.families._xml import element_calls, tag_head
+from rotor.pipeline.parse.jsonutil import loose_typed_value
 from rotor.pipeline.parse.marker import MarkerToolParser
 
 _FUNCTION = "<function="
@@ -31,12 +34,16 @@ class Qwen3CoderParser(MarkerToolParser):
     name = "qwen3_coder"
     start_markers = ("<tool_call>",)
     end_markers = ("</tool_call>",)
+    # Inside an unclosed think block, only the call's own structure ends it.
+    call_starts = ("<tool_call>\n<function=", "<tool_call><function=")
 
     def parse_section(self, body: str) -> list[ToolCall] | None:
-        return element_calls(self.tools, body, _FUNCTION, _FUNCTION_END, plain_name, _parameters)
+        return element_calls(
+            self.tools, body, _FUNCTION, _FUNCTION_END, plain_name, parameters, loose_typed_value
+        )
 
 
-def _parameters(inner: str) -> list[tuple[str, str]] | None:
+def parameters(inner: str) -> list[tuple[str, str]] | None:
     """The (name, raw value) pairs of one function body; None when it holds
     anything but parameters."""
     pairs: list[tuple[str, str]] = []

@@ -1,0 +1,21 @@
+"""lfm2 — LiquidAI LFM2 / LFM2.5: a Python list of calls between two special
+tokens, `<|tool_call_start|>[f(a=1, b="x"), g()]<|tool_call_end|>`; text before
+and after is content. The list is read as pythonic's is: Python literals via
+`ast`, never evaluated."""
+
+from __future__ import annotations
+
+from rotor.pipeline.parse.base import ToolCall
+from rotor.pipeline.parse.families.pythonic import call_list
+from rotor.pipeline.parse.marker import MarkerToolParser
+
+
+class Lfm2Parser(MarkerToolParser):
+    name = "lfm2"
+    # Both markers are special tokens of the LFM2 tokenizer.
+    needs_special_tokens = True
+    start_markers = ("<|tool_call_start|>",)
+    end_markers = ("<|tool_call_end|>",)
+
+    def parse_section(self, body: str) -> list[ToolCall] | None:
+        return call_list(body)

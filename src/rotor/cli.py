@@ -7,7 +7,16 @@ import os
 import sys
 from typing import Any
 
-from rotor.config import EngineConfig, Flag, HTTPConfig, ModelConfig, RunConfig
+from rotor.config import (
+    DEFAULT_NATS,
+    EngineConfig,
+    Flag,
+    FrontendConfig,
+    HTTPConfig,
+    ModelConfig,
+    RunConfig,
+    WorkerConfig,
+)
 from rotor.engines.registry import ENGINES, engine_flags, engine_names, engine_spec
 
 USAGE = """\
@@ -27,17 +36,21 @@ in=/out= ↔ ROTOR_IN/ROTOR_OUT. The echo engine's pace is ROTOR_ECHO_DELAY_MS
 """
 
 
-FLAGS = [
+HTTP_FLAGS = [
     Flag("--host", "address to bind (in=http)", str, "127.0.0.1"),
     Flag("--port", "port to bind (in=http)", int, 8000),
+    Flag("--api-key", "require 'Authorization: Bearer KEY' on /v1/*"),
+    Flag("--reasoning-field", "name of the reasoning field in responses", str, "reasoning_content"),
+]
+MODEL_FLAGS = [
     Flag("--model-path", "a Hugging Face style model directory"),
     Flag("--model-name", "served model name (default: the directory's name, or echo / mock-model)"),
     Flag("--tool-call-parser", "tool-call family (hermes, llama3_json, mistral, ...)"),
     Flag("--reasoning-parser", "reasoning parser (think, qwen3, deepseek_r1, mistral, ...)"),
-    Flag("--reasoning-field", "name of the reasoning field in responses", str, "reasoning_content"),
     Flag("--chat-template", "a Jinja chat template file that replaces the model's"),
     Flag("--max-model-len", "context length (at most the model's)", int),
-    Flag("--api-key", "require 'Authorization: Bearer KEY' on /v1/*"),
+]
+LOG_FLAGS = [
     Flag(
         "--log-level",
         "debug, info, warning, error",
@@ -45,9 +58,29 @@ FLAGS = [
         "warning",
         choices=("debug", "info", "warning", "error"),
     ),
+]
+RUN_FLAGS = [
     Flag("--output", "batch mode: where to write the answers (default FILE.out.jsonl)"),
     Flag("--max-tokens", "text/stdin/batch modes: max tokens per answer", int),
 ]
+NATS_FLAGS = [Flag("--nats", "the NATS server (or cluster) URL", str, DEFAULT_NATS)]
+FRONTEND_FLAGS = [
+    Flag(
+        "--router",
+        "how a pool's worker is chosen",
+        str,
+        "round_robin",
+        choices=("round_robin", "random", "least_loaded"),
+    ),
+    Flag("--migration-limit", "times one request may move to another worker", int, 3),
+    Flag("--router-temperature", "kv router: sample among good workers (0 = best)", float, 0.0),
+    Flag("--request-timeout", "seconds without output before a worker counts as dead", float, 30.0),
+]
+WORKER_FLAGS = [
+    Flag("--system-port", "serve the worker's /health and /metrics on this port", int),
+    Flag("--grace-period", "seconds to finish running requests on SIGTERM", float, 30.0),
+]
+FLAGS = HTTP_FLAGS + MODEL_FLAGS + LOG_FLAGS + RUN_FLAGS
 
 
 def env_name(flag: str) -> str:
@@ -73,6 +106,23 @@ def _env_default(flag: Flag) -> Any:
     return value
 
 
+def _add_flags(parser: argparse.ArgumentParser, flags: list[Flag]) -> None:
+    for flag in flags:
+        help_text = f"{flag.help} [{env_name(flag.name)}]"
+        if flag.action:
+            parser.add_argument(
+                flag.name, action=flag.action, default=_env_default(flag), help=help_text
+            )
+        else:
+            parser.add_argument(
+                flag.name,
+                type=flag.type,
+                default=_env_default(flag),
+                choices=flag.choices,
+                help=help_text,
+            )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rotor", description="rotor: an LLM serving frontend")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -83,20 +133,18 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("io", nargs="*", metavar="in=INPUT out=ENGINE", help="input and engine")
-    for flag in FLAGS + engine_flags():
-        help_text = f"{flag.help} [{env_name(flag.name)}]"
-        if flag.action:
-            run.add_argument(
-                flag.name, action=flag.action, default=_env_default(flag), help=help_text
-            )
-        else:
-            run.add_argument(
-                flag.name,
-                type=flag.type,
-                default=_env_default(flag),
-                choices=flag.choices,
-                help=help_text,
-            )
+    _add_flags(run, FLAGS + engine_flags())
+    nats = sub.add_parser("nats", help="run a local nats-server with JetStream (development)")
+    nats.add_argument("--host", default="127.0.0.1", help="address to bind")
+    nats.add_argument("--port", type=int, default=4222, help="port to bind")
+    nats.add_argument("--store", help="JetStream storage directory (default: a temp dir)")
+    frontend = sub.add_parser(
+        "frontend", help="the HTTP API over every model that live workers on NATS offer"
+    )
+    _add_flags(frontend, HTTP_FLAGS + NATS_FLAGS + FRONTEND_FLAGS + LOG_FLAGS)
+    worker = sub.add_parser("worker", help="serve one engine to frontends over NATS")
+    worker.add_argument("io", nargs="*", metavar="out=ENGINE", help="the engine")
+    _add_flags(worker, MODEL_FLAGS + NATS_FLAGS + WORKER_FLAGS + LOG_FLAGS + engine_flags())
     # rotor bench: its flags live with it (rotor.bench.args); this block only wires them in
     from rotor.bench.args import DESCRIPTION as BENCH_DESCRIPTION
     from rotor.bench.args import add_arguments as add_bench_arguments
@@ -142,31 +190,55 @@ def parse_io(items: list[str]) -> tuple[str, str | None, str]:
     return kind, path or None, spec.name
 
 
+def _model_config(args: argparse.Namespace) -> ModelConfig:
+    return ModelConfig(
+        model_path=args.model_path,
+        model_name=args.model_name,
+        max_model_len=args.max_model_len,
+        chat_template=args.chat_template,
+        tool_call_parser=args.tool_call_parser,
+        reasoning_parser=args.reasoning_parser,
+    )
+
+
+def _engine_config(args: argparse.Namespace, engine: str) -> EngineConfig:
+    spec = ENGINES[engine]
+    return EngineConfig(engine, {f.dest: getattr(args, f.dest) for f in spec.flags})
+
+
+def _http_config(args: argparse.Namespace) -> HTTPConfig:
+    return HTTPConfig(
+        host=args.host, port=args.port, api_key=args.api_key, reasoning_field=args.reasoning_field
+    )
+
+
 def run_config(args: argparse.Namespace, kind: str, path: str | None, engine: str) -> RunConfig:
     """The parsed flags as the typed config launch builds from."""
-    spec = ENGINES[engine]
     return RunConfig(
-        model=ModelConfig(
-            model_path=args.model_path,
-            model_name=args.model_name,
-            max_model_len=args.max_model_len,
-            chat_template=args.chat_template,
-            tool_call_parser=args.tool_call_parser,
-            reasoning_parser=args.reasoning_parser,
-        ),
-        engine=EngineConfig(engine, {f.dest: getattr(args, f.dest) for f in spec.flags}),
-        http=HTTPConfig(
-            host=args.host,
-            port=args.port,
-            api_key=args.api_key,
-            reasoning_field=args.reasoning_field,
-        ),
+        model=_model_config(args),
+        engine=_engine_config(args, engine),
+        http=_http_config(args),
         input=kind,
         batch_file=path,
         output=args.output,
         max_tokens=args.max_tokens,
         log_level=args.log_level,
     )
+
+
+def _worker_engine(items: list[str]) -> str:
+    out = os.environ.get("ROTOR_OUT", "echo")
+    for item in items:
+        key, sep, value = item.partition("=")
+        if key != "out" or not sep or not value:
+            raise SystemExit(f"rotor worker: expected out=ENGINE, got {item!r}")
+        out = value
+    try:
+        return engine_spec(out).name
+    except KeyError:
+        raise SystemExit(
+            f"rotor worker: unknown engine {out!r}; valid: {', '.join(engine_names())}"
+        ) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,6 +252,38 @@ def main(argv: list[str] | None = None) -> int:
             return run(run_config(args, kind, path, engine))
         except KeyboardInterrupt:  # Ctrl-C before a mode installed its own handling
             return EXIT_INTERRUPTED
+    if args.command == "nats":
+        from rotor.runtime.nats_server import run as run_nats
+
+        return run_nats(args.host, args.port, args.store)
+    if args.command == "frontend":
+        from rotor.launch_frontend import run_frontend
+
+        return run_frontend(
+            FrontendConfig(
+                http=_http_config(args),
+                nats=args.nats,
+                router=args.router,
+                migration_limit=args.migration_limit,
+                router_temperature=args.router_temperature,
+                request_timeout=args.request_timeout,
+                log_level=args.log_level,
+            )
+        )
+    if args.command == "worker":
+        from rotor.launch_worker import run_worker
+
+        engine = _worker_engine(args.io)
+        return run_worker(
+            WorkerConfig(
+                model=_model_config(args),
+                engine=_engine_config(args, engine),
+                nats=args.nats,
+                system_port=args.system_port,
+                grace_period=args.grace_period,
+                log_level=args.log_level,
+            )
+        )
     if args.command == "bench":
         from rotor.bench.main import main as bench_main
 

@@ -62,3 +62,31 @@ class RunConfig:
     output: str | None = None  # batch mode's output file
     max_tokens: int | None = None  # text/stdin/batch: cap each answer
     log_level: str = "warning"
+
+
+DEFAULT_NATS = "nats://127.0.0.1:4222"
+
+
+@dataclass
+class WorkerConfig:
+    """`rotor worker`: one engine on NATS."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    nats: str = DEFAULT_NATS
+    system_port: int | None = None  # /health and /metrics of the worker
+    grace_period: float = 30.0  # seconds to finish running requests on SIGTERM
+    log_level: str = "warning"
+
+
+@dataclass
+class FrontendConfig:
+    """`rotor frontend`: the HTTP API over every model live workers offer."""
+
+    http: HTTPConfig = field(default_factory=HTTPConfig)
+    nats: str = DEFAULT_NATS
+    router: str = "round_robin"
+    migration_limit: int = 3
+    router_temperature: float = 0.0
+    request_timeout: float = 30.0
+    log_level: str = "warning"

@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from rotor.model.served import ServedModel
 from rotor.pipeline.events import ChoiceEvent, Failure, Usage
@@ -64,6 +64,19 @@ class ServingEngine(EngineClient, Protocol):
 class ModelEntry:
     model: ServedModel
     engine: ServingEngine
+    # The workers behind a pool of remote engines (for /health); None for an
+    # in-process engine, which is always there.
+    workers: Callable[[], list[dict[str, Any]]] | None = None
+
+    def live(self) -> bool:
+        """Something can serve it now (a model whose last worker left stays
+        known, and its requests are 503s)."""
+        return self.workers is None or bool(self.workers())
+
+    def routed(self, request_id: str) -> dict[str, str]:
+        """The response headers that explain where a request was routed."""
+        routed = getattr(self.engine, "routed", None)
+        return routed(request_id) if routed is not None else {}
 
 
 class ModelRegistry:
@@ -73,14 +86,22 @@ class ModelRegistry:
     def __init__(self) -> None:
         self._entries: dict[str, ModelEntry] = {}
 
-    def add(self, model: ServedModel, engine: ServingEngine) -> None:
-        self._entries[model.name] = ModelEntry(model, engine)
+    def add(
+        self,
+        model: ServedModel,
+        engine: ServingEngine,
+        workers: Callable[[], list[dict[str, Any]]] | None = None,
+    ) -> None:
+        self._entries[model.name] = ModelEntry(model, engine, workers)
 
     def remove(self, name: str) -> None:
         self._entries.pop(name, None)
 
     def names(self) -> list[str]:
         return list(self._entries)
+
+    def live_names(self) -> list[str]:
+        return [name for name, e in self._entries.items() if e.live()]
 
     def entries(self) -> list[ModelEntry]:
         return list(self._entries.values())
@@ -112,6 +133,7 @@ class Response:
     prepared: list[Prepared]
     token_text: Callable[[int], str] | None
     events: AsyncGenerator[ChoiceEvent, None] = field(init=False)
+    headers: dict[str, str] = field(default_factory=dict)  # where it was routed
 
     @property
     def prompt_tokens(self) -> int:
@@ -170,6 +192,7 @@ class Frontend:
         token_text = model.token_text if logprobs and model.tokenizer is not None else None
         resp = Response(response_id, model.name, int(time.time()), n, Usage(), prepared, token_text)
         resp.events = await _primed(_checked(run_all(entry.engine, prepared, resp.usage)))
+        resp.headers = entry.routed(prepared[0].requests[0].request_id)
         return resp
 
 

@@ -26,6 +26,7 @@ from rotor.api.ops import register_ops
 from rotor.api.responses import register_responses
 from rotor.api.tokens import register_tokens
 from rotor.frontend import Frontend
+from rotor.router.pool import Pool
 
 log = logging.getLogger("rotor.api")
 
@@ -56,7 +57,14 @@ def create_app(
 
     app = FastAPI(title="rotor", version=__version__, lifespan=lifespan)
     registry = frontend.registry
-    metrics = Metrics(lambda: [(e.model.name, e.engine.state()) for e in registry.entries()])
+    metrics = Metrics(
+        lambda: [(e.model.name, e.engine.state()) for e in registry.entries()],
+        lambda: [
+            (e.model.name, e.engine.stats, e.workers())
+            for e in registry.entries()
+            if isinstance(e.engine, Pool) and e.workers is not None
+        ],
+    )
     app.state.frontend = frontend
     app.state.metrics = metrics
     _register_errors(app)

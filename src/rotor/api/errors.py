@@ -115,9 +115,10 @@ def client_error(failure: Failure, params: dict[str, str] | None = None) -> APIE
     if failure.kind == "refused":
         param = (params or {}).get(failure.param or "", failure.param)
         return APIError(400, failure.message, param)
-    if failure.kind == "unavailable":
+    if failure.kind == "unavailable":  # says which model or worker, nothing internal
         log.warning("engine unavailable: %s", failure.message)
-        return APIError(503, UNAVAILABLE, None, {"retry-after": RETRY_AFTER_S})
+        message = failure.message or UNAVAILABLE
+        return APIError(503, message, None, {"retry-after": RETRY_AFTER_S})
     if failure.kind == "malformed":
         return APIError(500, failure.message)
     log.error("response failed: %s", failure.message)

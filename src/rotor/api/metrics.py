@@ -6,9 +6,10 @@ import dataclasses
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from rotor.protocol.engine import EngineState
+from rotor.router.pool import PoolStats
 
 # One gauge per EngineState field, named and described once.
 _ENGINE_GAUGES = [
@@ -40,8 +41,50 @@ class _EngineCollector:
             yield gauge
 
 
+Pools = Callable[[], list[tuple[str, PoolStats, list[dict]]]]
+
+
+class _RouterCollector:
+    """Routing decisions, migrations and refusals per model, and each live
+    worker's load, read at scrape time from the pools."""
+
+    def __init__(self, pools: Pools) -> None:
+        self._pools = pools
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        decisions = CounterMetricFamily(
+            "rotor_router_decisions", "Requests routed, by worker", labels=["model", "worker"]
+        )
+        migrations = CounterMetricFamily(
+            "rotor_router_migrations", "Requests moved to another worker", labels=["model", "cause"]
+        )
+        no_worker = CounterMetricFamily(
+            "rotor_router_no_worker", "Requests refused: no live worker", labels=["model"]
+        )
+        workers = GaugeMetricFamily("rotor_router_live_workers", "Live workers", labels=["model"])
+        active = GaugeMetricFamily(
+            "rotor_worker_active_requests", "Requests a worker holds", labels=["model", "worker"]
+        )
+        blocks = GaugeMetricFamily(
+            "rotor_worker_kv_blocks_used", "KV blocks a worker uses", labels=["model", "worker"]
+        )
+        for model, stats, live in self._pools():
+            for worker, count in stats.decisions.items():
+                decisions.add_metric([model, worker], count)
+            for cause, count in stats.migrations.items():
+                migrations.add_metric([model, cause], count)
+            no_worker.add_metric([model], stats.no_worker)
+            workers.add_metric([model], len(live))
+            for w in live:
+                active.add_metric([model, w["id"]], w["active_requests"])
+                blocks.add_metric([model, w["id"]], w["kv_blocks_used"])
+        yield from (decisions, migrations, no_worker, workers, active, blocks)
+
+
 class Metrics:
-    def __init__(self, engine_states: EngineStates | None = None) -> None:
+    def __init__(
+        self, engine_states: EngineStates | None = None, pools: Pools | None = None
+    ) -> None:
         r = self.registry = CollectorRegistry()
         self.requests = Counter(
             "rotor_requests",
@@ -82,6 +125,8 @@ class Metrics:
         )
         if engine_states is not None:
             r.register(_EngineCollector(engine_states))
+        if pools is not None:
+            r.register(_RouterCollector(pools))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

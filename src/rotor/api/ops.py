@@ -15,16 +15,23 @@ from rotor.frontend import Frontend
 def register_ops(app: FastAPI, frontend: Frontend, metrics: Metrics) -> None:
     @app.get("/health")
     async def health() -> Response:
-        ready = frontend.ready
-        models = {
-            e.model.name: dataclasses.asdict(e.engine.state()) for e in frontend.registry.entries()
+        """200 when ready and every model it has served has something to serve it."""
+        entries = frontend.registry.entries()
+        down = [e.model.name for e in entries if not e.live()]
+        body: dict = {
+            "status": "ok"
+            if frontend.ready and not down
+            else ("starting" if not frontend.ready else "degraded"),
+            "models": [e.model.name for e in entries if e.live()],
+            "engines": {e.model.name: dataclasses.asdict(e.engine.state()) for e in entries},
         }
-        body = {
-            "status": "ok" if ready else "starting",
-            "models": list(models),
-            "engines": models,
-        }
-        return JSONResponse(body, status_code=200 if ready else 503)
+        workers = {e.model.name: e.workers() for e in entries if e.workers is not None}
+        if workers:
+            body["workers"] = workers
+        if down:
+            body["down"] = down
+        ok = frontend.ready and not down
+        return JSONResponse(body, status_code=200 if ok else 503)
 
     @app.get("/live")
     async def live() -> Response:

@@ -141,6 +141,7 @@ async def respond(
     t0 = time.perf_counter()
     label = _model_label(frontend, req.model)
     resp = await start(call or frontend.chat, req, rid, metrics, endpoint, label, params)
+    headers.update(resp.headers)
     api = view(resp, rid)
     events = shaped(api.shaper, observed(resp, metrics, endpoint, req.stream, t0), req.stream)
 

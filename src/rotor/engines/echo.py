@@ -65,15 +65,19 @@ class EchoEngine:
         )
 
     def _script(self, request: EngineRequest) -> list[str] | list[int]:
-        """What each step sends: a character (text out) or a token id."""
+        """What each step sends: a character (text out) or a token id. A request
+        resumed here after another engine died (`resume_from`: steps already
+        sent; their tokens now end its prompt) goes on where that one stopped."""
+        resume = int(request.annotations.get("resume_from", 0))
         if self.tokenizer is None:
-            return list(request.annotations["echo_text"])
+            return list(request.annotations["echo_text"])[resume:]
         # An EOS id means "the model ended" to the frontend, so the prompt's own
         # EOS-id tokens (ChatML's <|im_end|> after every turn) are not echoed:
         # only the last token is the EOS.
         eos_ids = set(self.card.eos_token_ids)
-        prompt = [t for t in request.token_ids if t not in eos_ids]
-        return prompt + self.card.eos_token_ids[:1]
+        prompt = request.token_ids[: len(request.token_ids) - resume]
+        script = [t for t in prompt if t not in eos_ids] + self.card.eos_token_ids[:1]
+        return script[resume:]
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         if self.tokenizer is None and request.annotations.get("echo_text") is None:

@@ -21,6 +21,9 @@ class Capabilities:
     structural_tags: bool = False  # enforces guided / structural-tag constraints
     logprobs: bool = False
     mock_scripts: bool = False  # honours the `mock` request extension
+    # can continue a decoding constraint from output generated elsewhere (so a
+    # constrained request may migrate to it mid-stream)
+    resumable_constraints: bool = False
 
 
 @dataclass(slots=True)

@@ -217,7 +217,7 @@ def _fan_out(base: EngineRequest, n: int, mock: dict[str, Any] | None) -> list[E
         requests.append(
             replace(
                 base,
-                request_id=f"{base.request_id}.{i}" if i else base.request_id,
+                request_id=f"{base.request_id}_{i}" if i else base.request_id,
                 sampling=sampling,
                 annotations=annotations,
             )

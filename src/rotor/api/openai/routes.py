@@ -57,14 +57,14 @@ def register_openai(app: FastAPI, frontend: Frontend, metrics: Metrics, body_lim
 
     @app.get("/v1/models")
     async def list_models(request: Request) -> Response:
-        models = [e.model for e in frontend.registry.entries()]
+        models = [e.model for e in frontend.registry.entries() if e.live()]
         if "anthropic-version" in request.headers:
             return JSONResponse(anthropic_models(models))
         return JSONResponse({"object": "list", "data": [model_entry(m) for m in models]})
 
     @app.get("/v1/models/{model_id:path}")
     async def get_model(request: Request, model_id: str) -> Response:
-        if model_id not in frontend.registry.names():
+        if model_id not in frontend.registry.live_names():
             raise APIError(404, f"the model {model_id!r} does not exist", "model")
         model = frontend.resolve(model_id)
         if "anthropic-version" in request.headers:

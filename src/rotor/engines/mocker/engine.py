@@ -261,6 +261,9 @@ class MockerEngine:
             if parsed is not None:
                 ids = self.tokenizer.encode(parsed.output(index))
                 source = ScriptSource(ids, parsed.end, parsed.tokens_per_step, eos_id)
+                # A request resumed on this engine after another one died: the
+                # script goes on where that one stopped.
+                source.pos = min(int(request.annotations.get("resume_from", 0)), len(ids))
             else:
                 source = RandomSource(
                     random.Random(key),

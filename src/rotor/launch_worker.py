@@ -1,0 +1,123 @@
+"""`rotor worker`: build the engine (the same load / build steps as `rotor
+run`), register it on NATS, serve until SIGTERM, then withdraw, drain, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import signal
+import sys
+
+from rotor.config import WorkerConfig
+from rotor.engines.base import Engine, Lifecycle
+from rotor.engines.registry import engine_spec
+from rotor.launch import StartupError, build_engine, load, serve_model
+from rotor.model.tokenizer import Tokenizer
+from rotor.runtime.connect import connect
+from rotor.runtime.worker import CardConflict, WorkerService
+
+log = logging.getLogger("rotor.worker")
+
+
+def build(config: WorkerConfig) -> tuple[Engine, Tokenizer | None]:
+    """The engine, its card carrying the parser choice (frontends read it there)."""
+    spec = engine_spec(config.engine.name)
+    card, tok = load(config.model, spec)
+    engine = build_engine(spec, card, tok, config.engine.options)
+    served = serve_model(config.model, engine.card, tok)
+    engine.card.tool_call_parser = served.tool_parser
+    engine.card.reasoning_parser = served.reasoning_parser
+    return engine, tok
+
+
+def run_worker(config: WorkerConfig) -> int:
+    logging.basicConfig(
+        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        engine, tok = build(config)
+    except StartupError as e:
+        print(f"rotor: {e}", file=sys.stderr)
+        return 2
+    return asyncio.run(_serve(engine, tok, config))
+
+
+async def _serve(engine: Engine, tok: Tokenizer | None, config: WorkerConfig) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    service: WorkerService | None = None
+
+    async def reconnected() -> None:
+        if service is not None:
+            await service.republish()
+
+    nc = await connect(config.nats, f"worker {engine.card.name}", reconnected)
+    if isinstance(engine, Lifecycle):
+        await engine.start()
+    service = WorkerService(nc, engine, tok)
+    try:
+        await service.start()
+    except CardConflict as e:
+        print(f"rotor: {e}", file=sys.stderr, flush=True)
+        log.error("%s", e)
+        await nc.close()
+        return 2
+    system = _system_server(service, config.system_port) if config.system_port else None
+    served = asyncio.create_task(system.serve()) if system is not None else None
+    print(
+        f"rotor: worker {service.worker_id} serves {engine.card.name!r} on {config.nats}",
+        file=sys.stderr,
+        flush=True,
+    )
+    await stop.wait()
+    print(f"rotor: worker {service.worker_id} is leaving", file=sys.stderr, flush=True)
+    await service.withdraw()
+    await service.drain(config.grace_period)
+    await service.stop()
+    if system is not None and served is not None:
+        system.should_exit = True
+        with contextlib.suppress(Exception):
+            await served
+    if isinstance(engine, Lifecycle):
+        await engine.stop()
+    with contextlib.suppress(Exception):
+        await nc.drain()
+    return 0
+
+
+def _system_server(service: WorkerService, port: int):  # noqa: ANN202
+    """`/health` and `/metrics` of this worker on `--system-port`."""
+    import uvicorn
+    from fastapi import FastAPI
+    from starlette.responses import JSONResponse, Response
+
+    from rotor.api.metrics import Metrics
+    from rotor.system_http import EmbeddedServer
+
+    engine = service.engine
+    metrics = Metrics(lambda: [(engine.card.name, engine.state())])
+    app = FastAPI(title="rotor worker")
+
+    @app.get("/health")
+    async def health() -> Response:
+        lease = service.lease
+        ok = lease.status == "serving"
+        body = {
+            "status": "ok" if ok else "leaving",
+            "worker": service.worker_id,
+            "model": lease.model,
+            "address": lease.address,
+            "engine": dataclasses.asdict(engine.state()),
+        }
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    @app.get("/metrics")
+    async def metrics_route() -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    return EmbeddedServer(config)

@@ -1,0 +1,67 @@
+"""A worker's lease: who it is, what it serves, where its card is, how loaded
+it is, and whether it still takes requests. Workers renew it every
+`RENEW_S`; a frontend that has not heard of a worker for `LEASE_TTL_S`
+counts it gone (a watched timestamp, kept by each frontend on its own
+clock; the bucket's max age removes stale entries for later readers)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+import msgpack
+
+from rotor.protocol.engine import EngineState
+
+RENEW_S = 1.0
+LEASE_TTL_S = 5.0
+
+Status = Literal["serving", "leaving"]
+_STATE_FIELDS = tuple(f.name for f in dataclasses.fields(EngineState))
+
+
+@dataclass
+class Lease:
+    worker_id: str
+    model: str
+    card: str  # the card's name in the object store (its content hash)
+    compat: str  # tokenizer + template hash: cards of one model must agree on it
+    address: str  # host:pid, for people reading /health
+    status: Status = "serving"
+    state: EngineState = field(default_factory=EngineState)
+
+    def encode(self) -> bytes:
+        return msgpack.packb(
+            {
+                "worker_id": self.worker_id,
+                "model": self.model,
+                "card": self.card,
+                "compat": self.compat,
+                "address": self.address,
+                "status": self.status,
+                "state": {k: getattr(self.state, k) for k in _STATE_FIELDS},
+            }
+        )
+
+    @classmethod
+    def decode(cls, data: bytes) -> Lease:
+        """ValueError for anything that is not a lease; unknown fields are ignored."""
+        try:
+            m = msgpack.unpackb(data, raw=False)
+            raw_state = m.get("state") or {}
+            state = EngineState(**{k: raw_state[k] for k in _STATE_FIELDS if k in raw_state})
+            status = m.get("status", "serving")
+            if status not in ("serving", "leaving"):
+                raise ValueError(f"unknown lease status {status!r}")
+            return cls(
+                str(m["worker_id"]),
+                str(m["model"]),
+                str(m["card"]),
+                str(m["compat"]),
+                str(m.get("address", "")),
+                status,
+                state,
+            )
+        except (KeyError, TypeError, ValueError, msgpack.UnpackException) as e:
+            raise ValueError(f"not a lease: {e}") from None

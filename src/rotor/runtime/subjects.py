@@ -1,0 +1,49 @@
+"""Where frontends and workers meet on NATS: one place for every subject and
+bucket name, so both sides always agree.
+
+- `rotor.worker.<id>.generate`  a request (msgpack) for the worker; outputs go
+  to the reply subject it names, in order, numbered.
+- `rotor.worker.<id>.abort`     a request id to stop now.
+- `rotor.worker.<id>.kv`        request/reply: the worker's KV snapshot (resync).
+- `rotor.lease.<id>`            each lease renewal (and withdrawal), as it happens.
+- `rotor.kv.<id>`               the worker's KV events.
+- `rotor.resp.<frontend>.<rid>` one request's output stream.
+- KV bucket `rotor_workers`     the leases, for a frontend that starts later.
+- object store `rotor_cards`    model cards (with tokenizers) by content hash.
+"""
+
+from __future__ import annotations
+
+WORKERS_BUCKET = "rotor_workers"
+CARDS_STORE = "rotor_cards"
+LEASE_PREFIX = "rotor.lease."
+KV_PREFIX = "rotor.kv."
+
+
+def generate(worker_id: str) -> str:
+    return f"rotor.worker.{worker_id}.generate"
+
+
+def abort(worker_id: str) -> str:
+    return f"rotor.worker.{worker_id}.abort"
+
+
+def kv_snapshot(worker_id: str) -> str:
+    return f"rotor.worker.{worker_id}.kv"
+
+
+def lease(worker_id: str) -> str:
+    return LEASE_PREFIX + worker_id
+
+
+def kv_events(worker_id: str) -> str:
+    return KV_PREFIX + worker_id
+
+
+def responses(frontend_id: str) -> str:
+    """The wildcard a frontend listens on for all its requests' outputs."""
+    return f"rotor.resp.{frontend_id}.*"
+
+
+def response(frontend_id: str, request_id: str) -> str:
+    return f"rotor.resp.{frontend_id}.{request_id}"

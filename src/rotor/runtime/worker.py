@@ -1,0 +1,288 @@
+"""The worker side: one engine served on NATS.
+
+It stores its card (with the tokenizer) in the object store under its
+content hash, renews its lease in the workers bucket and on `rotor.lease.<id>`
+every second (with its load), answers requests on its own subject by
+streaming numbered messages to the reply subject, stops a request the moment
+an abort arrives, relays its engine's KV events, and on SIGTERM withdraws its
+lease first, finishes what it has within the grace period, then stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.errors import BucketNotFoundError, NotFoundError
+
+from rotor.engines.base import Engine
+from rotor.model.card import ModelCard
+from rotor.model.tokenizer import Tokenizer
+from rotor.protocol import codec
+from rotor.protocol.engine import EngineError
+from rotor.protocol.kv import KVEvent
+from rotor.runtime import subjects, wire
+from rotor.runtime.lease import LEASE_TTL_S, RENEW_S, Lease
+
+log = logging.getLogger("rotor.worker")
+
+
+class CardConflict(RuntimeError):
+    """Another live worker serves this model name with a different tokenizer or template."""
+
+
+@dataclass
+class WorkerIdentity:
+    worker_id: str
+    address: str
+
+    @classmethod
+    def new(cls) -> WorkerIdentity:
+        return cls(uuid.uuid4().hex[:16], f"{socket.gethostname()}:{os.getpid()}")
+
+
+def compat_hash(card: ModelCard) -> str:
+    """What cards of one model must agree on: the tokenizer and the templates."""
+    return f"{card.tokenizer_hash or '-'}:{card.template_hash()}"
+
+
+class WorkerService:
+    def __init__(
+        self,
+        nc: Client,
+        engine: Engine,
+        tokenizer: Tokenizer | None,
+        identity: WorkerIdentity | None = None,
+    ) -> None:
+        self.nc = nc
+        self.engine = engine
+        self.identity = identity or WorkerIdentity.new()
+        self.card_bytes = codec.encode_card(engine.card, tokenizer)
+        card, _ = codec.decode_card(self.card_bytes)  # with its tokenizer hash filled in
+        self.lease = Lease(
+            worker_id=self.identity.worker_id,
+            model=engine.card.name,
+            card=hashlib.sha256(self.card_bytes).hexdigest(),
+            compat=compat_hash(card),
+            address=self.identity.address,
+        )
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._subs: list = []
+        self._renewer: asyncio.Task[None] | None = None
+        self._leaving = False
+
+    @property
+    def worker_id(self) -> str:
+        return self.identity.worker_id
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self._publish_card()
+        await self._check_peers()
+        wid = self.worker_id
+        self._subs = [
+            await self.nc.subscribe(subjects.generate(wid), cb=self._on_generate),
+            await self.nc.subscribe(subjects.abort(wid), cb=self._on_abort),
+            await self.nc.subscribe(subjects.kv_snapshot(wid), cb=self._on_kv_snapshot),
+        ]
+        relay = getattr(self.engine, "kv_events", None)
+        if callable(relay):
+            relay(self._relay_kv_event)
+        await self._renew()
+        self._renewer = asyncio.create_task(self._renew_forever(), name="lease-renewal")
+        log.info("worker %s serves %r", wid, self.lease.model)
+
+    async def republish(self) -> None:
+        """After NATS came back (perhaps empty): the card and the lease again."""
+        try:
+            await self._publish_card()
+            await self._renew()
+        except Exception as e:
+            log.warning("worker %s: could not re-register yet: %s", self.worker_id, e)
+
+    async def withdraw(self) -> None:
+        """No new requests from now on: the lease says so, then goes."""
+        self._leaving = True
+        self.lease.status = "leaving"
+        try:
+            await self.nc.publish(subjects.lease(self.worker_id), self.lease.encode())
+            kv = await self.nc.jetstream().key_value(subjects.WORKERS_BUCKET)
+            await kv.delete(self.worker_id)
+            await self.nc.flush(timeout=2)
+        except Exception as e:  # NATS gone: the lease expires on its own
+            log.warning("worker %s: could not withdraw its lease: %s", self.worker_id, e)
+
+    async def drain(self, grace_s: float) -> None:
+        """Let running requests finish for up to `grace_s`, then stop the rest."""
+        pending = [t for t in self._tasks.values() if not t.done()]
+        if pending:
+            log.info("worker %s: finishing %d request(s)", self.worker_id, len(pending))
+            _, late = await asyncio.wait(pending, timeout=grace_s)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+
+    async def stop(self) -> None:
+        if self._renewer is not None:
+            self._renewer.cancel()
+            await asyncio.gather(self._renewer, return_exceptions=True)
+        for sub in self._subs:
+            try:
+                await sub.unsubscribe()
+            except Exception:
+                pass
+        for task in self._tasks.values():
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+
+    # -- discovery -------------------------------------------------------------------
+
+    async def _publish_card(self) -> None:
+        js = self.nc.jetstream()
+        try:
+            store = await js.object_store(subjects.CARDS_STORE)
+        except (BucketNotFoundError, NotFoundError):
+            store = await js.create_object_store(subjects.CARDS_STORE)
+        try:
+            await store.get_info(self.lease.card)
+        except Exception:
+            await store.put(self.lease.card, self.card_bytes)
+
+    async def _bucket(self):  # noqa: ANN202 - nats-py's KeyValue
+        js = self.nc.jetstream()
+        try:
+            return await js.key_value(subjects.WORKERS_BUCKET)
+        except (BucketNotFoundError, NotFoundError):
+            return await js.create_key_value(
+                bucket=subjects.WORKERS_BUCKET, ttl=2 * LEASE_TTL_S, history=1
+            )
+
+    async def _check_peers(self) -> None:
+        """Refuse to join a pool whose cards disagree with ours."""
+        kv = await self._bucket()
+        try:
+            keys = await kv.keys()
+        except Exception:  # no keys yet
+            return
+        for key in keys:
+            try:
+                entry = await kv.get(key)
+                peer = Lease.decode(entry.value or b"")
+            except Exception:
+                continue
+            if peer.model == self.lease.model and peer.compat != self.lease.compat:
+                raise CardConflict(
+                    f"worker {peer.worker_id} already serves {peer.model!r} with a different "
+                    f"tokenizer or chat template ({peer.compat} != {self.lease.compat}); "
+                    f"give this model another --model-name"
+                )
+
+    async def _renew(self) -> None:
+        """The lease with the current load; while leaving, only to the frontends
+        that already know it (so its running requests are not taken for dead)."""
+        lease = self.lease
+        lease.state = self.engine.state()
+        data = lease.encode()
+        await self.nc.publish(subjects.lease(self.worker_id), data)
+        if not self._leaving:
+            kv = await self._bucket()
+            await kv.put(self.worker_id, data)
+
+    async def _renew_forever(self) -> None:
+        while True:
+            await asyncio.sleep(RENEW_S)
+            try:
+                await self._renew()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # NATS restarting: say so, keep trying
+                log.warning("worker %s: lease renewal failed: %s", self.worker_id, e)
+                try:
+                    await self._publish_card()
+                except Exception:
+                    pass
+
+    # -- requests --------------------------------------------------------------------
+
+    async def _on_generate(self, msg: Msg) -> None:
+        if not msg.reply:
+            return
+        try:
+            request = codec.decode_request(msg.data)
+        except codec.CodecError as e:
+            error = EngineError(f"malformed request: {e}", "internal")
+            await self.nc.publish(msg.reply, wire.message(0, wire.ERROR, codec.encode_error(error)))
+            return
+        if self._leaving:
+            error = EngineError(f"worker {self.worker_id} is shutting down", "unavailable")
+            await self.nc.publish(msg.reply, wire.message(0, wire.ERROR, codec.encode_error(error)))
+            return
+        rid = request.request_id
+        task = asyncio.create_task(self._serve(request, msg.reply), name=f"serve-{rid}")
+        self._tasks[rid] = task
+        task.add_done_callback(lambda _: self._tasks.pop(rid, None))
+
+    async def _serve(self, request, reply: str) -> None:  # noqa: ANN001
+        seq = 0
+        quiet = asyncio.Event()
+
+        async def send(kind: str, payload: bytes | None = None) -> None:
+            nonlocal seq
+            await self.nc.publish(reply, wire.message(seq, kind, payload))
+            seq += 1
+            quiet.clear()
+
+        async def heartbeat() -> None:
+            while True:
+                quiet.set()
+                await asyncio.sleep(wire.HEARTBEAT_S)
+                if quiet.is_set():
+                    await send(wire.HEARTBEAT)
+
+        beat = asyncio.create_task(heartbeat())
+        stream = self.engine.generate(request)
+        try:
+            async for out in stream:
+                await send(wire.OUTPUTS, codec.encode_outputs([out]))
+            await send(wire.DONE)
+        except asyncio.CancelledError:
+            raise
+        except EngineError as e:
+            await send(wire.ERROR, codec.encode_error(e))
+        except Exception as e:
+            log.exception("request %s failed on worker %s", request.request_id, self.worker_id)
+            await send(wire.ERROR, codec.encode_error(EngineError(str(e), "internal")))
+        finally:
+            beat.cancel()
+            await asyncio.gather(beat, return_exceptions=True)
+            await stream.aclose()  # type: ignore[attr-defined]
+
+    async def _on_abort(self, msg: Msg) -> None:
+        rid = msg.data.decode(errors="replace")
+        self.engine.abort(rid)
+        task = self._tasks.get(rid)
+        if task is not None:
+            task.cancel()
+
+    # -- KV events -------------------------------------------------------------------
+
+    def _relay_kv_event(self, event: KVEvent) -> None:
+        data = codec.encode_kv_event(event)
+        asyncio.get_running_loop().create_task(
+            self.nc.publish(subjects.kv_events(self.worker_id), data)
+        )
+
+    async def _on_kv_snapshot(self, msg: Msg) -> None:
+        relay = getattr(self.engine, "kv_events", None)
+        if not callable(relay) or not msg.reply:
+            return
+        snapshot = relay(self._relay_kv_event)
+        await self.nc.publish(msg.reply, codec.encode_kv_snapshot(snapshot))

@@ -1,0 +1,354 @@
+"""Scale out, for real: a nats-server, `rotor worker` and `rotor frontend`
+processes, the official openai SDK, and faults made with real signals."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from support.cluster import (
+    Frontend,
+    Nats,
+    Worker,
+    nats_server,
+    start_frontend,
+    start_worker,
+    wait_for,
+)
+from support.server import rotor_server
+
+pytestmark = pytest.mark.e2e
+
+SLOW = ("out=mocker", "--speedup-ratio", "1")  # 10 ms per decode step
+ASK = [{"role": "user", "content": "Tell me a story"}]
+STORY = " ".join(f"word{i}" for i in range(120))
+
+
+@pytest.fixture(scope="module")
+def nats() -> Iterator[Nats]:
+    with nats_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def pool(nats: Nats) -> Iterator[tuple[Frontend, list[Worker]]]:
+    """The shared pool: two mocker workers of `mock-model` behind a frontend."""
+    workers = [start_worker(nats, *SLOW, system=True) for _ in range(2)]
+    frontend = start_frontend(nats)
+    try:
+        frontend.wait_workers("mock-model", {w.id for w in workers})
+        yield frontend, workers
+    finally:
+        frontend.proc.stop()
+        for w in workers:
+            w.proc.stop()
+
+
+def stream_text(
+    frontend: Frontend, body: dict[str, Any], on_chunk: Any = None
+) -> tuple[str, str | None, dict[str, Any], str]:
+    """(text, finish_reason, usage, worker) of one streamed chat request."""
+    text: list[str] = []
+    finish = None
+    usage: dict[str, Any] = {}
+    body = {"messages": ASK, "stream": True, "stream_options": {"include_usage": True}, **body}
+    with httpx.stream("POST", frontend.v1 + "/chat/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200, r.read()
+        worker = r.headers["x-rotor-worker"]
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            assert "error" not in chunk, chunk
+            for c in chunk["choices"]:
+                text.append(c["delta"].get("content") or "")
+                finish = c.get("finish_reason") or finish
+            usage = chunk.get("usage") or usage
+            if on_chunk is not None:
+                on_chunk(worker, "".join(text))
+    return "".join(text), finish, usage, worker
+
+
+def has_text(line: str) -> bool:
+    """An SSE line of a chunk that carries generated text."""
+    return '"content":"' in line and '"content":""' not in line
+
+
+# -- discovery and answers -----------------------------------------------------------------
+
+
+def test_workers_register_and_the_model_is_listed(pool: tuple[Frontend, list[Worker]]) -> None:
+    frontend, workers = pool
+    models = frontend.openai().models.list()
+    assert [m.id for m in models.data] == ["mock-model"]
+    health = httpx.get(frontend.url + "/health").json()
+    assert {w["id"] for w in health["workers"]["mock-model"]} == {w.id for w in workers}
+
+
+def test_answers_are_those_of_rotor_run(pool: tuple[Frontend, list[Worker]]) -> None:
+    frontend, _ = pool
+    mock = {"output": "The answer is <b>42</b>, said the mocker.", "tokens_per_step": 3}
+    with rotor_server(*SLOW) as single:
+        for client in (frontend.openai(), single.openai()):
+            assert client.models.list().data[0].id == "mock-model"
+        bodies = []
+        for server in (frontend, single):
+            reply = server.openai().chat.completions.create(
+                model="mock-model", messages=ASK, extra_body={"mock": mock}
+            )
+            bodies.append((reply.choices[0].message.content, reply.choices[0].finish_reason))
+            streamed = server.openai().chat.completions.create(
+                model="mock-model", messages=ASK, stream=True, extra_body={"mock": mock}
+            )
+            text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+            bodies.append((text, "stop"))
+        assert bodies[0] == bodies[1] == bodies[2] == bodies[3]
+        assert bodies[0] == (mock["output"], "stop")
+
+
+def test_round_robin_spreads_over_the_workers(pool: tuple[Frontend, list[Worker]]) -> None:
+    frontend, workers = pool
+    seen = []
+    for _ in range(4):
+        r = httpx.post(
+            frontend.v1 + "/chat/completions",
+            json={"messages": ASK, "max_tokens": 3},
+            timeout=30,
+        )
+        assert r.status_code == 200, r.text
+        seen.append(r.headers["x-rotor-worker"])
+    assert set(seen) == {w.id for w in workers}
+    assert seen[0] != seen[1] and seen[0] == seen[2]
+
+
+def test_a_second_frontend_serves_the_same_workers(
+    nats: Nats, pool: tuple[Frontend, list[Worker]]
+) -> None:
+    _, workers = pool
+    second = start_frontend(nats)
+    try:
+        second.wait_workers("mock-model", {w.id for w in workers})
+        reply = second.openai().chat.completions.create(
+            model="mock-model", messages=ASK, extra_body={"mock": {"output": "two frontends"}}
+        )
+        assert reply.choices[0].message.content == "two frontends"
+    finally:
+        second.proc.stop()
+
+
+def test_refusals_from_a_worker_are_400s_naming_the_field(
+    pool: tuple[Frontend, list[Worker]],
+) -> None:
+    frontend, _ = pool
+    with pytest.raises(openai.BadRequestError) as e:
+        frontend.openai().chat.completions.create(
+            model="mock-model", messages=ASK, extra_body={"mock": {"output": 42}}
+        )
+    assert e.value.body["param"] == "mock"
+
+
+def test_a_client_that_leaves_stops_the_work_on_the_worker(
+    pool: tuple[Frontend, list[Worker]],
+) -> None:
+    frontend, workers = pool
+    by_id = {w.id: w for w in workers}
+    body = {
+        "messages": ASK,
+        "stream": True,
+        "max_tokens": 2000,
+        "mock": {"output": STORY * 5},
+    }
+    with httpx.stream("POST", frontend.v1 + "/chat/completions", json=body, timeout=60) as r:
+        worker = by_id[r.headers["x-rotor-worker"]]
+        for line in r.iter_lines():
+            if has_text(line):
+                assert worker.metric("rotor_engine_active_requests") == 1
+                break  # leaving the line iterator closes the connection
+    wait_for("the worker to stop", lambda: worker.metric("rotor_engine_active_requests") == 0, 5)
+    generated = worker.metric("rotor_engine_tokens_generated")
+    time.sleep(0.3)  # it would have made ~30 more tokens by now, were it still running
+    assert worker.metric("rotor_engine_tokens_generated") == generated
+
+
+# -- faults ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fault_pool(nats: Nats, request: pytest.FixtureRequest) -> Iterator[tuple[Frontend, str]]:
+    """A model of the test's own (its workers get killed), and a frontend."""
+    model = request.node.name.replace("_", "-")[:40]
+    frontend = start_frontend(nats)
+    try:
+        yield frontend, model
+    finally:
+        frontend.proc.stop()
+
+
+def test_a_worker_killed_mid_stream_hands_over_without_a_seam(
+    nats: Nats, fault_pool: tuple[Frontend, str]
+) -> None:
+    frontend, model = fault_pool
+    workers = {
+        w.id: w for w in (start_worker(nats, *SLOW, "--model-name", model) for _ in range(2))
+    }
+    try:
+        frontend.wait_workers(model, set(workers))
+        killed: list[str] = []
+
+        def kill_once(worker: str, text: str) -> None:
+            if not killed and len(text) > 60:
+                workers[worker].proc.kill()
+                killed.append(worker)
+
+        body = {"model": model, "max_tokens": 2000, "mock": {"output": STORY}}
+        text, finish, usage, _ = stream_text(frontend, body, kill_once)
+        assert killed, "the stream ended before the kill"
+        assert text == STORY  # nothing repeated, nothing missing
+        assert finish == "stop"
+        with rotor_server(*SLOW, "--model-name", model) as single:
+            alone = single.openai().chat.completions.create(
+                model=model, messages=ASK, extra_body={"mock": {"output": STORY}}
+            )
+        assert usage["completion_tokens"] == alone.usage.completion_tokens  # the whole answer
+        assert frontend.metric("rotor_router_migrations_total") == 1
+    finally:
+        for w in workers.values():
+            w.proc.stop()
+
+
+def test_a_constrained_request_is_not_moved_and_says_why(
+    nats: Nats, fault_pool: tuple[Frontend, str]
+) -> None:
+    frontend, model = fault_pool
+    workers = {
+        w.id: w for w in (start_worker(nats, *SLOW, "--model-name", model) for _ in range(2))
+    }
+    try:
+        frontend.wait_workers(model, set(workers))
+        body = {
+            "model": model,
+            "messages": ASK,
+            "stream": True,
+            "max_tokens": 2000,
+            "guided_regex": "(word[0-9]+ )+",
+            "mock": {"output": STORY},
+        }
+        error = None
+        with httpx.stream("POST", frontend.v1 + "/chat/completions", json=body, timeout=60) as r:
+            worker = r.headers["x-rotor-worker"]
+            killed = False
+            for line in r.iter_lines():
+                if not killed and has_text(line):
+                    workers[worker].proc.kill()
+                    killed = True
+                if line.startswith("data: {") and '"error"' in line:
+                    error = json.loads(line[6:])["error"]
+        assert error is not None and error["code"] == 503
+        assert "constraint cannot resume" in error["message"]
+    finally:
+        for w in workers.values():
+            w.proc.stop()
+
+
+def test_no_live_worker_is_a_503_until_one_comes_back(
+    nats: Nats, fault_pool: tuple[Frontend, str]
+) -> None:
+    frontend, model = fault_pool
+    first = start_worker(nats, *SLOW, "--model-name", model)
+    frontend.wait_workers(model, {first.id})
+    first.proc.kill()
+    frontend.wait_workers(model, set(), timeout=15)  # its lease ran out
+    assert model not in [m.id for m in frontend.openai().models.list().data]
+    r = httpx.post(
+        frontend.v1 + "/chat/completions", json={"model": model, "messages": ASK}, timeout=10
+    )
+    assert r.status_code == 503, r.text
+    assert r.headers["retry-after"]
+    assert model in r.json()["error"]["message"]
+    assert httpx.get(frontend.url + "/health").status_code == 503
+    again = start_worker(nats, *SLOW, "--model-name", model)
+    try:
+        frontend.wait_workers(model, {again.id})
+        reply = frontend.openai().chat.completions.create(
+            model=model, messages=ASK, extra_body={"mock": {"output": "back"}}
+        )
+        assert reply.choices[0].message.content == "back"
+        assert frontend.metric("rotor_router_no_worker_total") == 1
+    finally:
+        again.proc.stop()
+        first.proc.stop()
+
+
+def test_sigterm_drains_a_worker(nats: Nats, fault_pool: tuple[Frontend, str]) -> None:
+    frontend, model = fault_pool
+    workers = {
+        w.id: w for w in (start_worker(nats, *SLOW, "--model-name", model) for _ in range(2))
+    }
+    try:
+        frontend.wait_workers(model, set(workers))
+        leaving: list[str] = []
+
+        def terminate_once(worker: str, text: str) -> None:
+            if not leaving and text:
+                workers[worker].proc.terminate()
+                leaving.append(worker)
+                frontend.wait_workers(model, set(workers) - {worker}, timeout=10)
+
+        body = {"model": model, "max_tokens": 2000, "mock": {"output": STORY}}
+        text, finish, _, served_by = stream_text(frontend, body, terminate_once)
+        assert text == STORY and finish == "stop"  # it finished its request
+        assert frontend.metric("rotor_router_migrations_total") == 0  # on its own
+        assert workers[served_by].proc.process.wait(15) == 0
+        (other,) = set(workers) - {served_by}
+        r = httpx.post(
+            frontend.v1 + "/chat/completions",
+            json={"model": model, "messages": ASK, "max_tokens": 3},
+            timeout=10,
+        )
+        assert r.headers["x-rotor-worker"] == other
+    finally:
+        for w in workers.values():
+            w.proc.stop()
+
+
+def test_a_worker_whose_card_disagrees_is_refused(
+    nats: Nats, pool: tuple[Frontend, list[Worker]], tmp_path: Path
+) -> None:
+    template = tmp_path / "other.jinja"
+    template.write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    with pytest.raises(RuntimeError, match="different tokenizer or chat template"):
+        start_worker(nats, *SLOW, "--chat-template", str(template))
+
+
+def test_nats_restarts_and_everyone_comes_back() -> None:
+    with nats_server() as nats:
+        worker = start_worker(nats, *SLOW)
+        frontend = start_frontend(nats)
+        try:
+            frontend.wait_workers("mock-model", {worker.id})
+            nats.restart()
+
+            def serves() -> bool:
+                try:
+                    r = httpx.post(
+                        frontend.v1 + "/chat/completions",
+                        json={"messages": ASK, "mock": {"output": "again"}},
+                        timeout=10,
+                    )
+                except httpx.HTTPError:
+                    return False
+                return (
+                    r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "again"
+                )
+
+            wait_for("the cluster to serve again", serves, timeout=30)
+        finally:
+            frontend.proc.stop()
+            worker.proc.stop()

@@ -1,0 +1,187 @@
+"""Real distributed pieces for end-to-end tests: a nats-server on a free
+loopback port, and `rotor worker` / `rotor frontend` processes that can be
+killed for real (SIGKILL, SIGTERM)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import IO
+
+import httpx
+
+from rotor.runtime.nats_server import command as nats_command
+
+from support.server import Server, free_port
+
+WORKER_LINE = re.compile(rb"rotor: worker ([0-9a-f]+) serves")
+
+
+def _text(log: IO[bytes]) -> str:
+    log.seek(0)
+    return log.read().decode(errors="replace")
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 30) -> None:
+    """Poll `check` until it holds (an observable state, not a sleep)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@dataclass
+class Proc:
+    process: subprocess.Popen
+    log: IO[bytes]
+
+    def text(self) -> str:
+        return _text(self.log)
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def terminate(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+def _spawn(cmd: list[str], env: dict[str, str] | None = None) -> Proc:
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by Proc.stop
+    full_env = {**os.environ, "ROTOR_ECHO_DELAY_MS": "0", **(env or {})}
+    process = subprocess.Popen(cmd, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+    return Proc(process, log)
+
+
+@dataclass
+class Nats:
+    url: str
+    port: int
+    store: str
+    proc: Proc
+
+    def restart(self) -> None:
+        """Stop the server and start it again on the same port (an empty store)."""
+        self.proc.kill()
+        self.proc.log.close()
+        self.store = tempfile.mkdtemp(prefix="rotor-nats-")
+        self.proc = _start_nats(self.port, self.store)
+
+
+def _start_nats(port: int, store: str) -> Proc:
+    proc = _spawn(nats_command("127.0.0.1", port, store))
+    wait_for("nats-server", lambda: "Server is ready" in _text(proc.log), 15)
+    return proc
+
+
+@contextmanager
+def nats_server() -> Iterator[Nats]:
+    port = free_port()
+    store = tempfile.mkdtemp(prefix="rotor-nats-")
+    nats = Nats(f"nats://127.0.0.1:{port}", port, store, _start_nats(port, store))
+    try:
+        yield nats
+    finally:
+        nats.proc.stop()
+
+
+@dataclass
+class Worker:
+    id: str
+    proc: Proc
+    system_url: str | None = None
+
+    def metric(self, name: str) -> float:
+        assert self.system_url is not None, "start the worker with system=True"
+        text = httpx.get(self.system_url + "/metrics", timeout=5).text
+        return sum(
+            float(line.rpartition(" ")[2])
+            for line in text.splitlines()
+            if not line.startswith("#") and line.split("{")[0].split(" ")[0] == name
+        )
+
+
+def start_worker(nats: Nats, *args: str, system: bool = False, timeout: float = 30) -> Worker:
+    cmd = [sys.executable, "-m", "rotor.cli", "worker", "--nats", nats.url, *args]
+    system_url = None
+    if system:
+        port = free_port()
+        cmd += ["--system-port", str(port)]
+        system_url = f"http://127.0.0.1:{port}"
+    proc = _spawn(cmd)
+    deadline = time.monotonic() + timeout
+    while True:
+        match = WORKER_LINE.search(_text(proc.log).encode())
+        if match:
+            return Worker(match.group(1).decode(), proc, system_url)
+        if proc.process.poll() is not None:
+            raise RuntimeError(f"the worker exited with {proc.process.returncode}:\n{proc.text()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the worker did not register in {timeout} s:\n{proc.text()}")
+        time.sleep(0.05)
+
+
+@dataclass
+class Frontend(Server):
+    proc: Proc = field(default=None)  # type: ignore[assignment]
+
+    def workers(self, model: str) -> list[str]:
+        """The ids of the model's live workers, as /health lists them."""
+        body = httpx.get(self.url + "/health", timeout=5).json()
+        return [w["id"] for w in body.get("workers", {}).get(model, [])]
+
+    def wait_workers(self, model: str, ids: set[str], timeout: float = 30) -> None:
+        wait_for(
+            f"workers {sorted(ids)} of {model}", lambda: set(self.workers(model)) == ids, timeout
+        )
+
+
+def start_frontend(nats: Nats, *args: str, timeout: float = 30) -> Frontend:
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "rotor.cli", "frontend",
+        "--nats", nats.url, "--port", str(port), *args,
+    ]  # fmt: skip
+    proc = _spawn(cmd)
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        if proc.process.poll() is not None:
+            raise RuntimeError(f"the frontend exited:\n{proc.text()}")
+        try:
+            return httpx.get(url + "/live", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for("the frontend", up, timeout)
+    return Frontend(url, proc.process, proc)
+
+
+@contextmanager
+def cluster_procs() -> Iterator[list[Proc]]:
+    """A list to append processes to; every one is stopped at the end."""
+    procs: list[Proc] = []
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            proc.stop()

@@ -1,0 +1,164 @@
+"""The KV router's decision: which worker serves a prompt, weighing cache hits against load.
+
+For a prompt of P full blocks and a worker w that holds its first O(w) blocks:
+
+    prefill(w) = P - O(w) + pending_prefill_blocks(w)
+    cost(w)    = overlap_weight * prefill(w) + active_decode_blocks(w)
+
+(Dynamo's form.) The prefill term is the work the worker must do before this
+prompt's first token (its uncached blocks, behind the prompt work already
+queued); the decode term is the KV the worker's running sequences occupy, which
+slows its every step and is what a flooded worker runs out of. The lowest cost
+wins; ties go to the lesser load (decode + pending prefill blocks, then queue
+length), then to the smallest worker id. With `temperature > 0` the worker is
+instead sampled with probability proportional to exp(-c / T), c the cost
+normalised to [0, 1] over the candidates, so equal costs are equally likely
+and T spreads load across near-equal workers.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+
+WorkerId = Hashable
+
+DEFAULT_OVERLAP_WEIGHT = 4.0  # chosen by bench/kv_router_sim.py --sweep (see the report)
+DEFAULT_TEMPERATURE = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLoad:
+    """What a worker publishes about its load, as the router's cost reads it."""
+
+    active_decode_blocks: int = 0  # KV blocks its running sequences hold (shared prefixes once)
+    pending_prefill_tokens: int = 0  # prompt tokens admitted or queued, not yet computed
+    queue_length: int = 0  # requests waiting for their first step
+
+    def pending_prefill_blocks(self, block_size: int) -> float:
+        return self.pending_prefill_tokens / block_size
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One worker's cost terms for one decision."""
+
+    worker: WorkerId
+    overlap_blocks: int  # O(w): leading prompt blocks it holds
+    new_prefill_blocks: int  # P - O(w)
+    pending_prefill_blocks: float
+    decode_blocks: int
+    cost: float
+    queue_length: int = 0
+
+    @property
+    def load(self) -> float:
+        return self.decode_blocks + self.pending_prefill_blocks
+
+    def describe(self) -> str:
+        return (
+            f"{self.worker}: cost={self.cost:g} overlap={self.overlap_blocks} "
+            f"prefill={self.new_prefill_blocks}+{self.pending_prefill_blocks:g} "
+            f"decode={self.decode_blocks} queue={self.queue_length}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The chosen worker and why: every candidate's terms, cheapest first."""
+
+    worker: WorkerId
+    overlap_blocks: int
+    prompt_blocks: int
+    candidates: tuple[Candidate, ...]
+    sampled: bool = False  # True: drawn with temperature, not simply the cheapest
+
+    @property
+    def header(self) -> str:
+        """The value of `x-rotor-kv-overlap`: the chosen worker's overlap in blocks."""
+        return str(self.overlap_blocks)
+
+    def log_line(self) -> str:
+        how = "sampled" if self.sampled else "cheapest"
+        terms = "; ".join(c.describe() for c in self.candidates)
+        return (
+            f"kv route -> {self.worker} ({how}) overlap {self.overlap_blocks}/"
+            f"{self.prompt_blocks} blocks | {terms}"
+        )
+
+
+class KVCost:
+    """Scores workers for a prompt and picks one; `rng` makes sampling repeatable."""
+
+    def __init__(
+        self,
+        block_size: int,
+        overlap_weight: float = DEFAULT_OVERLAP_WEIGHT,
+        temperature: float = DEFAULT_TEMPERATURE,
+        rng: random.Random | None = None,
+    ) -> None:
+        if block_size < 1:
+            raise ValueError(f"block_size must be at least 1, got {block_size}")
+        if not overlap_weight >= 0 or math.isinf(overlap_weight):
+            raise ValueError(f"overlap_weight must be a finite number >= 0, got {overlap_weight}")
+        if not temperature >= 0 or math.isinf(temperature):
+            raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
+        self.block_size = block_size
+        self.overlap_weight = overlap_weight
+        self.temperature = temperature
+        self.rng = rng or random.Random()
+
+    def candidate(
+        self, worker: WorkerId, prompt_blocks: int, overlap: int, load: WorkerLoad
+    ) -> Candidate:
+        overlap = min(overlap, prompt_blocks)
+        new = prompt_blocks - overlap
+        pending = load.pending_prefill_blocks(self.block_size)
+        cost = self.overlap_weight * (new + pending) + load.active_decode_blocks
+        return Candidate(
+            worker, overlap, new, pending, load.active_decode_blocks, cost, load.queue_length
+        )
+
+    def choose(
+        self,
+        prompt_blocks: int,
+        overlaps: Mapping[WorkerId, int],
+        loads: Mapping[WorkerId, WorkerLoad],
+    ) -> Decision:
+        """Pick among the workers in `loads` (the live ones); `overlaps` may leave
+        out workers that hold nothing (and may name workers not live)."""
+        if prompt_blocks < 0:
+            raise ValueError(f"prompt_blocks must be >= 0, got {prompt_blocks}")
+        if not loads:
+            raise ValueError("no live worker to route to")
+        ranked = sorted(
+            (
+                self.candidate(w, prompt_blocks, overlaps.get(w, 0), load)
+                for w, load in loads.items()
+            ),
+            key=lambda c: (c.cost, c.load, c.queue_length, c.worker),
+        )
+        chosen, sampled = ranked[0], False
+        if self.temperature > 0 and len(ranked) > 1:
+            chosen, sampled = self._sample(ranked), True
+        return Decision(chosen.worker, chosen.overlap_blocks, prompt_blocks, tuple(ranked), sampled)
+
+    def probabilities(self, ranked: tuple[Candidate, ...] | list[Candidate]) -> list[float]:
+        """Softmax over costs normalised to [0, 1]: exp(-c / T), summing to 1."""
+        low = ranked[0].cost
+        span = max(c.cost for c in ranked) - low
+        if span <= 0:
+            return [1.0 / len(ranked)] * len(ranked)
+        weights = [math.exp(-((c.cost - low) / span) / self.temperature) for c in ranked]
+        total = sum(weights)
+        return [w / total for w in weights]
+
+    def _sample(self, ranked: list[Candidate]) -> Candidate:
+        point = self.rng.random()
+        for cand, p in zip(ranked, self.probabilities(ranked), strict=True):
+            point -= p
+            if point < 0:
+                return cand
+        return ranked[-1]  # rounding left a sliver past the last

@@ -1,0 +1,344 @@
+"""The frontend's prefix index of every worker's KV blocks, for KV-aware routing.
+
+Why a hash map and not a radix tree: a block's chained hash names its whole
+token prefix (`rotor.protocol.kv`), so "worker w holds the first k blocks of
+this prompt" is just "w holds each of h_0 .. h_{k-1}". A radix tree keyed by
+chained hash would store the same one node per distinct hash, plus child
+links that the chain already implies; the flat map is that tree with the
+edges left out. Each distinct hash maps to a bitmask of the workers holding
+it (one bit per worker slot), so the overlap walk along a prompt's chain is
+one dict lookup and one integer AND per block, whatever the number of
+workers, and stops at the first block nobody holds.
+
+Overlap is the *leading* run a worker holds, as an engine's prefix match
+counts it: a worker that holds block 5 but not block 4 has an overlap of 4.
+
+Two indexes share that core:
+- `KVIndex` is fed by workers' KV events, applied per worker strictly in event
+  id order. A gap (a lost event) is reported, the worker's later events are
+  held back, and `resync` with a snapshot replaces the worker's blocks and
+  replays the held-back events that follow it, so the index converges even
+  while events keep flowing during the resync.
+- `ApproxKVIndex` is for engines that publish no events: the router records
+  its own decisions, and each record expires after a TTL.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from rotor.protocol.kv import AllCleared, BlocksRemoved, BlocksStored, KVEvent, KVSnapshot
+
+WorkerId = Hashable
+MAX_HELD_EVENTS = 4096  # events held back per worker while it awaits a resync
+
+
+class PrefixMap:
+    """Which workers hold which block hashes: hash -> bitmask of worker slots,
+    and per worker the set of its hashes (for clear and removal)."""
+
+    __slots__ = ("_masks", "_slots", "_workers", "_free", "_held")
+
+    def __init__(self) -> None:
+        self._masks: dict[int, int] = {}
+        self._slots: dict[WorkerId, int] = {}
+        self._workers: list[WorkerId | None] = []  # slot -> worker
+        self._free: list[int] = []  # slots of removed workers, reused
+        self._held: dict[WorkerId, set[int]] = {}
+
+    def __len__(self) -> int:
+        """Distinct block hashes held by any worker."""
+        return len(self._masks)
+
+    @property
+    def workers(self) -> list[WorkerId]:
+        return list(self._slots)
+
+    def blocks_of(self, worker: WorkerId) -> set[int]:
+        """A copy of the hashes the worker holds (empty for an unknown worker)."""
+        return set(self._held.get(worker, ()))
+
+    def num_blocks(self, worker: WorkerId) -> int:
+        return len(self._held.get(worker, ()))
+
+    def add_worker(self, worker: WorkerId) -> None:
+        if worker in self._slots:
+            return
+        slot = self._free.pop() if self._free else len(self._workers)
+        if slot == len(self._workers):
+            self._workers.append(worker)
+        else:
+            self._workers[slot] = worker
+        self._slots[worker] = slot
+        self._held[worker] = set()
+
+    def add(self, worker: WorkerId, hashes: Iterable[int]) -> None:
+        self.add_worker(worker)
+        bit = 1 << self._slots[worker]
+        masks, held = self._masks, self._held[worker]
+        for h in hashes:
+            if h not in held:
+                held.add(h)
+                masks[h] = masks.get(h, 0) | bit
+
+    def discard(self, worker: WorkerId, hashes: Iterable[int]) -> None:
+        held = self._held.get(worker)
+        if held is None:
+            return
+        keep = ~(1 << self._slots[worker])
+        masks = self._masks
+        for h in hashes:
+            if h in held:
+                held.discard(h)
+                mask = masks[h] & keep
+                if mask:
+                    masks[h] = mask
+                else:
+                    del masks[h]
+
+    def clear(self, worker: WorkerId) -> None:
+        held = self._held.get(worker)
+        if held:
+            self.discard(worker, list(held))
+
+    def remove_worker(self, worker: WorkerId) -> None:
+        if worker not in self._slots:
+            return
+        self.clear(worker)
+        slot = self._slots.pop(worker)
+        del self._held[worker]
+        self._workers[slot] = None
+        self._free.append(slot)
+
+    def overlaps(self, block_hashes: Sequence[int]) -> dict[WorkerId, int]:
+        """Per worker, how many leading blocks of the chain it holds; workers
+        holding none are left out."""
+        if not block_hashes:
+            return {}
+        masks = self._masks
+        alive = masks.get(block_hashes[0], 0)
+        out: dict[WorkerId, int] = {}
+        if not alive:
+            return out
+        workers = self._workers
+        depth = 1
+        for h in block_hashes[1:]:
+            still = alive & masks.get(h, 0)
+            if still != alive:
+                gone = alive ^ still
+                while gone:
+                    low = gone & -gone
+                    out[workers[low.bit_length() - 1]] = depth
+                    gone ^= low
+                alive = still
+                if not alive:
+                    return out
+            depth += 1
+        while alive:
+            low = alive & -alive
+            out[workers[low.bit_length() - 1]] = depth
+            alive ^= low
+        return out
+
+
+class Applied(enum.Enum):
+    """What `KVIndex.apply` did with an event."""
+
+    APPLIED = "applied"  # the worker's next event, now in the index
+    STALE = (
+        "stale"  # not newer than the last applied (a duplicate, or covered by a snapshot): ignored
+    )
+    GAP = "gap"  # an event is missing before this one: held back; resync the worker
+    HELD = "held"  # the worker already awaits a resync: held back, no new resync needed
+
+
+@dataclass(slots=True)
+class _Stream:
+    """One worker's position in its event stream."""
+
+    last_id: int = 0  # the last event applied (or the snapshot's id)
+    awaiting_resync: bool = False
+    held: dict[int, KVEvent] = field(default_factory=dict)  # id -> event, while awaiting
+
+
+class KVIndex:
+    """Every worker's KV blocks, from their KV events and snapshots.
+
+    A worker id names one worker *instance*: a restarted worker numbers its
+    events from 1 again, so it must come back under a new id (or be removed
+    and resynced), or all its events would look stale.
+    """
+
+    def __init__(self, block_size: int) -> None:
+        if block_size < 1:
+            raise ValueError(f"block_size must be at least 1, got {block_size}")
+        self.block_size = block_size
+        self._map = PrefixMap()
+        self._streams: dict[WorkerId, _Stream] = {}
+
+    def __len__(self) -> int:
+        """Distinct block hashes held by any worker."""
+        return len(self._map)
+
+    @property
+    def workers(self) -> list[WorkerId]:
+        return list(self._streams)
+
+    def num_blocks(self, worker: WorkerId) -> int:
+        return self._map.num_blocks(worker)
+
+    def blocks_of(self, worker: WorkerId) -> set[int]:
+        return self._map.blocks_of(worker)
+
+    def last_event_id(self, worker: WorkerId) -> int | None:
+        """The last event id applied for the worker (None: never heard of it)."""
+        stream = self._streams.get(worker)
+        return None if stream is None else stream.last_id
+
+    def awaiting_resync(self, worker: WorkerId) -> bool:
+        stream = self._streams.get(worker)
+        return stream is not None and stream.awaiting_resync
+
+    def apply(self, worker: WorkerId, event: KVEvent) -> Applied:
+        """Apply the worker's next event, or say why not. An unknown worker starts
+        at event id 0, so its first event must be 1 (else: GAP, resync it)."""
+        stream = self._streams.get(worker)
+        if stream is None:
+            stream = self._streams[worker] = _Stream()
+            self._map.add_worker(worker)
+        eid = event.event_id
+        if eid <= stream.last_id:
+            return Applied.STALE
+        if stream.awaiting_resync:
+            self._hold(stream, event)
+            return Applied.HELD
+        if eid != stream.last_id + 1:
+            stream.awaiting_resync = True
+            self._hold(stream, event)
+            return Applied.GAP
+        self._apply(worker, event)
+        stream.last_id = eid
+        return Applied.APPLIED
+
+    def resync(self, worker: WorkerId, snapshot: KVSnapshot) -> bool:
+        """Replace the worker's blocks with the snapshot's, then apply the events
+        held back since that follow it without a gap. False: the held events
+        still show a gap after the snapshot, so resync again (a later one)."""
+        self._check_block_size(snapshot.block_size, worker)
+        stream = self._streams.get(worker)
+        if stream is None:
+            stream = self._streams[worker] = _Stream()
+        self._map.add_worker(worker)
+        self._map.clear(worker)
+        self._map.add(worker, [h for h, _parent in snapshot.blocks])
+        stream.last_id = snapshot.event_id
+        held, stream.held = stream.held, {}
+        stream.awaiting_resync = False
+        for eid in sorted(held):
+            if eid > stream.last_id:
+                self.apply(worker, held[eid])
+        return not stream.awaiting_resync
+
+    def remove_worker(self, worker: WorkerId) -> None:
+        """Forget the worker and its blocks (it left, or its lease expired)."""
+        self._streams.pop(worker, None)
+        self._map.remove_worker(worker)
+
+    def overlaps(self, block_hashes: Sequence[int]) -> dict[WorkerId, int]:
+        """Per worker, how many leading blocks of the prompt's chain it holds
+        (workers holding none are left out)."""
+        return self._map.overlaps(block_hashes)
+
+    def _apply(self, worker: WorkerId, event: KVEvent) -> None:
+        if isinstance(event, BlocksStored):
+            if event.block_size:
+                self._check_block_size(event.block_size, worker)
+            self._map.add(worker, event.block_hashes)
+        elif isinstance(event, BlocksRemoved):
+            self._map.discard(worker, event.block_hashes)
+        elif isinstance(event, AllCleared):
+            self._map.clear(worker)
+        else:
+            raise TypeError(f"not a KV event: {type(event).__name__}")
+
+    def _check_block_size(self, block_size: int, worker: WorkerId) -> None:
+        if block_size != self.block_size:
+            raise ValueError(
+                f"worker {worker!r} hashes blocks of {block_size} tokens; this index "
+                f"(and the prompts it is asked about) uses {self.block_size}"
+            )
+
+    @staticmethod
+    def _hold(stream: _Stream, event: KVEvent) -> None:
+        if len(stream.held) < MAX_HELD_EVENTS:  # beyond that, the resync just retries
+            stream.held[event.event_id] = event
+
+
+class ApproxKVIndex:
+    """Blocks the router *believes* workers hold, for engines without KV events:
+    the router records each decision's prompt blocks for the chosen worker, and
+    a record expires `ttl` seconds after it was last made (as Dynamo's and
+    llm-d's approximate routers do). `clock` must not go backwards."""
+
+    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if not ttl > 0:
+            raise ValueError(f"ttl must be > 0 seconds, got {ttl}")
+        self.ttl = ttl
+        self.clock = clock
+        self._map = PrefixMap()
+        # (worker, hash) -> expiry, oldest expiry first (a constant TTL keeps it sorted)
+        self._expiry: OrderedDict[tuple[WorkerId, int], float] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    @property
+    def workers(self) -> list[WorkerId]:
+        return self._map.workers
+
+    def num_blocks(self, worker: WorkerId) -> int:
+        return self._map.num_blocks(worker)
+
+    def record(
+        self, worker: WorkerId, block_hashes: Sequence[int], now: float | None = None
+    ) -> None:
+        """The worker was sent a prompt with these blocks: it holds them until
+        `now + ttl` (a later record refreshes that)."""
+        now = self.clock() if now is None else now
+        self.expire(now)
+        until = now + self.ttl
+        expiry = self._expiry
+        for h in block_hashes:
+            key = (worker, h)
+            if key in expiry:
+                expiry.move_to_end(key)
+            expiry[key] = until
+        self._map.add(worker, block_hashes)
+
+    def expire(self, now: float | None = None) -> int:
+        """Drop the records whose TTL has run out; how many were dropped."""
+        now = self.clock() if now is None else now
+        expiry, dropped = self._expiry, 0
+        while expiry:
+            key, until = next(iter(expiry.items()))
+            if until > now:
+                break
+            del expiry[key]
+            self._map.discard(key[0], (key[1],))
+            dropped += 1
+        return dropped
+
+    def remove_worker(self, worker: WorkerId) -> None:
+        for key in [k for k in self._expiry if k[0] == worker]:
+            del self._expiry[key]
+        self._map.remove_worker(worker)
+
+    def overlaps(
+        self, block_hashes: Sequence[int], now: float | None = None
+    ) -> dict[WorkerId, int]:
+        self.expire(now)
+        return self._map.overlaps(block_hashes)

@@ -1,0 +1,311 @@
+"""The KV prefix index: events in order, gaps and stale events refused, resync,
+workers leaving, overlaps against a brute-force reference, TTL expiry."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rotor.engines.mocker import MockerConfig, MockerEngine
+from rotor.protocol.kv import AllCleared, BlocksRemoved, BlocksStored, KVSnapshot, block_hashes
+from rotor.router.kv_index import Applied, ApproxKVIndex, KVIndex, PrefixMap
+
+from support.mocker import CARD, TOK
+
+BS = 4
+A = block_hashes(list(range(40)), BS)  # 10 chained blocks
+B = block_hashes(list(range(100, 124)), BS)  # 6 blocks, another prefix
+
+
+def stored(eid: int, hashes: list[int], parent: int | None = None) -> BlocksStored:
+    return BlocksStored(eid, hashes, parent, BS)
+
+
+def test_insert_gives_leading_overlap() -> None:
+    index = KVIndex(BS)
+    assert index.apply("w0", stored(1, A[:6])) is Applied.APPLIED
+    assert index.apply("w1", stored(1, A[:3])) is Applied.APPLIED
+    assert index.apply("w1", stored(2, B)) is Applied.APPLIED
+    assert index.overlaps(A) == {"w0": 6, "w1": 3}
+    assert index.overlaps(B) == {"w1": 6}
+    assert index.overlaps(B[:2]) == {"w1": 2}
+    # Same tokens after a different first block: a different chain, held by nobody.
+    assert index.overlaps(block_hashes([99] * BS + list(range(BS, 40)), BS)) == {}
+    assert index.overlaps([]) == {}
+    assert index.num_blocks("w1") == 9
+    assert len(index) == 6 + 6
+
+
+def test_continued_chain_extends_the_overlap() -> None:
+    index = KVIndex(BS)
+    index.apply("w", stored(1, A[:4]))
+    index.apply("w", stored(2, A[4:8], A[3]))
+    assert index.overlaps(A) == {"w": 8}
+
+
+def test_remove_cuts_the_leading_run() -> None:
+    index = KVIndex(BS)
+    index.apply("w0", stored(1, A))
+    index.apply("w1", stored(1, A))
+    assert index.apply("w0", BlocksRemoved(2, [A[4]])) is Applied.APPLIED
+    assert index.overlaps(A) == {"w0": 4, "w1": 10}  # w0 still holds A[5:], unreachable
+    index.apply("w0", BlocksRemoved(3, [A[0], 12345]))  # an unknown hash is ignored
+    assert index.overlaps(A) == {"w1": 10}
+    assert index.num_blocks("w0") == 8
+
+
+def test_clear_drops_only_that_worker() -> None:
+    index = KVIndex(BS)
+    index.apply("w0", stored(1, A))
+    index.apply("w1", stored(1, A[:2]))
+    assert index.apply("w0", AllCleared(2)) is Applied.APPLIED
+    assert index.overlaps(A) == {"w1": 2}
+    assert index.num_blocks("w0") == 0
+    assert len(index) == 2
+
+
+def test_gap_is_reported_and_later_events_held_until_resync() -> None:
+    index = KVIndex(BS)
+    index.apply("w", stored(1, A[:2]))
+    assert index.apply("w", stored(3, B)) is Applied.GAP  # event 2 was lost
+    assert index.awaiting_resync("w")
+    assert index.apply("w", BlocksRemoved(4, [B[5]])) is Applied.HELD
+    assert index.overlaps(B) == {}  # nothing past the gap is applied
+    assert index.last_event_id("w") == 1
+    # The snapshot as of event 3: A[:4] (event 2 stored A[2:4]) and B.
+    snap = KVSnapshot(3, BS, [(A[0], None), (A[1], A[0]), (A[2], A[1]), (A[3], A[2])])
+    snap.blocks += [(h, B[i - 1] if i else None) for i, h in enumerate(B)]
+    assert index.resync("w", snap) is True
+    # Event 3 is covered by the snapshot, the held event 4 is replayed on top.
+    assert index.overlaps(A) == {"w": 4}
+    assert index.overlaps(B) == {"w": 5}
+    assert index.last_event_id("w") == 4
+    assert not index.awaiting_resync("w")
+    assert index.apply("w", stored(5, A[4:6], A[3])) is Applied.APPLIED
+    assert index.overlaps(A) == {"w": 6}
+
+
+def test_resync_reports_a_gap_still_open_after_the_snapshot() -> None:
+    index = KVIndex(BS)
+    index.apply("w", stored(1, A[:1]))
+    assert index.apply("w", stored(5, B)) is Applied.GAP
+    assert index.resync("w", KVSnapshot(3, BS, [(A[0], None)])) is False  # 4 still missing
+    assert index.awaiting_resync("w")
+    assert index.overlaps(B) == {}
+    assert index.resync("w", KVSnapshot(5, BS, [(A[0], None), (B[0], None)])) is True
+    assert index.overlaps(B) == {"w": 1}
+
+
+def test_out_of_order_and_duplicate_events_are_refused() -> None:
+    index = KVIndex(BS)
+    index.apply("w", stored(1, A[:2]))
+    index.apply("w", stored(2, B[:2]))
+    assert index.apply("w", BlocksRemoved(1, [A[0]])) is Applied.STALE
+    assert index.apply("w", stored(2, A)) is Applied.STALE
+    assert index.overlaps(A) == {"w": 2}
+    assert index.last_event_id("w") == 2
+
+
+def test_unknown_worker_must_start_at_event_one() -> None:
+    index = KVIndex(BS)
+    assert index.last_event_id("new") is None
+    assert index.apply("new", stored(7, A)) is Applied.GAP  # a restarted frontend, say
+    assert index.overlaps(A) == {}
+
+
+def test_resync_replaces_the_workers_blocks() -> None:
+    index = KVIndex(BS)
+    index.apply("w", stored(1, A))
+    index.apply("other", stored(1, A[:3]))
+    assert index.resync("w", KVSnapshot(10, BS, [(B[0], None), (B[1], B[0])]))
+    assert index.overlaps(A) == {"other": 3}
+    assert index.overlaps(B) == {"w": 2}
+    assert index.apply("w", stored(9, A)) is Applied.STALE
+    assert index.apply("w", stored(11, A[:1])) is Applied.APPLIED
+
+
+def test_worker_leaving_drops_its_blocks_and_its_slot_is_reused() -> None:
+    index = KVIndex(BS)
+    index.apply("w0", stored(1, A))
+    index.apply("w1", stored(1, A[:5]))
+    index.remove_worker("w0")
+    assert index.overlaps(A) == {"w1": 5}
+    assert index.workers == ["w1"]
+    assert len(index) == 5
+    index.apply("w2", stored(1, A[:2]))  # takes w0's slot: must not inherit its bits
+    assert index.overlaps(A) == {"w1": 5, "w2": 2}
+    index.remove_worker("nobody")  # unknown: no error
+    assert index.last_event_id("w0") is None  # a returning w0 starts over
+
+
+def test_block_size_mismatch_is_an_error() -> None:
+    index = KVIndex(BS)
+    with pytest.raises(ValueError, match="blocks of 16 tokens"):
+        index.apply("w", BlocksStored(1, A, None, 16))
+    with pytest.raises(ValueError, match="blocks of 8 tokens"):
+        index.resync("w", KVSnapshot(0, 8, []))
+    with pytest.raises(ValueError, match="block_size"):
+        KVIndex(0)
+
+
+# -- overlaps against a brute-force reference ------------------------------------
+
+chains = st.lists(st.integers(0, 3), min_size=0, max_size=12)  # token-ish block labels
+
+
+def chain_hashes(labels: list[int]) -> list[int]:
+    """Chained hashes of blocks whose tokens are [label]*BS: shared label
+    prefixes give shared hash prefixes, as real prompts do."""
+    return block_hashes([t for lab in labels for t in [lab] * BS], BS)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    held=st.lists(st.tuples(st.integers(0, 5), chains, st.booleans()), min_size=0, max_size=25),
+    prompt=chains,
+)
+def test_overlaps_match_brute_force(
+    held: list[tuple[int, list[int], bool]], prompt: list[int]
+) -> None:
+    index = KVIndex(BS)
+    truth: dict[int, set[int]] = {}
+    eids: dict[int, int] = {}
+    for worker, labels, remove in held:
+        eids[worker] = eids.get(worker, 0) + 1
+        hashes = chain_hashes(labels)
+        if remove:
+            index.apply(worker, BlocksRemoved(eids[worker], hashes[len(hashes) // 2 :]))
+            truth.setdefault(worker, set()).difference_update(hashes[len(hashes) // 2 :])
+        else:
+            index.apply(worker, stored(eids[worker], hashes))
+            truth.setdefault(worker, set()).update(hashes)
+    query = chain_hashes(prompt)
+    expected = {}
+    for worker, blocks in truth.items():
+        n = 0
+        while n < len(query) and query[n] in blocks:
+            n += 1
+        if n:
+            expected[worker] = n
+    assert index.overlaps(query) == expected
+    for worker, blocks in truth.items():
+        assert index.blocks_of(worker) == blocks
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["add", "discard", "clear", "leave"]), st.integers(0, 4), chains),
+        max_size=30,
+    ),
+    prompt=chains,
+)
+def test_prefix_map_any_sequence_of_operations(
+    ops: list[tuple[str, int, list[int]]], prompt: list[int]
+) -> None:
+    pm = PrefixMap()
+    truth: dict[int, set[int]] = {}
+    for op, worker, labels in ops:
+        hashes = chain_hashes(labels)
+        if op == "add":
+            pm.add(worker, hashes)
+            truth.setdefault(worker, set()).update(hashes)
+        elif op == "discard":
+            pm.discard(worker, hashes)
+            truth.get(worker, set()).difference_update(hashes)
+        elif op == "clear":
+            pm.clear(worker)
+            if worker in truth:
+                truth[worker] = set()
+        else:
+            pm.remove_worker(worker)
+            truth.pop(worker, None)
+    query = chain_hashes(prompt)
+    expected = {}
+    for worker, blocks in truth.items():
+        n = next((i for i, h in enumerate(query) if h not in blocks), len(query))
+        if n:
+            expected[worker] = n
+    assert pm.overlaps(query) == expected
+    assert len(pm) == len(set().union(*truth.values()))
+
+
+# -- the real mocker's events keep the index equal to its cache -------------------
+
+
+async def test_index_follows_a_mocker_cache_through_eviction_and_a_lost_event() -> None:
+    from rotor.protocol.engine import EngineRequest, StopParams
+
+    engine = MockerEngine(CARD, TOK, MockerConfig(num_kv_blocks=24, block_size=BS, speedup_ratio=0))
+    await engine.start()
+    index = KVIndex(BS)
+    lost: list[int] = []
+
+    def sink(event) -> None:
+        if event.event_id == 5:  # drop one event on the floor
+            lost.append(event.event_id)
+            return
+        if index.apply("m", event) is Applied.GAP:
+            index.resync("m", engine.kv_events(sink))
+
+    assert index.resync("m", engine.kv_events(sink))
+    try:
+        for i in range(12):
+            prompt = [3 + (i % 4)] * 20 + [7 + i] * 6  # 4 shared prefixes, evicted in turn
+            req = EngineRequest(
+                f"r{i}", CARD.name, prompt, stop=StopParams(max_tokens=3, ignore_eos=True)
+            )
+            async for _ in engine.generate(req):
+                pass
+            await asyncio.sleep(0)
+    finally:
+        await engine.stop()
+    assert lost == [5]
+    cache = engine.scheduler.kv
+    assert cache.event_id > 5
+    assert index.blocks_of("m") == set(cache.hash_to_block)
+    assert index.last_event_id("m") == cache.event_id
+
+
+# -- approximate mode -------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_ttl_expiry_with_a_fake_clock() -> None:
+    clock = FakeClock()
+    index = ApproxKVIndex(ttl=10.0, clock=clock)
+    index.record("w0", A[:6])
+    clock.now = 105.0
+    index.record("w1", A[:3])
+    index.record("w0", A[:2])  # refreshes w0's first two blocks
+    assert index.overlaps(A) == {"w0": 6, "w1": 3}
+    clock.now = 110.0  # w0's A[2:6] recorded at 100 expire now
+    assert index.overlaps(A) == {"w0": 2, "w1": 3}
+    assert index.num_blocks("w0") == 2
+    clock.now = 114.9
+    assert index.overlaps(A) == {"w0": 2, "w1": 3}
+    clock.now = 115.0
+    assert index.overlaps(A) == {}
+    assert len(index) == 0
+
+
+def test_ttl_explicit_now_and_worker_leaving() -> None:
+    index = ApproxKVIndex(ttl=5.0, clock=lambda: pytest.fail("the clock is not read"))
+    index.record("w0", B, now=1.0)
+    index.record("w1", B[:2], now=2.0)
+    index.remove_worker("w0")
+    assert index.overlaps(B, now=3.0) == {"w1": 2}
+    assert index.expire(now=7.0) == 2
+    assert index.overlaps(B, now=7.0) == {}
+    with pytest.raises(ValueError, match="ttl"):
+        ApproxKVIndex(ttl=0)

@@ -70,11 +70,22 @@ FRONTEND_FLAGS = [
         "how a pool's worker is chosen",
         str,
         "round_robin",
-        choices=("round_robin", "random", "least_loaded"),
+        choices=("round_robin", "random", "least_loaded", "kv"),
     ),
     Flag("--migration-limit", "times one request may move to another worker", int, 3),
     Flag("--router-temperature", "kv router: sample among good workers (0 = best)", float, 0.0),
     Flag("--request-timeout", "seconds without output before a worker counts as dead", float, 30.0),
+    Flag(
+        "--kv-overlap-weight", "kv router: weight of prefill blocks against decode load", float, 4.0
+    ),
+    Flag(
+        "--no-kv-events",
+        "kv router: workers publish no KV events; route on this frontend's own decisions",
+        bool,
+        False,
+        action="store_true",
+    ),
+    Flag("--router-ttl", "kv router with --no-kv-events: seconds a decision counts", float, 120.0),
 ]
 WORKER_FLAGS = [
     Flag("--system-port", "serve the worker's /health and /metrics on this port", int),
@@ -267,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
                 migration_limit=args.migration_limit,
                 router_temperature=args.router_temperature,
                 request_timeout=args.request_timeout,
+                kv_overlap_weight=args.kv_overlap_weight,
+                kv_events=not args.no_kv_events,
+                router_ttl=args.router_ttl,
                 log_level=args.log_level,
             )
         )

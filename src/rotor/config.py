@@ -89,4 +89,7 @@ class FrontendConfig:
     migration_limit: int = 3
     router_temperature: float = 0.0
     request_timeout: float = 30.0
+    kv_overlap_weight: float = 4.0
+    kv_events: bool = True  # False: --no-kv-events, the router records its own decisions
+    router_ttl: float = 120.0  # how long a recorded decision counts (--no-kv-events)
     log_level: str = "warning"

@@ -13,13 +13,20 @@ from rotor.launch import StartupError
 from rotor.model.card import ModelCard
 from rotor.model.served import ServedModel
 from rotor.model.tokenizer import Tokenizer
+from rotor.router.kv import KVRouter
+from rotor.router.kv_cost import KVCost
 from rotor.router.modes import LeastLoaded, Random, RoundRobin, Router
 from rotor.router.pool import Pool
 from rotor.runtime.connect import connect
 from rotor.runtime.discovery import Discovery
+from rotor.runtime.kv_watch import KVWatch
 from rotor.runtime.remote import ResponseRouter
 
 log = logging.getLogger("rotor.frontend")
+
+# The block size the kv router hashes prompts at when workers publish no KV
+# events (vLLM's and the mocker's default is 16).
+APPROX_BLOCK_SIZE = 16
 
 
 class Cluster:
@@ -32,15 +39,27 @@ class Cluster:
         self.nc = None
         self.inbox: ResponseRouter | None = None
         self.discovery: Discovery | None = None
+        self.kv_watch: KVWatch | None = None
 
     async def start(self) -> None:
         self.nc = await connect(self.config.nats, "frontend")
         self.inbox = ResponseRouter(self.nc)
         await self.inbox.start()
+        self.kv_watch = KVWatch(self.nc, self._kv_router_of)
+        await self.kv_watch.start()
         self.discovery = Discovery(self.nc, self._new_model)
         await self.discovery.start()
 
+    def _kv_router_of(self, worker: str) -> KVRouter | None:
+        discovery = self.discovery
+        seen = discovery.seen.get(worker) if discovery is not None else None
+        pool = discovery.pools.get(seen[0]) if discovery is not None and seen else None
+        router = pool.router if pool is not None else None
+        return router if isinstance(router, KVRouter) else None
+
     async def stop(self) -> None:
+        if self.kv_watch is not None:
+            await self.kv_watch.stop()
         if self.discovery is not None:
             await self.discovery.stop()
         if self.inbox is not None:
@@ -62,6 +81,10 @@ class Cluster:
             request_timeout=config.request_timeout,
         )
         pool.router = make_router(config, pool)
+        if isinstance(pool.router, KVRouter) and pool.router.index is not None:
+            watch = self.kv_watch
+            assert watch is not None
+            pool.on_join = watch.resync  # a new worker: its blocks so far
         try:
             served = ServedModel.build(card, tok, card.tool_call_parser, card.reasoning_parser)
         except ValueError as e:  # a worker with a parser this frontend lacks
@@ -79,9 +102,22 @@ def make_router(config: FrontendConfig, pool: Pool) -> Router:
         return Random()
     if mode == "least_loaded":
         return LeastLoaded(lambda worker: pool.in_flight[worker])
-    raise StartupError(
-        f"--router {mode!r} is not available; valid: round_robin, random, least_loaded"
-    )
+    if mode == "kv":
+        block_size = pool.card.capabilities.kv_block_size
+        approx = not config.kv_events or block_size < 1
+        if block_size < 1:
+            log.warning(
+                "%r publishes no KV events: kv routing records its own decisions", pool.card.name
+            )
+            block_size = APPROX_BLOCK_SIZE
+        cost = KVCost(block_size, config.kv_overlap_weight, config.router_temperature)
+        return KVRouter(
+            block_size,
+            cost,
+            lambda worker: pool.prefilling[worker],
+            approx_ttl=config.router_ttl if approx else None,
+        )
+    raise StartupError(f"--router {mode!r} is not one of round_robin, random, least_loaded, kv")
 
 
 def run_frontend(config: FrontendConfig) -> int:

@@ -60,9 +60,7 @@ def create_app(
     metrics = Metrics(
         lambda: [(e.model.name, e.engine.state()) for e in registry.entries()],
         lambda: [
-            (e.model.name, e.engine.stats, e.workers())
-            for e in registry.entries()
-            if isinstance(e.engine, Pool) and e.workers is not None
+            (e.model.name, e.engine) for e in registry.entries() if isinstance(e.engine, Pool)
         ],
     )
     app.state.frontend = frontend

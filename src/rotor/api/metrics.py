@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from rotor.protocol.engine import EngineState
-from rotor.router.pool import PoolStats
+from rotor.router.pool import Pool
 
 # One gauge per EngineState field, named and described once.
 _ENGINE_GAUGES = [
@@ -41,7 +41,7 @@ class _EngineCollector:
             yield gauge
 
 
-Pools = Callable[[], list[tuple[str, PoolStats, list[dict]]]]
+Pools = Callable[[], list[tuple[str, Pool]]]
 
 
 class _RouterCollector:
@@ -68,7 +68,31 @@ class _RouterCollector:
         blocks = GaugeMetricFamily(
             "rotor_worker_kv_blocks_used", "KV blocks a worker uses", labels=["model", "worker"]
         )
-        for model, stats, live in self._pools():
+        kv_prompt = CounterMetricFamily(
+            "rotor_router_kv_prompt_blocks",
+            "kv router: prompt blocks routed, by worker",
+            labels=["model", "worker"],
+        )
+        kv_overlap = CounterMetricFamily(
+            "rotor_router_kv_overlap_blocks",
+            "kv router: prompt blocks the chosen worker already held",
+            labels=["model", "worker"],
+        )
+        kv_hits = CounterMetricFamily(
+            "rotor_router_kv_hits",
+            "kv router: requests routed to a worker holding part of their prefix",
+            labels=["model", "worker"],
+        )
+        for model, pool in self._pools():
+            stats, live = pool.stats, pool.describe()
+            kv = getattr(pool.router, "stats", None)
+            if kv is not None:
+                for worker, count in kv.prompt_blocks.items():
+                    kv_prompt.add_metric([model, worker], count)
+                for worker, count in kv.overlap_blocks.items():
+                    kv_overlap.add_metric([model, worker], count)
+                for worker, count in kv.hits.items():
+                    kv_hits.add_metric([model, worker], count)
             for worker, count in stats.decisions.items():
                 decisions.add_metric([model, worker], count)
             for cause, count in stats.migrations.items():
@@ -79,6 +103,7 @@ class _RouterCollector:
                 active.add_metric([model, w["id"]], w["active_requests"])
                 blocks.add_metric([model, w["id"]], w["kv_blocks_used"])
         yield from (decisions, migrations, no_worker, workers, active, blocks)
+        yield from (kv_prompt, kv_overlap, kv_hits)
 
 
 class Metrics:

@@ -24,6 +24,8 @@ class Capabilities:
     # can continue a decoding constraint from output generated elsewhere (so a
     # constrained request may migrate to it mid-stream)
     resumable_constraints: bool = False
+    # the block size of the KV events the engine publishes (0: it publishes none)
+    kv_block_size: int = 0
 
 
 @dataclass(slots=True)

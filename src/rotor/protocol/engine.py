@@ -117,6 +117,7 @@ class EngineState:
     kv_blocks_total: int = 0
     kv_blocks_free: int = 0
     kv_blocks_cached: int = 0
+    pending_prefill_tokens: int = 0  # prompt tokens admitted or queued, not yet computed
     preemptions: int = 0
     steps: int = 0
     simulated_ms: float = 0.0

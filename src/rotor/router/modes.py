@@ -17,6 +17,9 @@ class Decision:
     worker_id: str
     # What the response says about it (`x-rotor-worker`, and for kv the overlap).
     headers: dict[str, str] = field(default_factory=dict)
+    # Prompt tokens the worker must compute (what its cache does not hold);
+    # None: all of them.
+    prefill_tokens: int | None = None
 
 
 class Router(Protocol):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 
 from rotor.model.card import ModelCard
@@ -56,6 +56,10 @@ class Pool:
         self.request_timeout = request_timeout
         self.workers: dict[str, Lease] = {}
         self.in_flight: collections.Counter[str] = collections.Counter()
+        # Prompt tokens sent to a worker that has not answered them yet (the
+        # router adds them to the load the worker last published).
+        self.prefilling: collections.Counter[str] = collections.Counter()
+        self.on_join: Callable[[str], None] | None = None
         self.stats = PoolStats()
         self._decisions: dict[str, Decision] = {}
         self._serving: dict[str, tuple[str, str]] = {}  # request id -> (worker, attempt id)
@@ -63,27 +67,37 @@ class Pool:
     # -- membership ------------------------------------------------------------------
 
     def upsert(self, lease: Lease) -> None:
+        new = lease.worker_id not in self.workers
         self.workers[lease.worker_id] = lease
+        if new and self.on_join is not None:
+            self.on_join(lease.worker_id)
 
     def remove(self, worker_id: str) -> None:
         self.workers.pop(worker_id, None)
         self.inbox.worker_gone(worker_id)
+        forget = getattr(self.router, "remove_worker", None)
+        if forget is not None:
+            forget(worker_id)
 
     def live(self) -> list[Lease]:
         return [w for w in self.workers.values() if w.status == "serving"]
 
     def describe(self) -> list[dict]:
         """The live workers, for /health."""
-        return [
-            {
+        index = getattr(self.router, "index", None)
+        out = []
+        for w in sorted(self.live(), key=lambda w: w.worker_id):
+            info = {
                 "id": w.worker_id,
                 "address": w.address,
                 "active_requests": w.state.active_requests,
                 "in_flight_here": self.in_flight[w.worker_id],
                 "kv_blocks_used": w.state.kv_blocks_total - w.state.kv_blocks_free,
             }
-            for w in sorted(self.live(), key=lambda w: w.worker_id)
-        ]
+            if index is not None:  # kv routing: what this frontend's index holds of it
+                info["kv_blocks_indexed"] = index.num_blocks(w.worker_id)
+            out.append(info)
+        return out
 
     # -- the engine contract ------------------------------------------------------------
 
@@ -118,9 +132,15 @@ class Pool:
                     self._decisions[rid] = decision
                 self._serving[rid] = (worker, attempt.request_id)
                 self.in_flight[worker] += 1
+                prefill = decision.prefill_tokens
+                prefill = len(attempt.token_ids) if prefill is None else prefill
+                self.prefilling[worker] += prefill
                 stream = self.inbox.generate(worker, attempt, self.request_timeout)
                 try:
                     async for out in stream:
+                        if prefill:
+                            self._prefilled(worker, prefill)
+                            prefill = 0
                         produced.extend(out.token_ids)
                         if out.text is not None:
                             steps += 1
@@ -157,12 +177,18 @@ class Pool:
                     attempt = _resumed(request, produced, steps, migrations)
                 finally:
                     await stream.aclose()  # type: ignore[attr-defined]  # aborts it if it runs
+                    self._prefilled(worker, prefill)
                     self.in_flight[worker] -= 1
                     if self.in_flight[worker] <= 0:
                         del self.in_flight[worker]
         finally:
             self._decisions.pop(rid, None)
             self._serving.pop(rid, None)
+
+    def _prefilled(self, worker: str, tokens: int) -> None:
+        self.prefilling[worker] -= tokens
+        if self.prefilling[worker] <= 0:
+            del self.prefilling[worker]
 
     def _choose(self, request: EngineRequest, tried: set[str]) -> Decision:
         live = self.live()

@@ -76,6 +76,8 @@ class WorkerService:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._subs: list = []
         self._renewer: asyncio.Task[None] | None = None
+        self._kv_out: asyncio.Queue[bytes] = asyncio.Queue()
+        self._kv_pump: asyncio.Task[None] | None = None
         self._leaving = False
 
     @property
@@ -95,6 +97,7 @@ class WorkerService:
         ]
         relay = getattr(self.engine, "kv_events", None)
         if callable(relay):
+            self._kv_pump = asyncio.create_task(self._pump_kv_events(), name="kv-events")
             relay(self._relay_kv_event)
         await self._renew()
         self._renewer = asyncio.create_task(self._renew_forever(), name="lease-renewal")
@@ -131,9 +134,10 @@ class WorkerService:
             await asyncio.gather(*late, return_exceptions=True)
 
     async def stop(self) -> None:
-        if self._renewer is not None:
-            self._renewer.cancel()
-            await asyncio.gather(self._renewer, return_exceptions=True)
+        for task in (self._renewer, self._kv_pump):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         for sub in self._subs:
             try:
                 await sub.unsubscribe()
@@ -275,10 +279,17 @@ class WorkerService:
     # -- KV events -------------------------------------------------------------------
 
     def _relay_kv_event(self, event: KVEvent) -> None:
-        data = codec.encode_kv_event(event)
-        asyncio.get_running_loop().create_task(
-            self.nc.publish(subjects.kv_events(self.worker_id), data)
-        )
+        """From the engine's cache, in order: one pump publishes them."""
+        self._kv_out.put_nowait(codec.encode_kv_event(event))
+
+    async def _pump_kv_events(self) -> None:
+        subject = subjects.kv_events(self.worker_id)
+        while True:
+            data = await self._kv_out.get()
+            try:
+                await self.nc.publish(subject, data)
+            except Exception as e:  # lost: the frontends see the gap and resync
+                log.debug("worker %s: a KV event was not published: %s", self.worker_id, e)
 
     async def _on_kv_snapshot(self, msg: Msg) -> None:
         relay = getattr(self.engine, "kv_events", None)

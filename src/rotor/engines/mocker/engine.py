@@ -116,6 +116,7 @@ class MockerEngine:
             logprobs=True,
             mock_scripts=True,
             structural_tags=config.structural_tags,
+            kv_block_size=config.block_size,
         )
         # The card tells the frontend how long a sequence may get, so its context
         # check (prompt + max_tokens) also keeps every request within the KV cache.
@@ -205,6 +206,7 @@ class MockerEngine:
             kv_blocks_total=kv.num_total,
             kv_blocks_free=kv.num_free,
             kv_blocks_cached=kv.num_cached,
+            pending_prefill_tokens=self.scheduler.pending_prefill_tokens(),
             preemptions=self.scheduler.preemptions,
             steps=self.steps,
             simulated_ms=self.simulated_ms,

@@ -38,6 +38,12 @@ class Scheduler:
         self.running: list[Sequence] = []  # admission order: the last is the youngest
         self.preemptions = 0
 
+    def pending_prefill_tokens(self) -> int:
+        """Prompt tokens admitted or queued and not computed yet (the router's
+        view of the prefill work ahead of a new request)."""
+        pending = sum(s.num_pending for s in self.waiting)
+        return pending + sum(s.num_pending for s in self.running if not s.prefilled)
+
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 

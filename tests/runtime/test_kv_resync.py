@@ -62,11 +62,9 @@ async def test_a_gap_brings_a_resync_that_matches_the_cache(nats: Nats, make_eng
         for i in range(6):
             prompt = f"<|im_start|>user\nprompt number {i} with some length to it<|im_end|>\n"
             await collect(engine, request({"output": f"answer {i}"}, prompt=prompt))
-            cache = engine.scheduler.kv
             await until(
                 lambda: (
-                    watch.resyncs >= 1
-                    and router.index.blocks_of(wid) == set(cache.hash_to_block)
+                    router.index.blocks_of(wid) == set(engine.scheduler.kv.hash_to_block)
                     and not router.index.awaiting_resync(wid)
                 ),
                 "the index to match the cache",

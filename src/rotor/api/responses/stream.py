@@ -21,6 +21,7 @@ class ResponseStream:
         self._seq = 0
         self._output: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None  # the reasoning or message item in progress
+        self._delta_head: dict[str, Any] = {}  # its delta events, but for number and text
         self._text: list[str] = []
         self._usage = resp.usage
         self.finish_reason: str | None = None
@@ -91,19 +92,22 @@ class ResponseStream:
     # -- items --------------------------------------------------------------------------------
 
     def _delta(self, kind: str, text: str) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
         item = self._open
+        out: list[dict[str, Any]] = []
         if item is None or item["type"] != kind:
             out += self._close("completed")
             out += self._begin(kind)
             item = self._open
             assert item is not None
         self._text.append(text)
-        where = {"item_id": item["id"], "output_index": len(self._output), "content_index": 0}
+        # The per-token path: one dict from the open item's delta template.
+        event = self._delta_head.copy()
+        event["sequence_number"] = self._seq
+        event["delta"] = text
         if kind == "message":
-            out.append(self._event("response.output_text.delta", **where, delta=text, logprobs=[]))
-        else:
-            out.append(self._event("response.reasoning_text.delta", **where, delta=text))
+            event["logprobs"] = []
+        self._seq += 1
+        out.append(event)
         return out
 
     def _begin(self, kind: str) -> list[dict[str, Any]]:
@@ -126,6 +130,14 @@ class ResponseStream:
             }
         self._open = item
         self._text = []
+        kind_name = "output_text" if kind == "message" else "reasoning_text"
+        self._delta_head = {
+            "type": f"response.{kind_name}.delta",
+            "sequence_number": 0,
+            "item_id": item["id"],
+            "output_index": index,
+            "content_index": 0,
+        }
         return [
             self._event("response.output_item.added", output_index=index, item=dict(item)),
             self._event(

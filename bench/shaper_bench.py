@@ -61,7 +61,9 @@ def main() -> None:
     openai = run("openai", lambda: ChatShaper(response()), sse_event)
     anthropic = run("anthropic", lambda: MessageStream(response(), "r"), named_event)
     responses = run("responses", lambda: ResponseStream(req, response(), "r"), named_event)
-    print(f"anthropic / openai = {anthropic / openai:.2f}, responses / openai = {responses / openai:.2f}")
+    print(
+        f"anthropic / openai = {anthropic / openai:.2f}, responses / openai = {responses / openai:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,196 @@
+"""Benchmarks of the distributed runtime with `rotor bench` as the load:
+a nats-server, N mocker workers, one or two frontends, all real processes.
+
+    python bench/cluster.py hop                # frontend+worker vs rotor run, CPU/token, TTFT
+    python bench/cluster.py scale              # throughput with 1, 2, 4 workers (and 2 frontends)
+    python bench/cluster.py kv                 # shared prefixes: kv vs round_robin routing
+
+Prints the `rotor bench` summaries it collected (results in bench-results/cluster-*).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from rotor.runtime.nats_server import command as nats_command
+
+PY = sys.executable
+OUT = Path("bench-results")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [PY, "-m", "rotor.cli", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+def wait_health(url: str, workers: int = 0, model: str = "mock-model") -> None:
+    for _ in range(600):
+        try:
+            body = httpx.get(url + "/health", timeout=1).json()
+            if len(body.get("workers", {}).get(model, [])) >= workers:
+                return
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} not ready")
+
+
+def bench(url: str, pids: list[int], label: str, *args: str) -> dict:
+    out = OUT / f"cluster-{label}"
+    cmd = [
+        PY, "-m", "rotor.cli", "bench", "--url", url + "/v1", "--no-progress",
+        "--output-dir", str(out), "--label", label, "--server-pid", *map(str, pids), *args,
+    ]  # fmt: skip
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    results = json.loads((out / "results.json").read_text())
+    return results
+
+
+def summary(results: dict) -> list[str]:
+    lines = []
+    for level in results["levels"]:
+        s = level["summary"]
+        cpu = s.get("server_cpu") or {}
+        lines.append(
+            f"  c={level.get('concurrency')}: {s['request_throughput']:.1f} req/s, "
+            f"{s['output_throughput']:.0f} tok/s, TTFT p50 {s['ttft_ms']['p50']:.2f} ms "
+            f"p90 {s['ttft_ms']['p90']:.2f} ms, CPU {cpu.get('us_per_output_token', 0):.1f} µs/token, "
+            f"cache hit {s.get('cache_hit_ratio', 0):.1%}"
+        )
+    return lines
+
+
+class Cluster:
+    def __init__(
+        self,
+        workers: int,
+        frontends: int = 1,
+        worker_args: tuple[str, ...] = (),
+        frontend_args: tuple[str, ...] = (),
+    ) -> None:
+        self.port = free_port()
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self.procs: list[subprocess.Popen] = [
+            subprocess.Popen(
+                nats_command("127.0.0.1", self.port, tempfile.mkdtemp()),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        ]
+        time.sleep(0.5)
+        self.workers = [spawn("worker", "--nats", self.url, *worker_args) for _ in range(workers)]
+        self.frontends = []
+        for _ in range(frontends):
+            port = free_port()
+            self.frontends.append(
+                (
+                    f"http://127.0.0.1:{port}",
+                    spawn("frontend", "--nats", self.url, "--port", str(port), *frontend_args),
+                )
+            )
+        self.procs += self.workers + [p for _, p in self.frontends]
+        for url, _ in self.frontends:
+            wait_health(url, workers)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.workers] + [p.pid for _, p in self.frontends]
+
+    def close(self) -> None:
+        for p in reversed(self.procs):
+            p.terminate()
+        for p in self.procs:
+            p.wait(20)
+
+
+LOAD = ("--input-len", "160", "--output-len", "128", "--num-requests", "256")
+
+
+def hop() -> None:
+    mocker = ("out=mocker", "--speedup-ratio", "0")
+    port = free_port()
+    single = spawn("run", *mocker, "--port", str(port))
+    url = f"http://127.0.0.1:{port}"
+    wait_health(url)
+    try:
+        print("rotor run (one process):")
+        for line in summary(bench(url, [single.pid], "run", "--concurrency", "1", "32", *LOAD)):
+            print(line)
+    finally:
+        single.terminate()
+        single.wait()
+    c = Cluster(1, worker_args=mocker)
+    try:
+        print("frontend + worker over NATS:")
+        for line in summary(
+            bench(c.frontends[0][0], c.pids, "hop", "--concurrency", "1", "32", *LOAD)
+        ):
+            print(line)
+    finally:
+        c.close()
+
+
+def scale() -> None:
+    mocker = ("out=mocker", "--speedup-ratio", "1")
+    for workers, frontends in ((1, 1), (2, 1), (4, 1), (4, 2)):
+        c = Cluster(workers, frontends, worker_args=mocker)
+        try:
+            print(f"{workers} worker(s), {frontends} frontend(s):")
+            for i, (url, _) in enumerate(c.frontends[:1]):
+                for line in summary(
+                    bench(
+                        url,
+                        c.pids,
+                        f"scale-{workers}w{frontends}f{i}",
+                        "--concurrency",
+                        "64",
+                        *LOAD,
+                    )
+                ):
+                    print(line)
+        finally:
+            c.close()
+
+
+def kv() -> None:
+    # 16 prefixes of ~1500 tokens; each worker's cache holds ~5 of them.
+    worker = ("out=mocker", "--speedup-ratio", "1", "--num-kv-blocks", "560")
+    load = (
+        "--shared-prefix", "16x1500", "--input-len", "1530", "--output-len", "32",
+        "--num-requests", "128", "--concurrency", "8", "--seed", "1", "--warmup", "0",
+    )  # fmt: skip
+    for router in ("round_robin", "kv"):
+        c = Cluster(4, worker_args=worker, frontend_args=("--router", router))
+        try:
+            results = bench(c.frontends[0][0], c.pids, f"kv-{router}", *load)
+            print(f"--router {router}:")
+            for line in summary(results):
+                print(line)
+            per: dict[str, int] = {}
+            m = httpx.get(c.frontends[0][0] + "/metrics").text
+            for line in m.splitlines():
+                if line.startswith("rotor_router_decisions_total{"):
+                    worker_id = line.split('worker="')[1].split('"')[0]
+                    per[worker_id] = int(float(line.rsplit(" ", 1)[1]))
+            print("  requests per worker:", sorted(per.values()))
+        finally:
+            c.close()
+
+
+if __name__ == "__main__":
+    {"hop": hop, "scale": scale, "kv": kv}[sys.argv[1]]()

@@ -7,8 +7,10 @@ import os
 import sys
 from typing import Any
 
+from rotor.admission import DEFAULT_MAX_QUEUED
 from rotor.config import EngineConfig, Flag, HTTPConfig, ModelConfig, RunConfig
 from rotor.engines.registry import ENGINES, engine_flags, engine_names, engine_spec
+from rotor.pipeline.workers import DEFAULT_BUDGET_S
 
 USAGE = """\
 rotor run [in=INPUT] [out=ENGINE] [flags]
@@ -47,6 +49,19 @@ FLAGS = [
     ),
     Flag("--output", "batch mode: where to write the answers (default FILE.out.jsonl)"),
     Flag("--max-tokens", "text/stdin/batch modes: max tokens per answer", int),
+    # reliability: admission control and the prompt-preparation budget
+    Flag(
+        "--max-queued-requests",
+        "requests waiting for their first token beyond which a new one gets 503",
+        int,
+        DEFAULT_MAX_QUEUED,
+    ),
+    Flag(
+        "--template-timeout",
+        "seconds one prompt may spend in its chat template and tokenizer",
+        float,
+        DEFAULT_BUDGET_S,
+    ),
 ]
 
 
@@ -153,6 +168,7 @@ def run_config(args: argparse.Namespace, kind: str, path: str | None, engine: st
             chat_template=args.chat_template,
             tool_call_parser=args.tool_call_parser,
             reasoning_parser=args.reasoning_parser,
+            template_timeout=args.template_timeout,
         ),
         engine=EngineConfig(engine, {f.dest: getattr(args, f.dest) for f in spec.flags}),
         http=HTTPConfig(
@@ -160,6 +176,7 @@ def run_config(args: argparse.Namespace, kind: str, path: str | None, engine: st
             port=args.port,
             api_key=args.api_key,
             reasoning_field=args.reasoning_field,
+            max_queued_requests=args.max_queued_requests,
         ),
         input=kind,
         batch_file=path,

@@ -32,6 +32,7 @@ class ModelConfig:
     chat_template: str | None = None
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
+    template_timeout: float = 5.0  # seconds per prompt in the prepare pool
 
 
 @dataclass
@@ -40,6 +41,7 @@ class HTTPConfig:
     port: int = 8000
     api_key: str | None = None
     reasoning_field: str = "reasoning_content"
+    max_queued_requests: int = 1024  # admission control (rotor.admission)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from rotor.engines.registry import EngineSpec
 from rotor.model.card import ModelCard
 from rotor.model.served import ServedModel
 from rotor.model.tokenizer import Tokenizer
+from rotor.pipeline.workers import PreparePool
 from rotor.system import System
 
 
@@ -67,7 +68,19 @@ def build_system(config: RunConfig) -> System:
     card, tok = load(config.model, spec)
     engine = build_engine(spec, card, tok, config.engine.options)
     model = serve_model(config.model, engine.card, tok)
-    return System.local(engine, model, reasoning_field=config.http.reasoning_field)
+    system = System.local(engine, model, reasoning_field=config.http.reasoning_field)
+    system.frontend.pool = PreparePool(budget_s=config.model.template_timeout)
+    return system
+
+
+def check_limits(config: RunConfig) -> None:
+    """The reliability flags, checked before anything is built."""
+    if config.http.api_key == "":
+        raise StartupError("--api-key is empty: give a key, or leave the flag out to serve without")
+    if config.http.max_queued_requests < 1:
+        raise StartupError("--max-queued-requests must be at least 1")
+    if not config.model.template_timeout > 0:
+        raise StartupError("--template-timeout must be a positive number of seconds")
 
 
 def run(config: RunConfig) -> int:
@@ -75,6 +88,7 @@ def run(config: RunConfig) -> int:
         level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
+        check_limits(config)
         system = build_system(config)
     except StartupError as e:
         print(f"rotor: {e}", file=sys.stderr)
@@ -97,6 +111,9 @@ def run(config: RunConfig) -> int:
     )
 
 
+SHUTDOWN_GRACE_S = 10.0  # SIGTERM: how long running streams may still finish
+
+
 def serve(system: System, http: HTTPConfig, log_level: str) -> int:
     import uvicorn
 
@@ -107,6 +124,7 @@ def serve(system: System, http: HTTPConfig, log_level: str) -> int:
         api_key=http.api_key,
         on_startup=[system.start],
         on_shutdown=[system.stop],
+        max_queued=http.max_queued_requests,
     )
     config = uvicorn.Config(
         app,
@@ -114,9 +132,23 @@ def serve(system: System, http: HTTPConfig, log_level: str) -> int:
         port=http.port,
         log_level=log_level.lower(),
         access_log=False,
-        timeout_graceful_shutdown=10,
+        # Streams are ended by rotor at the grace's end; uvicorn waits a little longer.
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S + 5,
     )
-    server = uvicorn.Server(config)
+    streams = app.state.streams
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, which ends the open streams when the grace is over."""
+
+        async def shutdown(self, sockets: list | None = None) -> None:
+            loop = asyncio.get_running_loop()
+            timer = loop.call_later(SHUTDOWN_GRACE_S, streams.end_all, SHUTDOWN_GRACE_S)
+            try:
+                await super().shutdown(sockets)
+            finally:
+                timer.cancel()
+
+    server = Server(config)
     names = ", ".join(repr(n) for n in system.frontend.registry.names())
     print(
         f"rotor: serving {names} on http://{http.host}:{http.port}/v1", file=sys.stderr, flush=True

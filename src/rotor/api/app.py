@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -111,7 +112,35 @@ def _register_errors(app: FastAPI, metrics: Metrics) -> None:
         )
         return Response(status_code=499)
 
-    @app.exception_handler(Exception)
-    async def _bug(request: Request, exc: Exception) -> Response:
-        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        return error_response(500, INTERNAL_ERROR, None, None, envelope(request))
+    app.add_middleware(_CatchAll)
+
+
+class _CatchAll:
+    """A bug below becomes a JSON 500 in the route's envelope, logged once,
+    and the connection stays open (Starlette's own last-resort handler
+    re-raises, which makes the server drop the keep-alive connection)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: dict) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            log.error("unhandled error on %s %s", scope["method"], scope["path"], exc_info=exc)
+            if started:
+                raise
+            anthropic = is_anthropic(scope["path"], scope["headers"])
+            response = error_response(500, INTERNAL_ERROR, None, None, anthropic)
+            await response(scope, receive, send)

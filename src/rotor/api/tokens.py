@@ -3,6 +3,8 @@ and for `messages` the prompt exactly as chat prepares it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
@@ -74,7 +76,9 @@ def register_tokens(app: FastAPI, frontend: Frontend, body_limit: int) -> None:
         return JSONResponse({"prompt": text})
 
 
-def _resolve(frontend: Frontend, name: str | None) -> ServedModel:
+def _resolve(frontend: Frontend, name: Any) -> ServedModel:
+    if name is not None and not isinstance(name, str):
+        raise APIError(400, "'model' must be a string", "model")
     try:
         return frontend.resolve(name)
     except ModelNotFound as e:

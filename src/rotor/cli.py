@@ -62,6 +62,7 @@ FLAGS = [
         float,
         DEFAULT_BUDGET_S,
     ),
+    Flag("--shutdown-grace", "SIGTERM: seconds running streams may still finish", float, 10.0),
 ]
 
 
@@ -177,6 +178,7 @@ def run_config(args: argparse.Namespace, kind: str, path: str | None, engine: st
             api_key=args.api_key,
             reasoning_field=args.reasoning_field,
             max_queued_requests=args.max_queued_requests,
+            shutdown_grace=args.shutdown_grace,
         ),
         input=kind,
         batch_file=path,

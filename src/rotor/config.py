@@ -42,6 +42,7 @@ class HTTPConfig:
     api_key: str | None = None
     reasoning_field: str = "reasoning_content"
     max_queued_requests: int = 1024  # admission control (rotor.admission)
+    shutdown_grace: float = 10.0  # SIGTERM: then open streams end with an error event
 
 
 @dataclass

@@ -79,6 +79,8 @@ def check_limits(config: RunConfig) -> None:
         raise StartupError("--api-key is empty: give a key, or leave the flag out to serve without")
     if config.http.max_queued_requests < 1:
         raise StartupError("--max-queued-requests must be at least 1")
+    if not config.http.shutdown_grace >= 0:
+        raise StartupError("--shutdown-grace must be a number of seconds, 0 or more")
     if not config.model.template_timeout > 0:
         raise StartupError("--template-timeout must be a positive number of seconds")
 
@@ -111,9 +113,6 @@ def run(config: RunConfig) -> int:
     )
 
 
-SHUTDOWN_GRACE_S = 10.0  # SIGTERM: how long running streams may still finish
-
-
 def serve(system: System, http: HTTPConfig, log_level: str) -> int:
     import uvicorn
 
@@ -133,16 +132,16 @@ def serve(system: System, http: HTTPConfig, log_level: str) -> int:
         log_level=log_level.lower(),
         access_log=False,
         # Streams are ended by rotor at the grace's end; uvicorn waits a little longer.
-        timeout_graceful_shutdown=SHUTDOWN_GRACE_S + 5,
+        timeout_graceful_shutdown=http.shutdown_grace + 5,
     )
-    streams = app.state.streams
+    streams, grace = app.state.streams, http.shutdown_grace
 
     class Server(uvicorn.Server):
         """uvicorn's server, which ends the open streams when the grace is over."""
 
         async def shutdown(self, sockets: list | None = None) -> None:
             loop = asyncio.get_running_loop()
-            timer = loop.call_later(SHUTDOWN_GRACE_S, streams.end_all, SHUTDOWN_GRACE_S)
+            timer = loop.call_later(grace, streams.end_all, grace)
             try:
                 await super().shutdown(sockets)
             finally:

@@ -171,9 +171,10 @@ def check(route: str, r: httpx.Response) -> str | None:
             ok = isinstance(body.get("error"), dict) and isinstance(body["error"]["message"], str)
         if not ok:
             return f"{r.status_code} without the route's envelope: {r.text[:200]}"
-    elif r.headers.get("content-type", "").startswith("text/event-stream"):
-        if "server_error" in r.text or "api_error" in r.text:
-            return f"stream failed inside: {r.text[-300:]}"
+    elif r.headers.get("content-type", "").startswith("text/event-stream") and (
+        "server_error" in r.text or "api_error" in r.text
+    ):
+        return f"stream failed inside: {r.text[-300:]}"
     return None
 
 

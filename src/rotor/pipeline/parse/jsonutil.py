@@ -21,7 +21,7 @@ def loads(text: str, **kwargs: Any) -> Any:
     if text.count("[") + text.count("{") > MAX_DEPTH and nesting_depth(text) > MAX_DEPTH:
         raise ValueError(f"JSON nested deeper than {MAX_DEPTH} levels")
     try:
-        return loads(text, **kwargs)
+        return json.loads(text, **kwargs)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
 

@@ -146,6 +146,7 @@ class SSEResponse(Response):
         self.failure = failure
         self.status_code = 200
         self.background = None
+        self.complete = False  # the last bytes were sent
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         raw_headers = [
@@ -162,8 +163,9 @@ class SSEResponse(Response):
                 pump = await race_disconnect(self._stoppable(send, self.streams), receive)
             finally:
                 self.streams.count -= 1
-        # The pump raises only when a write failed: the client is gone.
-        client_left = pump is None or pump.exception() is not None
+        # The pump raises only when a write failed: the client is gone. A
+        # client that closes once the whole stream was sent did not leave early.
+        client_left = not self.complete and (pump is None or pump.exception() is not None)
         if client_left and self.on_disconnect is not None:
             self.on_disconnect()
 
@@ -176,15 +178,16 @@ class SSEResponse(Response):
         try:
             done, _ = await asyncio.wait({pump, stop}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for t in (pump, stop):
-                if not t.done():
-                    t.cancel()
-            await asyncio.gather(pump, stop, return_exceptions=True)
+            stop.cancel()
+            if not pump.done():
+                pump.cancel()
+                await asyncio.gather(pump, return_exceptions=True)
         if pump in done:
             pump.result()
             return
         tail = self.shutdown() if self.shutdown is not None else b""
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+        self.complete = True
 
     async def _pump(self, send: Callable) -> None:
         body = self.body
@@ -200,9 +203,11 @@ class SSEResponse(Response):
                     log.exception("the stream of request %s failed", rid)
                     tail = self._failure_bytes()
                     await send({"type": "http.response.body", "body": tail, "more_body": False})
+                    self.complete = True
                     return
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+            self.complete = True
         finally:
             aclose = getattr(body, "aclose", None)
             if aclose is not None:

@@ -168,10 +168,10 @@ def scale() -> None:
 
 
 def kv() -> None:
-    # 16 prefixes of ~1500 tokens; each worker's cache holds ~5 of them.
+    # 16 prefixes of ~1450 tokens (300 words of the test tokenizer); each worker holds ~5.
     worker = ("out=mocker", "--speedup-ratio", "1", "--num-kv-blocks", "560")
     load = (
-        "--shared-prefix", "16x1500", "--input-len", "1530", "--output-len", "32",
+        "--shared-prefix", "16x300", "--input-len", "308", "--output-len", "32",
         "--num-requests", "128", "--concurrency", "8", "--seed", "1", "--warmup", "0",
     )  # fmt: skip
     for router in ("round_robin", "kv"):

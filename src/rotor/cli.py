@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from rotor.admission import DEFAULT_MAX_QUEUED
 from rotor.config import (
     DEFAULT_NATS,
     EngineConfig,
@@ -18,6 +19,7 @@ from rotor.config import (
     WorkerConfig,
 )
 from rotor.engines.registry import ENGINES, engine_flags, engine_names, engine_spec
+from rotor.pipeline.workers import DEFAULT_BUDGET_S
 
 USAGE = """\
 rotor run [in=INPUT] [out=ENGINE] [flags]
@@ -41,6 +43,20 @@ HTTP_FLAGS = [
     Flag("--port", "port to bind (in=http)", int, 8000),
     Flag("--api-key", "require 'Authorization: Bearer KEY' on /v1/*"),
     Flag("--reasoning-field", "name of the reasoning field in responses", str, "reasoning_content"),
+    # reliability: admission control and the prompt-preparation budget
+    Flag(
+        "--max-queued-requests",
+        "requests waiting for their first token beyond which a new one gets 503",
+        int,
+        DEFAULT_MAX_QUEUED,
+    ),
+    Flag(
+        "--template-timeout",
+        "seconds one prompt may spend in its chat template and tokenizer",
+        float,
+        DEFAULT_BUDGET_S,
+    ),
+    Flag("--shutdown-grace", "SIGTERM: seconds running streams may still finish", float, 10.0),
 ]
 MODEL_FLAGS = [
     Flag("--model-path", "a Hugging Face style model directory"),
@@ -209,6 +225,7 @@ def _model_config(args: argparse.Namespace) -> ModelConfig:
         chat_template=args.chat_template,
         tool_call_parser=args.tool_call_parser,
         reasoning_parser=args.reasoning_parser,
+        template_timeout=getattr(args, "template_timeout", DEFAULT_BUDGET_S),
     )
 
 
@@ -219,7 +236,12 @@ def _engine_config(args: argparse.Namespace, engine: str) -> EngineConfig:
 
 def _http_config(args: argparse.Namespace) -> HTTPConfig:
     return HTTPConfig(
-        host=args.host, port=args.port, api_key=args.api_key, reasoning_field=args.reasoning_field
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        reasoning_field=args.reasoning_field,
+        max_queued_requests=args.max_queued_requests,
+        shutdown_grace=args.shutdown_grace,
     )
 
 
@@ -281,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
                 kv_overlap_weight=args.kv_overlap_weight,
                 kv_events=not args.no_kv_events,
                 router_ttl=args.router_ttl,
+                template_timeout=args.template_timeout,
                 log_level=args.log_level,
             )
         )

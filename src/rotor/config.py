@@ -32,6 +32,7 @@ class ModelConfig:
     chat_template: str | None = None
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
+    template_timeout: float = 5.0  # seconds per prompt in the prepare pool
 
 
 @dataclass
@@ -40,6 +41,8 @@ class HTTPConfig:
     port: int = 8000
     api_key: str | None = None
     reasoning_field: str = "reasoning_content"
+    max_queued_requests: int = 1024  # admission control (rotor.admission)
+    shutdown_grace: float = 10.0  # SIGTERM: then open streams end with an error event
 
 
 @dataclass
@@ -92,4 +95,5 @@ class FrontendConfig:
     kv_overlap_weight: float = 4.0
     kv_events: bool = True  # False: --no-kv-events, the router records its own decisions
     router_ttl: float = 120.0  # how long a recorded decision counts (--no-kv-events)
+    template_timeout: float = 5.0  # seconds per prompt in the prepare pool
     log_level: str = "warning"

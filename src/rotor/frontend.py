@@ -16,7 +16,6 @@ stream.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -33,6 +32,7 @@ from rotor.pipeline.preprocess import (
     prepare_chat,
     prepare_completion,
 )
+from rotor.pipeline.workers import PreparePool
 from rotor.protocol.engine import EngineState
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 
@@ -149,19 +149,18 @@ class Frontend:
     registry: ModelRegistry = field(default_factory=ModelRegistry)
     reasoning_field: str = "reasoning_content"
     ready: bool = False  # the engines it was built with have started
+    # Where prompts are rendered and tokenized, within a time budget (never on the loop).
+    pool: PreparePool = field(default_factory=PreparePool)
 
     def resolve(self, name: str | None) -> ServedModel:
         return self.registry.get(name).model
 
     async def prepare_chat(self, req: ChatCompletionRequest) -> Prepared:
         """The chat request prepared as `chat` runs it (prompt, tokens, choices),
-        off the event loop when the messages are long. Raises ModelNotFound,
-        RequestError."""
+        in the prepare pool: a chat template is untrusted code. Raises
+        ModelNotFound, RequestError."""
         model = self.resolve(req.model)
-        request_id = new_request_id()
-        if _chat_chars(req) > LONG_PROMPT_CHARS:
-            return await asyncio.to_thread(prepare_chat, model, req, request_id)
-        return prepare_chat(model, req, request_id)
+        return await self.pool.run(prepare_chat, model, req, new_request_id())
 
     async def chat(self, req: ChatCompletionRequest, request_id: str) -> Response:
         """Start a chat response named after `request_id` (the caller's id)."""
@@ -174,7 +173,7 @@ class Frontend:
         entry = self.registry.get(req.model)
         engine_id = new_request_id()
         if _completion_chars(req) > LONG_PROMPT_CHARS:
-            prepared = await asyncio.to_thread(prepare_completion, entry.model, req, engine_id)
+            prepared = await self.pool.run(prepare_completion, entry.model, req, engine_id)
         else:
             prepared = prepare_completion(entry.model, req, engine_id)
         return await self._start(entry, f"cmpl-{request_id}", prepared, req.logprobs is not None)
@@ -244,11 +243,6 @@ async def _chain(
 async def _failing(error: ResponseFailed) -> AsyncGenerator[ChoiceEvent, None]:
     raise error
     yield  # pragma: no cover - makes this an async generator
-
-
-def _chat_chars(req: ChatCompletionRequest) -> int:
-    """The size of a chat prompt's text, to decide whether to prepare it off the loop."""
-    return sum(len(str(m.get("content") or "")) for m in req.messages)
 
 
 def _completion_chars(req: CompletionRequest) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from typing import Any
 
 from rotor.config import HTTPConfig, ModelConfig, RunConfig
 from rotor.engines.base import Engine
@@ -18,6 +19,7 @@ from rotor.engines.registry import EngineSpec
 from rotor.model.card import ModelCard
 from rotor.model.served import ServedModel
 from rotor.model.tokenizer import Tokenizer
+from rotor.pipeline.workers import PreparePool
 from rotor.system import System
 
 
@@ -67,7 +69,21 @@ def build_system(config: RunConfig) -> System:
     card, tok = load(config.model, spec)
     engine = build_engine(spec, card, tok, config.engine.options)
     model = serve_model(config.model, engine.card, tok)
-    return System.local(engine, model, reasoning_field=config.http.reasoning_field)
+    system = System.local(engine, model, reasoning_field=config.http.reasoning_field)
+    system.frontend.pool = PreparePool(budget_s=config.model.template_timeout)
+    return system
+
+
+def check_limits(config: RunConfig) -> None:
+    """The reliability flags, checked before anything is built."""
+    if config.http.api_key == "":
+        raise StartupError("--api-key is empty: give a key, or leave the flag out to serve without")
+    if config.http.max_queued_requests < 1:
+        raise StartupError("--max-queued-requests must be at least 1")
+    if not config.http.shutdown_grace >= 0:
+        raise StartupError("--shutdown-grace must be a number of seconds, 0 or more")
+    if not config.model.template_timeout > 0:
+        raise StartupError("--template-timeout must be a positive number of seconds")
 
 
 def run(config: RunConfig) -> int:
@@ -75,6 +91,7 @@ def run(config: RunConfig) -> int:
         level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
+        check_limits(config)
         system = build_system(config)
     except StartupError as e:
         print(f"rotor: {e}", file=sys.stderr)
@@ -98,8 +115,6 @@ def run(config: RunConfig) -> int:
 
 
 def serve(system: System, http: HTTPConfig, log_level: str) -> int:
-    import uvicorn
-
     from rotor.api.app import create_app
 
     app = create_app(
@@ -107,19 +122,38 @@ def serve(system: System, http: HTTPConfig, log_level: str) -> int:
         api_key=http.api_key,
         on_startup=[system.start],
         on_shutdown=[system.stop],
+        max_queued=http.max_queued_requests,
     )
+    names = ", ".join(repr(n) for n in system.frontend.registry.names())
+    print(
+        f"rotor: serving {names} on http://{http.host}:{http.port}/v1", file=sys.stderr, flush=True
+    )
+    http_server(app, http, log_level).run()
+    return 0
+
+
+def http_server(app: Any, http: HTTPConfig, log_level: str) -> Any:
+    """uvicorn for `app`, which ends the open streams when the SIGTERM grace is over."""
+    import uvicorn
+
     config = uvicorn.Config(
         app,
         host=http.host,
         port=http.port,
         log_level=log_level.lower(),
         access_log=False,
-        timeout_graceful_shutdown=10,
+        # Streams are ended by rotor at the grace's end; uvicorn waits a little longer.
+        timeout_graceful_shutdown=http.shutdown_grace + 5,
     )
-    server = uvicorn.Server(config)
-    names = ", ".join(repr(n) for n in system.frontend.registry.names())
-    print(
-        f"rotor: serving {names} on http://{http.host}:{http.port}/v1", file=sys.stderr, flush=True
-    )
-    server.run()
-    return 0
+    streams, grace = app.state.streams, http.shutdown_grace
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: list | None = None) -> None:
+            loop = asyncio.get_running_loop()
+            timer = loop.call_later(grace, streams.end_all, grace)
+            try:
+                await super().shutdown(sockets)
+            finally:
+                timer.cancel()
+
+    return Server(config)

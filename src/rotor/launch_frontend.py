@@ -9,10 +9,11 @@ import sys
 
 from rotor.config import FrontendConfig
 from rotor.frontend import Frontend
-from rotor.launch import StartupError
+from rotor.launch import StartupError, http_server
 from rotor.model.card import ModelCard
 from rotor.model.served import ServedModel
 from rotor.model.tokenizer import Tokenizer
+from rotor.pipeline.workers import PreparePool
 from rotor.router.kv import KVRouter
 from rotor.router.kv_cost import KVCost
 from rotor.router.modes import LeastLoaded, Random, RoundRobin, Router
@@ -121,36 +122,29 @@ def make_router(config: FrontendConfig, pool: Pool) -> Router:
 
 
 def run_frontend(config: FrontendConfig) -> int:
-    import uvicorn
-
     from rotor.api.app import create_app
 
     logging.basicConfig(
         level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    frontend = Frontend(reasoning_field=config.http.reasoning_field)
+    http = config.http
+    if http.api_key == "":
+        print("rotor: --api-key is empty: give a key, or leave the flag out", file=sys.stderr)
+        return 2
+    frontend = Frontend(reasoning_field=http.reasoning_field)
+    frontend.pool = PreparePool(budget_s=config.template_timeout)
     cluster = Cluster(frontend, config)
     app = create_app(
         frontend,
-        api_key=config.http.api_key,
+        api_key=http.api_key,
         on_startup=[cluster.start],
         on_shutdown=[cluster.stop],
-    )
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=config.http.host,
-            port=config.http.port,
-            log_level=config.log_level.lower(),
-            access_log=False,
-            timeout_graceful_shutdown=10,
-        )
+        max_queued=http.max_queued_requests,
     )
     print(
-        f"rotor: frontend on http://{config.http.host}:{config.http.port}/v1, "
-        f"workers from {config.nats}",
+        f"rotor: frontend on http://{http.host}:{http.port}/v1, workers from {config.nats}",
         file=sys.stderr,
         flush=True,
     )
-    server.run()
+    http_server(app, http, config.log_level).run()
     return 0

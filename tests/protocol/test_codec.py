@@ -122,7 +122,11 @@ cards = st.builds(
     reasoning_parser=st.none() | text,
     generation_defaults=json_map,
     capabilities=st.builds(
-        Capabilities, **{f.name: st.booleans() for f in dataclasses.fields(Capabilities)}
+        Capabilities,
+        **{
+            f.name: st.booleans() if isinstance(f.default, bool) else st.integers(0, 1 << 16)
+            for f in dataclasses.fields(Capabilities)
+        },
     ),
     created=st.integers(0, 2**40),
     tokenizer_hash=st.none() | st.text("0123456789abcdef", min_size=64, max_size=64),

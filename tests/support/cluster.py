@@ -173,7 +173,7 @@ def start_frontend(nats: Nats, *args: str, timeout: float = 30) -> Frontend:
             return False
 
     wait_for("the frontend", up, timeout)
-    return Frontend(url, proc.process, proc)
+    return Frontend(url, proc.process, proc.log, proc=proc)
 
 
 @contextmanager

@@ -28,6 +28,14 @@ def free_port() -> int:
 class Server:
     url: str  # http://127.0.0.1:PORT
     process: subprocess.Popen
+    log_file: IO[bytes] | None = None
+
+    @property
+    def log(self) -> str:
+        """Everything the server wrote to stdout and stderr so far."""
+        assert self.log_file is not None
+        fd = self.log_file.fileno()  # pread: the server shares the file offset
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
     @property
     def v1(self) -> str:
@@ -107,7 +115,7 @@ def rotor_server(
                     f"rotor did not become healthy in {timeout} s:\n{_log_text(log)}"
                 )
             time.sleep(0.05)
-        yield Server(url, proc)
+        yield Server(url, proc, log)
     finally:
         proc.terminate()
         try:

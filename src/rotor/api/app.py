@@ -10,15 +10,19 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from rotor import __version__
+from rotor.admission import DEFAULT_MAX_QUEUED, Admission
 from rotor.api.anthropic import register_anthropic
 from rotor.api.auth import APIKeyMiddleware
 from rotor.api.body import DEFAULT_BODY_LIMIT, request_id
+from rotor.api.drain import OpenStreams
 from rotor.api.errors import INTERNAL_ERROR, APIError, error_response, is_anthropic
 from rotor.api.metrics import Metrics
 from rotor.api.openai.routes import register_openai
@@ -39,9 +43,12 @@ def create_app(
     body_limit: int = DEFAULT_BODY_LIMIT,
     on_startup: list[Hook] | None = None,
     on_shutdown: list[Hook] | None = None,
+    max_queued: int = DEFAULT_MAX_QUEUED,
 ) -> FastAPI:
     """`on_startup` / `on_shutdown`: what the builder starts and stops with the
-    server (in-process engines); the frontend is ready once startup ran."""
+    server (in-process engines); the frontend is ready once startup ran.
+    `max_queued`: requests waiting for their first token beyond which a new
+    one is a 503 (admission control)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -57,16 +64,20 @@ def create_app(
 
     app = FastAPI(title="rotor", version=__version__, lifespan=lifespan)
     registry = frontend.registry
+    admission = Admission(max_queued)
     metrics = Metrics(
         lambda: [(e.model.name, e.engine.state()) for e in registry.entries()],
         lambda: [
             (e.model.name, e.engine) for e in registry.entries() if isinstance(e.engine, Pool)
         ],
+        admission,
     )
     app.state.frontend = frontend
+    app.state.admission = admission
+    app.state.streams = OpenStreams()
     app.state.metrics = metrics
-    _register_errors(app)
-    if api_key:
+    _register_errors(app, metrics)
+    if api_key is not None:  # "" is refused by the middleware: never auth silently off
         app.add_middleware(APIKeyMiddleware, api_key=api_key)
     register_openai(app, frontend, metrics, body_limit)
     register_anthropic(app, frontend, metrics, body_limit)
@@ -76,7 +87,7 @@ def create_app(
     return app
 
 
-def _register_errors(app: FastAPI) -> None:
+def _register_errors(app: FastAPI, metrics: Metrics) -> None:
     def envelope(request: Request) -> bool:
         return is_anthropic(request.url.path, request.scope["headers"])
 
@@ -95,7 +106,46 @@ def _register_errors(app: FastAPI) -> None:
             message = str(exc.detail)
         return error_response(exc.status_code, message, None, exc.headers, envelope(request))
 
-    @app.exception_handler(Exception)
-    async def _bug(request: Request, exc: Exception) -> Response:
-        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        return error_response(500, INTERNAL_ERROR, None, None, envelope(request))
+    @app.exception_handler(ClientDisconnect)
+    async def _body_aborted(request: Request, exc: ClientDisconnect) -> Response:
+        # Nobody is left to answer: one line and a counter, not a traceback.
+        metrics.body_aborted.inc()
+        log.warning(
+            "client disconnected while sending the body of %s %s",
+            request.method,
+            request.url.path,
+        )
+        return Response(status_code=499)
+
+    app.add_middleware(_CatchAll)
+
+
+class _CatchAll:
+    """A bug below becomes a JSON 500 in the route's envelope, logged once,
+    and the connection stays open (Starlette's own last-resort handler
+    re-raises, which makes the server drop the keep-alive connection)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: dict) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            log.error("unhandled error on %s %s", scope["method"], scope["path"], exc_info=exc)
+            if started:
+                raise
+            anthropic = is_anthropic(scope["path"], scope["headers"])
+            response = error_response(500, INTERNAL_ERROR, None, None, anthropic)
+            await response(scope, receive, send)

@@ -1,4 +1,7 @@
-"""`--api-key`: /v1/* needs `Authorization: Bearer KEY` (or `x-api-key: KEY`)."""
+"""`--api-key`: /v1/*, /tokenize and /detokenize need `Authorization: Bearer KEY`
+(or `x-api-key: KEY`). The probes (/live, /health, /metrics) and the API's own
+description (/openapi.json, /docs) stay open: orchestrators and scrapers call
+them without credentials, and they do no work a client could make expensive."""
 
 from __future__ import annotations
 
@@ -7,24 +10,50 @@ from typing import Any
 
 from rotor.api.errors import error_response, is_anthropic
 
+# Paths outside /v1/ that do real work (tokenizing, rendering) and need the key.
+_GUARDED = frozenset({"/tokenize", "/detokenize"})
+_CREDENTIALS = (b"authorization", b"x-api-key")
+
+
+def guarded(path: str) -> bool:
+    return path.startswith("/v1/") or path in _GUARDED
+
 
 class APIKeyMiddleware:
     """Plain ASGI, so streaming responses pass through untouched."""
 
     def __init__(self, app: Any, api_key: str) -> None:
+        if not api_key:
+            raise ValueError("the API key must not be empty")
         self.app = app
         self.api_key = api_key.encode()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
-            headers = dict(scope["headers"])
-            auth = headers.get(b"authorization", b"")
-            token = auth[7:] if auth[:7].lower() == b"bearer " else None
-            if token is None:
-                token = headers.get(b"x-api-key", b"") or None
-            if token is None or not hmac.compare_digest(token, self.api_key):
+        if scope["type"] == "http" and guarded(scope["path"]):
+            message = self._refusal(scope["headers"])
+            if message is not None:
+                status = 400 if message.startswith("duplicate") else 401
                 anthropic = is_anthropic(scope["path"], scope["headers"])
-                response = error_response(401, "invalid or missing API key", anthropic=anthropic)
+                response = error_response(status, message, anthropic=anthropic)
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+    def _refusal(self, raw: list[tuple[bytes, bytes]]) -> str | None:
+        """Why the request's credentials are refused; None when they are good.
+        A credential header sent twice is refused: which one counts would
+        depend on the proxy in front."""
+        found: dict[bytes, bytes] = {}
+        for name, value in raw:
+            name = name.lower()
+            if name in _CREDENTIALS:
+                if name in found:
+                    return f"duplicate {name.decode()} header"
+                found[name] = value
+        auth = found.get(b"authorization", b"")
+        token = auth[7:] if auth[:7].lower() == b"bearer " else None
+        if token is None:
+            token = found.get(b"x-api-key") or None
+        if token is None or not hmac.compare_digest(token, self.api_key):
+            return "invalid or missing API key"
+        return None

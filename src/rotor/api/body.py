@@ -58,6 +58,9 @@ def validated(model: type[M], data: dict[str, Any]) -> M:
     except ValidationError as e:
         message, param = describe_validation(e)
         raise APIError(400, message, param) from None
+    except (TypeError, KeyError, AttributeError, IndexError) as e:
+        # A validator that met a type it did not expect: still the client's data.
+        raise APIError(400, f"invalid request: {e}") from None
 
 
 async def read_request(request: Request, model: type[M], limit: int) -> M:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from rotor.admission import Admission
 from rotor.protocol.engine import EngineState
 from rotor.router.pool import Pool
 
@@ -106,9 +107,31 @@ class _RouterCollector:
         yield from (kv_prompt, kv_overlap, kv_hits)
 
 
+class _AdmissionCollector:
+    """The admission queue, read at scrape time."""
+
+    def __init__(self, admission: Admission) -> None:
+        self._admission = admission
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        a = self._admission
+        yield GaugeMetricFamily(
+            "rotor_queued_requests", "Requests waiting for their first token", value=a.depth
+        )
+        yield GaugeMetricFamily(
+            "rotor_max_queued_requests", "The admission limit (--max-queued-requests)", a.limit
+        )
+        yield CounterMetricFamily(
+            "rotor_requests_refused_overloaded", "Requests refused with 503: queue full", a.refused
+        )
+
+
 class Metrics:
     def __init__(
-        self, engine_states: EngineStates | None = None, pools: Pools | None = None
+        self,
+        engine_states: EngineStates | None = None,
+        pools: Pools | None = None,
+        admission: Admission | None = None,
     ) -> None:
         r = self.registry = CollectorRegistry()
         self.requests = Counter(
@@ -148,10 +171,17 @@ class Metrics:
         self.disconnected = Counter(
             "rotor_disconnected_clients", "Clients that left mid-request", ["model"], registry=r
         )
+        self.body_aborted = Counter(
+            "rotor_body_aborted",
+            "Clients that disconnected while sending their request body",
+            registry=r,
+        )
         if engine_states is not None:
             r.register(_EngineCollector(engine_states))
         if pools is not None:
             r.register(_RouterCollector(pools))
+        if admission is not None:
+            r.register(_AdmissionCollector(admission))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -14,7 +14,9 @@ import orjson
 from fastapi import Request
 from starlette.responses import Response
 
+from rotor.admission import Admission, Overloaded
 from rotor.api.body import request_id
+from rotor.api.drain import SHUTTING_DOWN
 from rotor.api.errors import INTERNAL_ERROR, APIError, client_error, from_request_error
 from rotor.api.metrics import Metrics
 from rotor.api.observe import observed
@@ -85,11 +87,18 @@ async def start(
     endpoint: str,
     label: str,
     params: dict[str, str] | None = None,
+    admission: Admission | None = None,
 ) -> StartedResponse:
-    """`call(req, rid)` (Frontend.chat or .completion); a request it refuses is
-    counted and raised as an APIError in the client API's terms."""
+    """`call(req, rid)` (Frontend.chat or .completion), holding a place in
+    `admission`'s queue until the first event; a request it refuses is counted
+    and raised as an APIError in the client API's terms."""
     try:
-        return await call(req, rid)
+        if admission is None:
+            return await call(req, rid)
+        with admission.queued():
+            return await call(req, rid)
+    except Overloaded as e:
+        error = APIError(503, str(e), None, {"retry-after": str(e.retry_after)})
     except ModelNotFound as e:
         metrics.requests.labels(UNKNOWN_MODEL, endpoint, str(req.stream), "404").inc()
         raise APIError(404, str(e), "model") from None
@@ -140,7 +149,8 @@ async def respond(
     headers = {"x-request-id": rid}
     t0 = time.perf_counter()
     label = _model_label(frontend, req.model)
-    resp = await start(call or frontend.chat, req, rid, metrics, endpoint, label, params)
+    admission = getattr(request.app.state, "admission", None)
+    resp = await start(call or frontend.chat, req, rid, metrics, endpoint, label, params, admission)
     headers.update(resp.headers)
     api = view(resp, rid)
     events = shaped(api.shaper, observed(resp, metrics, endpoint, req.stream, t0), req.stream)
@@ -153,7 +163,11 @@ async def respond(
         def failure() -> bytes:  # a bug broke the stream: the API's own ending
             return api.framing.tail(api.shaper.fail(APIError(500, INTERNAL_ERROR)))
 
-        return SSEResponse(api.framing.body(events), headers, gone, failure)
+        def shutdown() -> bytes:  # the server stops: the API's own ending, a 503
+            return api.framing.tail(api.shaper.fail(APIError(503, SHUTTING_DOWN)))
+
+        streams = getattr(request.app.state, "streams", None)
+        return SSEResponse(api.framing.body(events), headers, gone, failure, streams, shutdown)
     try:
         body = api.fold(await collect(request, events, gone))
     except ClientGone:

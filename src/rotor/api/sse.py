@@ -17,6 +17,8 @@ from typing import Any, Protocol, TypeVar
 import orjson
 from starlette.responses import Response
 
+from rotor.api.drain import OpenStreams
+
 log = logging.getLogger("rotor.api")
 
 DONE = b"data: [DONE]\n\n"
@@ -121,7 +123,9 @@ class SSEResponse(Response):
     `on_disconnect` is called when the client went away mid-stream. A body
     that raises (a bug: the framings turn pipeline failures into events) is
     logged with its traceback and the stream still ends cleanly, with
-    `failure()` as its last bytes when given."""
+    `failure()` as its last bytes when given. With `streams`, the stream is
+    one of the app's open streams: when they are ended (shutdown), it stops
+    and sends `shutdown()` as its last bytes."""
 
     media_type = "text/event-stream"
 
@@ -131,13 +135,18 @@ class SSEResponse(Response):
         headers: dict[str, str] | None = None,
         on_disconnect: Callable[[], None] | None = None,
         failure: Callable[[], bytes] | None = None,
+        streams: OpenStreams | None = None,
+        shutdown: Callable[[], bytes] | None = None,
     ) -> None:
         self.body = body
+        self.streams = streams
+        self.shutdown = shutdown
         self.extra_headers = headers or {}
         self.on_disconnect = on_disconnect
         self.failure = failure
         self.status_code = 200
         self.background = None
+        self.complete = False  # the last bytes were sent
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         raw_headers = [
@@ -146,11 +155,39 @@ class SSEResponse(Response):
             (b"x-accel-buffering", b"no"),
         ] + [(k.lower().encode(), v.encode()) for k, v in self.extra_headers.items()]
         await send({"type": "http.response.start", "status": 200, "headers": raw_headers})
-        pump = await race_disconnect(self._pump(send), receive)
-        # The pump raises only when a write failed: the client is gone.
-        client_left = pump is None or pump.exception() is not None
+        if self.streams is None:
+            pump = await race_disconnect(self._pump(send), receive)
+        else:
+            self.streams.count += 1
+            try:
+                pump = await race_disconnect(self._stoppable(send, self.streams), receive)
+            finally:
+                self.streams.count -= 1
+        # The pump raises only when a write failed: the client is gone. A
+        # client that closes once the whole stream was sent did not leave early.
+        client_left = not self.complete and (pump is None or pump.exception() is not None)
         if client_left and self.on_disconnect is not None:
             self.on_disconnect()
+
+    async def _stoppable(self, send: Callable, streams: OpenStreams) -> None:
+        """The pump, unless the open streams are ended first: then the pump is
+        cancelled (closing the body aborts the engine's work) and the stream
+        ends with the shutdown bytes."""
+        pump = asyncio.ensure_future(self._pump(send))
+        stop = asyncio.ensure_future(streams.stopping.wait())
+        try:
+            done, _ = await asyncio.wait({pump, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not pump.done():
+                pump.cancel()
+                await asyncio.gather(pump, return_exceptions=True)
+        if pump in done:
+            pump.result()
+            return
+        tail = self.shutdown() if self.shutdown is not None else b""
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        self.complete = True
 
     async def _pump(self, send: Callable) -> None:
         body = self.body
@@ -166,9 +203,11 @@ class SSEResponse(Response):
                     log.exception("the stream of request %s failed", rid)
                     tail = self._failure_bytes()
                     await send({"type": "http.response.body", "body": tail, "more_body": False})
+                    self.complete = True
                     return
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+            self.complete = True
         finally:
             aclose = getattr(body, "aclose", None)
             if aclose is not None:

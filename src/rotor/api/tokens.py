@@ -3,8 +3,6 @@ and for `messages` the prompt exactly as chat prepares it."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -15,6 +13,7 @@ from rotor.api.errors import APIError, from_request_error
 from rotor.frontend import Frontend, ModelNotFound
 from rotor.model.served import ServedModel
 from rotor.model.tokenizer import Tokenizer
+from rotor.pipeline.bounds import check_prompt_size
 from rotor.pipeline.errors import RequestError
 from rotor.pipeline.preprocess import LONG_PROMPT_CHARS
 
@@ -45,9 +44,16 @@ def register_tokens(app: FastAPI, frontend: Frontend, body_limit: int) -> None:
         elif isinstance(data.get("prompt"), str):
             prompt: str = data["prompt"]
             special = data.get("add_special_tokens", True)
-            ids = await _off_loop_if(
-                len(prompt) > LONG_PROMPT_CHARS, tok.encode, prompt, add_special_tokens=special
-            )
+            if not isinstance(special, bool):
+                raise APIError(400, "'add_special_tokens' must be a boolean", "add_special_tokens")
+            try:
+                check_prompt_size(served, "prompt", "prompt", prompt)
+            except RequestError as e:
+                raise from_request_error(e) from None
+            if len(prompt) > LONG_PROMPT_CHARS:
+                ids = await frontend.pool.run(tok.encode, prompt, add_special_tokens=special)
+            else:
+                ids = tok.encode(prompt, add_special_tokens=special)
         else:
             raise APIError(400, "give either 'prompt' (a string) or 'messages'", "prompt")
         context = served.card.context_length
@@ -63,13 +69,16 @@ def register_tokens(app: FastAPI, frontend: Frontend, body_limit: int) -> None:
         vocab = tok.vocab_size
         if any(t < 0 or t >= vocab for t in ids):
             raise APIError(400, f"token ids must be in [0, {vocab})", "tokens")
-        text = await _off_loop_if(
-            len(ids) > LONG_PROMPT_CHARS, tok.decode, ids, skip_special_tokens=False
-        )
+        if len(ids) > LONG_PROMPT_CHARS:
+            text = await frontend.pool.run(tok.decode, ids, skip_special_tokens=False)
+        else:
+            text = tok.decode(ids, skip_special_tokens=False)
         return JSONResponse({"prompt": text})
 
 
-def _resolve(frontend: Frontend, name: str | None) -> ServedModel:
+def _resolve(frontend: Frontend, name: Any) -> ServedModel:
+    if name is not None and not isinstance(name, str):
+        raise APIError(400, "'model' must be a string", "model")
     try:
         return frontend.resolve(name)
     except ModelNotFound as e:
@@ -80,10 +89,3 @@ def _tokenizer(served: ServedModel) -> Tokenizer:
     if served.tokenizer is None:
         raise APIError(400, f"model {served.card.name!r} has no tokenizer")
     return served.tokenizer
-
-
-async def _off_loop_if(long: bool, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """`fn(*args, **kwargs)`, in a worker thread when the input is long."""
-    if long:
-        return await asyncio.to_thread(fn, *args, **kwargs)
-    return fn(*args, **kwargs)

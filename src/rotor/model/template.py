@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import string
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, NoReturn
@@ -20,6 +21,7 @@ import jinja2
 import jinja2.ext
 import jinja2.filters
 import jinja2.nodes
+import jinja2.utils
 from jinja2.compiler import CodeGenerator, Frame
 from jinja2.exceptions import SecurityError
 from jinja2.parser import Parser
@@ -96,10 +98,11 @@ class _Sandbox(ImmutableSandboxedEnvironment):
 
     Capped (a SecurityError before the value is built): what one `*`, `+`,
     `~` or `**` makes, the widths of `%` formatting and of the `format`,
-    `center` and `indent` filters, and of the str methods `center`, `ljust`,
-    `rjust`, `zfill` and `expandtabs`. Not capped: the template's total
-    output or run time (a loop can still write a long prompt), and
-    `str.format` widths.
+    `center` and `indent` filters, of the str methods `center`, `ljust`,
+    `rjust`, `zfill` and `expandtabs`, and of `str.format` fields, and
+    `lipsum`'s paragraphs. The total output is capped by `render(max_chars=)`;
+    the run time by the worker pool the frontend renders in
+    (pipeline/workers.py).
     """
 
     code_generator_class = _CodeGenerator
@@ -129,8 +132,12 @@ class _Sandbox(ImmutableSandboxedEnvironment):
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
         owner = getattr(__obj, "__self__", None)
-        if isinstance(owner, str) and getattr(__obj, "__name__", None) in _PADDING_METHODS:
-            _check_padding(owner, __obj.__name__, args, kwargs)
+        if isinstance(owner, str):
+            name = getattr(__obj, "__name__", None)
+            if name in _PADDING_METHODS:
+                _check_padding(owner, name, args, kwargs)
+            elif name in ("format", "format_map"):
+                _check_format_fields(owner)
         return super().call(__context, __obj, *args, **kwargs)
 
 
@@ -175,6 +182,31 @@ def _check_padding(text: str, method: str, args: tuple[Any, ...], kwargs: dict[s
         _check_size(len(text) + text.count("\t") * width)
     else:
         _check_width(width)
+
+
+_FORMAT_WIDTH = re.compile(r"(\d+)")
+
+
+def _check_format_fields(fmt: str) -> None:
+    """`fmt.format(...)` stays small: no field width or precision over the cap."""
+    try:
+        fields = list(string.Formatter().parse(fmt))
+    except ValueError:
+        return  # str.format will raise the same error itself
+    for _, _, spec, _ in fields:
+        if spec:
+            for number in _FORMAT_WIDTH.findall(spec):
+                _check_width(int(number))
+
+
+def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:  # noqa: A002
+    """jinja2's `lipsum`, with at most a few paragraphs of a bounded length."""
+    if not isinstance(n, int) or n > _MAX_LIPSUM or not isinstance(max, int) or max > 1000:
+        raise SecurityError("lipsum: too much text for a template")
+    return str(jinja2.utils.generate_lorem_ipsum(n, html, min, max))
+
+
+_MAX_LIPSUM = 100
 
 
 def _center(value: Any, width: int = 80) -> str:
@@ -237,6 +269,7 @@ _ENV.filters["format"] = _format
 _ENV.filters["indent"] = _indent
 _ENV.globals["raise_exception"] = _raise_exception
 _ENV.globals["strftime_now"] = _strftime_now
+_ENV.globals["lipsum"] = _lipsum
 
 
 @functools.lru_cache(maxsize=64)
@@ -279,9 +312,11 @@ class ChatTemplate:
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
         documents: list[dict] | None = None,
+        max_chars: int | None = None,
         **kwargs: Any,
     ) -> str:
-        """Render the prompt; extra kwargs (chat_template_kwargs) become template variables."""
+        """Render the prompt; extra kwargs (chat_template_kwargs) become template
+        variables. A prompt growing past `max_chars` stops with a TemplateError."""
         final_text = None
         if continue_final_message:
             if add_generation_prompt:
@@ -298,7 +333,7 @@ class ChatTemplate:
         variables["add_generation_prompt"] = add_generation_prompt
 
         try:
-            rendered = self._template.render(variables)
+            rendered = self._render(variables, max_chars)
         except TemplateError:
             raise
         except Exception as e:  # untrusted code: any failure is the request's 400
@@ -307,6 +342,21 @@ class ChatTemplate:
         if final_text is not None:
             rendered = _cut_after(rendered, final_text)
         return rendered
+
+    def _render(self, variables: dict[str, Any], max_chars: int | None) -> str:
+        if max_chars is None:
+            return self._template.render(variables)
+        parts = []
+        size = 0
+        for part in self._template.generate(variables):
+            size += len(part)
+            if size > max_chars:
+                raise TemplateError(
+                    f"the rendered prompt is over {max_chars} characters, more than the "
+                    "model's context can hold"
+                )
+            parts.append(part)
+        return "".join(parts)
 
 
 def _prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

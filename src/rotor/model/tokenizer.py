@@ -6,10 +6,14 @@ decode_stream, token_to_id) and not on the Rust binding's spelling.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import tokenizers
 from tokenizers.decoders import DecodeStream
+
+# Texts longer than this are encoded with the GIL released.
+_LONG_TEXT = 4096
 
 
 class IncrementalDecoder:
@@ -54,8 +58,19 @@ class Tokenizer:
         return self.raw.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        """Token ids of `text`; special tokens written literally become their ids."""
+        """Token ids of `text`; special tokens written literally become their ids.
+        Long texts go through `encode_batch`, which releases the GIL while it
+        works (`encode` holds it, stalling every other thread, the event loop's too)."""
+        if len(text) > _LONG_TEXT:
+            return self.raw.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
         return self.raw.encode(text, add_special_tokens=add_special_tokens).ids
+
+    @functools.cached_property
+    def max_token_chars(self) -> int:
+        """The longest token's text, in characters (at least 1): no token covers
+        more of a prompt than this."""
+        vocab = self.raw.get_vocab(with_added_tokens=True)
+        return max((len(t) for t in vocab), default=1) or 1
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self.raw.decode(ids, skip_special_tokens=skip_special_tokens)

@@ -103,13 +103,17 @@ async def run_all(
             await stream.aclose()  # type: ignore[attr-defined]
         return
     queue: asyncio.Queue[ChoiceEvent | None] = asyncio.Queue()
+    # Events taken from the choices but not yet read: bounded, so a slow
+    # reader stops the choices (and their engine requests) instead of piling up.
+    window = asyncio.Semaphore(2 * len(streams))
 
     async def pump(stream: AsyncIterator[ChoiceEvent]) -> None:
         try:
             async for event in stream:
-                await queue.put(event)
+                queue.put_nowait(event)
+                await window.acquire()
         finally:
-            await queue.put(None)
+            queue.put_nowait(None)
 
     tasks = [asyncio.create_task(pump(s)) for s in streams]
     try:
@@ -119,6 +123,7 @@ async def run_all(
             if item is None:
                 remaining -= 1
                 continue
+            window.release()
             yield item
         for t in tasks:
             t.result()

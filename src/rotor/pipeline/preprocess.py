@@ -18,6 +18,7 @@ from typing import Any
 
 from rotor.model.served import ServedModel
 from rotor.model.tokenizer import Tokenizer
+from rotor.pipeline.bounds import check_prompt_size
 from rotor.pipeline.choice import ChoicePipeline
 from rotor.pipeline.decode import ChoiceDecoder
 from rotor.pipeline.errors import RequestError
@@ -35,6 +36,9 @@ from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 
 # Prompts longer than this are prepared off the event loop.
 LONG_PROMPT_CHARS = 4096
+# The most choices one request may fan out to (prompts × n): each is an engine
+# request and a pipeline of its own. OpenAI's own ceiling for `n`.
+MAX_CHOICES = 128
 
 
 @dataclass
@@ -58,6 +62,9 @@ def new_request_id() -> str:
 
 def prepare_chat(model: ServedModel, req: ChatCompletionRequest, request_id: str) -> Prepared:
     card, tok = model.card, model.tokenizer
+    check_prompt_size(
+        model, "conversation (messages and tools)", "messages", req.messages, req.tools
+    )
     tools = Tools.from_openai(req.tools)
     choice = check_tool_choice(req.tool_choice, tools)
     family = tool_parser(model.tool_parser) if model.tool_parser else None
@@ -148,10 +155,17 @@ def prepare_completion(
 ) -> list[Prepared]:
     """One Prepared per prompt; choice indices continue across prompts."""
     card, tok = model.card, model.tokenizer
+    prompts = req.prompts()
+    if len(prompts) * req.n > MAX_CHOICES:
+        raise RequestError(
+            f"the request asks for {len(prompts)} prompt(s) × n={req.n} = "
+            f"{len(prompts) * req.n} choices; at most {MAX_CHOICES} choices are allowed per request",
+            "n" if req.n > 1 else "prompt",
+        )
     guided = request_guided(req)
     skip_special = True if req.skip_special_tokens is None else req.skip_special_tokens
     prepared = []
-    for p_index, prompt in enumerate(req.prompts()):
+    for p_index, prompt in enumerate(prompts):
         annotations: dict[str, Any] = {}
         if isinstance(prompt, str):
             if tok is None:
@@ -159,6 +173,7 @@ def prepare_completion(
                 token_ids: list[int] = []
                 prompt_tokens = len(prompt)
             else:
+                check_prompt_size(model, "prompt", "prompt", prompt)
                 token_ids = tok.encode(prompt, add_special_tokens=True)
                 prompt_tokens = len(token_ids)
         else:

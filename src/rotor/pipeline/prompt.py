@@ -6,6 +6,7 @@ from typing import Any
 
 from rotor.model.served import ServedModel
 from rotor.model.template import RESERVED, TemplateError
+from rotor.pipeline.bounds import prompt_char_limit
 from rotor.pipeline.errors import RequestError
 from rotor.protocol.openai import ChatCompletionRequest
 
@@ -27,6 +28,7 @@ def render_chat(model: ServedModel, req: ChatCompletionRequest, tools_active: bo
             tools=req.tools if tools_active else None,
             add_generation_prompt=req.add_generation_prompt and not req.continue_final_message,
             continue_final_message=req.continue_final_message,
+            max_chars=prompt_char_limit(model),
             **kwargs,
         )
     except TemplateError as e:

@@ -150,7 +150,7 @@ class ChatCompletionRequest(SamplingFields):
             raise ValueError("messages must not be empty")
         for i, m in enumerate(v):
             role = m.get("role")
-            if role not in ROLES:
+            if not isinstance(role, str) or role not in ROLES:
                 raise ValueError(f"messages[{i}].role {role!r} is not one of {sorted(ROLES)}")
             content = m.get("content")
             if content is not None and not isinstance(content, (str, list)):

@@ -39,19 +39,32 @@ class _Closed:
     index: int
 
 
+# Tokens a request's consumer may leave unread before its sequences stop
+# being computed (backpressure: a slow reader holds a bounded backlog).
+OUTBOX_WINDOW = 256
+
+
 class _Outbox:
     """A request's outputs, read in batches: when the consumer falls behind, what
     piled up is handed over at once (and merged per choice), so a loaded server
-    writes one chunk per batch of tokens instead of one per token."""
+    writes one chunk per batch of tokens instead of one per token. `tokens`
+    unread past OUTBOX_WINDOW make the engine hold the request (`full`)."""
 
-    __slots__ = ("_items", "_ready")
+    __slots__ = ("_items", "_ready", "tokens")
 
     def __init__(self) -> None:
         self._items: collections.deque[EngineOutput | _Closed] = collections.deque()
         self._ready = asyncio.Event()
+        self.tokens = 0
+
+    @property
+    def full(self) -> bool:
+        return self.tokens >= OUTBOX_WINDOW
 
     def put_nowait(self, item: EngineOutput | _Closed) -> None:
         self._items.append(item)
+        if isinstance(item, EngineOutput):
+            self.tokens += len(item.token_ids)
         self._ready.set()
 
     async def get_all(self) -> list[EngineOutput | _Closed]:
@@ -60,6 +73,7 @@ class _Outbox:
             await self._ready.wait()
         items = list(self._items)
         self._items.clear()
+        self.tokens = 0
         return items
 
 
@@ -169,7 +183,11 @@ class MockerEngine:
         done: set[int] = set()
         try:
             while len(done) < request.n:
-                for item in _merge(await req.queue.get_all()):
+                items = await req.queue.get_all()
+                if rid in self.scheduler.held:  # read again: compute it again
+                    self.scheduler.held.discard(rid)
+                    self._wake.set()
+                for item in _merge(items):
                     if isinstance(item, _Closed):
                         done.add(item.index)
                         continue
@@ -182,6 +200,7 @@ class MockerEngine:
             if len(done) < request.n:
                 self.abort(rid)
             self._requests.pop(rid, None)
+            self.scheduler.held.discard(rid)
 
     def abort(self, request_id: str, index: int | None = None) -> None:
         """Stop one choice (or all): its blocks are freed now and the consumer
@@ -334,6 +353,8 @@ class MockerEngine:
             if first:
                 out.cached_tokens = req.cached_tokens
             req.queue.put_nowait(out)
+            if req.queue.full:
+                self.scheduler.held.add(seq.request_id)
         if out.finish is not None or closed:
             self.scheduler.finish(seq)
         if closed:

@@ -9,6 +9,9 @@ over several steps. When a running sequence cannot get a block, the youngest
 running sequence is preempted by recompute: its blocks are freed and it goes
 back to the head of the waiting queue, to be prefilled again (prompt and
 output so far) when there is room.
+
+A request whose consumer lags (its outputs not read, `held`) is skipped: it
+keeps its blocks but computes nothing until it is read again.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order: the last is the youngest
         self.preemptions = 0
+        self.held: set[str] = set()  # request ids whose consumer lags
 
     def pending_prefill_tokens(self) -> int:
         """Prompt tokens admitted or queued and not computed yet (the router's
@@ -45,7 +49,10 @@ class Scheduler:
         return pending + sum(s.num_pending for s in self.running if not s.prefilled)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        if self.waiting:
+            return True
+        held = self.held
+        return any(seq.request_id not in held for seq in self.running)
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -57,6 +64,9 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
+            if seq.request_id in self.held:
+                i += 1
+                continue
             n = min(seq.num_pending, budget)
             if not self._reserve(seq, n):
                 break  # seq preempted itself: it was the youngest, nothing follows it

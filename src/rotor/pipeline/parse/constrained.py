@@ -8,10 +8,9 @@ constraint (an engine that could not enforce it) gets its text back as content.
 
 from __future__ import annotations
 
-import json
-
 from rotor.pipeline.parse.base import Content, Piece, ToolCall, ToolParser, Tools
 from rotor.pipeline.parse.jsonutil import calls_from_json, dumps_args
+from rotor.pipeline.parse.jsonutil import loads as json_loads
 
 
 class _BufferedParser(ToolParser):
@@ -46,7 +45,7 @@ class NamedToolParser(_BufferedParser):
 
     def read(self, text: str) -> list[ToolCall] | None:
         try:
-            args = json.loads(text)
+            args = json_loads(text)
         except ValueError:
             return None
         return [ToolCall(self.tool, dumps_args(args))] if isinstance(args, dict) else None

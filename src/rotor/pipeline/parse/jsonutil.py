@@ -10,6 +10,43 @@ from rotor.pipeline.parse.base import ToolCall, skip_space
 
 _CLOSER = {"[": "]", "{": "}"}
 
+# Deeper JSON than this in model output is not a tool call's arguments: it is
+# refused as malformed (released as content), never parsed recursively into a
+# RecursionError that would lose the output.
+MAX_DEPTH = 256
+
+
+def loads(text: str, **kwargs: Any) -> Any:
+    """json.loads, with too deep a value a ValueError like any other malformed JSON."""
+    if text.count("[") + text.count("{") > MAX_DEPTH and nesting_depth(text) > MAX_DEPTH:
+        raise ValueError(f"JSON nested deeper than {MAX_DEPTH} levels")
+    try:
+        return json.loads(text, **kwargs)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def nesting_depth(text: str) -> int:
+    """The deepest bracket nesting outside strings, in one pass, without recursion."""
+    depth = deepest = 0
+    in_str = esc = False
+    for c in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
 
 def dumps_args(args: Any) -> str:
     """The `arguments` string of an OpenAI tool call."""
@@ -101,7 +138,7 @@ def args_object(text: str) -> str | None:
     if not text:
         return "{}"
     try:
-        value = json.loads(text)
+        value = loads(text)
     except ValueError:
         return None
     return dumps_args(value) if isinstance(value, dict) else None
@@ -128,7 +165,7 @@ def call_from_obj(obj: Any) -> ToolCall | None:
 def calls_from_json(text: str) -> list[ToolCall] | None:
     """A JSON object or a list of objects, each one call; None when malformed."""
     try:
-        data = json.loads(text)
+        data = loads(text)
     except ValueError:
         return None
     items = data if isinstance(data, list) else [data]
@@ -192,7 +229,7 @@ def typed_value(text: str, schema: dict[str, Any] | None) -> Any:
                 return None
             continue
         try:
-            value = json.loads(candidate, parse_constant=_reject_constant)
+            value = loads(candidate, parse_constant=_reject_constant)
         except ValueError:
             continue
         if t == "integer" and isinstance(value, int) and not isinstance(value, bool):
@@ -262,7 +299,7 @@ def loose_typed_value(text: str, schema: dict[str, Any] | None) -> Any:
         if kind is None:
             continue
         try:
-            value = json.loads(candidate, parse_constant=_reject_constant)
+            value = loads(candidate, parse_constant=_reject_constant)
         except ValueError:
             continue
         if isinstance(value, bool):

@@ -15,12 +15,12 @@ tool's schema or kept as text. The families differ only in the section name.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rotor.pipeline.parse.base import ToolCall, plain_name
 from rotor.pipeline.parse.families._xml import attr_name, elements
 from rotor.pipeline.parse.jsonutil import dumps_args, typed_value
+from rotor.pipeline.parse.jsonutil import loads as json_loads
 from rotor.pipeline.parse.marker import MarkerToolParser
 
 INVOKE, INVOKE_END = "<｜DSML｜invoke", "</｜DSML｜invoke>"
@@ -53,7 +53,7 @@ class DsmlParser(MarkerToolParser):
 
     def _json(self, tool: str, key: str, value: str) -> Any:
         try:
-            return json.loads(value)
+            return json_loads(value)
         except ValueError:
             return typed_value(value, self.tools.param_schema(tool, key))
 

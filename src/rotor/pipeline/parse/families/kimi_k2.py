@@ -17,12 +17,12 @@ calls are kept, and so are the complete calls of a section cut off mid-way.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rotor.pipeline.parse.base import ToolCall, Tools, plain_name
 from rotor.pipeline.parse.families._json_section import BlockSectionParser
 from rotor.pipeline.parse.jsonutil import args_object
+from rotor.pipeline.parse.jsonutil import loads as json_loads
 
 ARGS = "<|tool_call_argument_begin|>"
 PREFIX = "functions."
@@ -45,7 +45,7 @@ class KimiK2Parser(BlockSectionParser):
         args = args_object(payload) if sep else None
         if call_id is None or args is None:
             return None
-        name = _name_in_id(call_id, self.tools) or _fitting_tool(self.tools, json.loads(args))
+        name = _name_in_id(call_id, self.tools) or _fitting_tool(self.tools, json_loads(args))
         if name is None:
             return None
         return ToolCall(name=name, arguments=args, id=call_id)

@@ -9,11 +9,10 @@ opens a call anywhere. Each call is sent as soon as its object closes."""
 
 from __future__ import annotations
 
-import json
-
 from rotor.pipeline.parse.base import ToolCall, Tools, skip_space
 from rotor.pipeline.parse.families._leading import LeadingParser
 from rotor.pipeline.parse.jsonutil import JsonValueEnd, call_from_obj
+from rotor.pipeline.parse.jsonutil import loads as json_loads
 
 
 class Llama3JsonParser(LeadingParser):
@@ -40,7 +39,7 @@ class Llama3JsonParser(LeadingParser):
 
     def parse_section(self, body: str) -> list[ToolCall] | None:
         try:
-            call = call_from_obj(json.loads(body))
+            call = call_from_obj(json_loads(body))
         except ValueError:
             return None
         return [call] if call else None

@@ -12,13 +12,13 @@ A call id written by the model is kept (Mistral's template expects it back)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from rotor.pipeline.parse.base import ToolCall, Tools, skip_space
 from rotor.pipeline.parse.families._json_section import JsonValueSectionParser
 from rotor.pipeline.parse.jsonutil import call_from_obj
+from rotor.pipeline.parse.jsonutil import loads as json_loads
 
 ARGS = "[ARGS]"
 CALL_ID = "[CALL_ID]"
@@ -62,7 +62,7 @@ class MistralParser(JsonValueSectionParser):
         if not isinstance(head, _Head):
             return None
         try:
-            value = json.loads(body[head.value_at :])
+            value = json_loads(body[head.value_at :])
         except ValueError:
             return None
         if head.name is None:

@@ -437,7 +437,7 @@ def test_models_answer_in_anthropics_shape(client: anthropic.Anthropic, server: 
 
 
 def test_request_id_and_metrics(client: anthropic.Anthropic, server: Server) -> None:
-    labels = f'endpoint="messages",model="{MODEL}",status="200",stream="True"'
+    labels = f'endpoint="messages",model="{MODEL}",status="200",stream="true"'
     plain = f'endpoint="messages",model="{MODEL}",status="200",stream="False"'
     before = server.metric("rotor_requests_total", labels)
     plain_before = server.metric("rotor_requests_total", plain)
@@ -497,7 +497,7 @@ def test_client_disconnect_aborts_the_engine_work(slow_server: Server) -> None:
         for line in r.iter_lines():
             if "content_block_delta" in line:
                 break
-    cancelled = f'endpoint="messages",model="{MODEL}",status="cancelled",stream="True"'
+    cancelled = f'endpoint="messages",model="{MODEL}",status="cancelled",stream="true"'
     # The disconnect counter is the last thing the server records: once it
     # moved, everything else about the request has been recorded too.
     deadline = time.monotonic() + 5

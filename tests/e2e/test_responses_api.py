@@ -435,7 +435,7 @@ def test_api_key_is_checked() -> None:
 
 
 def test_request_id_and_metrics(client: openai.OpenAI, server: Server) -> None:
-    labels = f'endpoint="responses",model="{MODEL}",status="200",stream="True"'
+    labels = f'endpoint="responses",model="{MODEL}",status="200",stream="true"'
     plain = f'endpoint="responses",model="{MODEL}",status="200",stream="False"'
     before = server.metric("rotor_requests_total", labels)
     plain_before = server.metric("rotor_requests_total", plain)

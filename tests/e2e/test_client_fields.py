@@ -265,3 +265,19 @@ def test_required_tool_choice_gets_a_call(client: openai.OpenAI) -> None:
     calls = resp.choices[0].message.tool_calls
     assert calls and all(c.function.name == "get_weather" for c in calls)
     assert resp.choices[0].finish_reason == "tool_calls"
+
+
+def test_logprob_bytes_are_each_tokens_own(client: openai.OpenAI, server: Server) -> None:
+    text = "naïve 東京 ☕"
+    ids = server.tokenize(text)
+    assert len(ids) > len(text.split())  # some tokens hold part of a character
+    resp = client.chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        logprobs=True,
+        top_logprobs=2,
+        extra_body={"mock": {"output": text, "end": "stop"}},
+    )
+    entries = resp.choices[0].logprobs.content
+    assert b"".join(bytes(e.bytes) for e in entries) == text.encode()
+    assert all(bytes(e.bytes) != "\ufffd".encode() for e in entries)

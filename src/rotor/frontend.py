@@ -132,6 +132,7 @@ class Response:
     usage: Usage
     prepared: list[Prepared]
     token_text: Callable[[int], str] | None
+    token_bytes: Callable[[int], bytes] | None = None  # a token's real bytes, for logprobs
     events: AsyncGenerator[ChoiceEvent, None] = field(init=False)
     headers: dict[str, str] = field(default_factory=dict)  # where it was routed
 
@@ -189,7 +190,10 @@ class Frontend:
         )
         n = sum(len(p.choices) for p in prepared)
         token_text = model.token_text if logprobs and model.tokenizer is not None else None
-        resp = Response(response_id, model.name, int(time.time()), n, Usage(), prepared, token_text)
+        token_bytes = model.tokenizer.token_bytes if token_text is not None else None
+        resp = Response(
+            response_id, model.name, int(time.time()), n, Usage(), prepared, token_text, token_bytes
+        )
         resp.events = await _primed(_checked(run_all(entry.engine, prepared, resp.usage)))
         resp.headers = entry.routed(prepared[0].requests[0].request_id)
         return resp

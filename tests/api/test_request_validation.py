@@ -74,7 +74,7 @@ async def test_token_routes_still_refuse_what_is_not_a_json_object(
         ("/v1/chat/completions", {"guided_json": {}, "guided_regex": "a+"}, "guided_json"),
         ("/v1/chat/completions", {"guided_regex": "a+", "guided_choice": ["a"]}, "guided_json"),
         ("/v1/completions", {"stream_options": {"include_usage": True}}, "stream_options"),
-        ("/v1/completions", {"echo": True}, "echo"),
+        ("/v1/completions", {"echo": True, "logprobs": 1}, "echo"),
         ("/v1/completions", {"suffix": "end"}, "suffix"),
         ("/v1/completions", {"best_of": 2}, "best_of"),
     ],

@@ -150,5 +150,5 @@ async def test_observed_counts_a_raising_stream_as_a_500_not_cancelled() -> None
     with pytest.raises(RuntimeError):
         async for _ in stream:
             pass
-    assert metrics.requests.labels("m", "chat", "True", "500")._value.get() == 1
-    assert metrics.requests.labels("m", "chat", "True", "cancelled")._value.get() == 0
+    assert metrics.requests.labels("m", "chat", "true", "500")._value.get() == 1
+    assert metrics.requests.labels("m", "chat", "true", "cancelled")._value.get() == 0

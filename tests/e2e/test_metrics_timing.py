@@ -48,3 +48,18 @@ def test_an_unknown_model_is_labelled_unknown(server: Server) -> None:
     assert name not in text
     assert server.metric("rotor_requests_total", 'model="unknown"') == 1
     assert server.metric("rotor_requests_total", 'status="404"') == 1
+
+
+def test_non_streaming_requests_time_their_first_token_too(server: Server) -> None:
+    before = server.metric("rotor_time_to_first_token_seconds_count")
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    r = httpx.post(server.v1 + "/chat/completions", json=body, timeout=10)
+    assert r.status_code == 200
+    assert server.metric("rotor_time_to_first_token_seconds_count") == before + 1
+
+
+def test_label_values_are_lowercase(server: Server) -> None:
+    body = {"messages": [{"role": "user", "content": "x"}], "stream": True}
+    assert httpx.post(server.v1 + "/chat/completions", json=body, timeout=10).status_code == 200
+    assert server.metric("rotor_requests_total", 'stream="true"') >= 1
+    assert server.metric("rotor_requests_total", 'stream="True"') == 0

@@ -54,6 +54,8 @@ sampling = st.builds(
     frequency_penalty=number,
     repetition_penalty=number,
     guided=st.none() | json_map,
+    logit_bias=st.none()
+    | st.dictionaries(st.integers(0, 2**32 - 1), st.floats(-100, 100), max_size=4),
 )
 stop = st.builds(
     StopParams,
@@ -335,6 +337,9 @@ REQUEST = {"request_id": "r", "model": "m", "token_ids": [1]}
         (msgpack.packb({**REQUEST, "sampling": []}), "request.sampling"),
         (msgpack.packb({**REQUEST, "sampling": {"temperature": "hot"}}), "temperature"),
         (msgpack.packb({**REQUEST, "sampling": {"guided": "json"}}), "guided"),
+        (msgpack.packb({**REQUEST, "sampling": {"logit_bias": {"1": 2}}}), "logit_bias"),
+        (msgpack.packb({**REQUEST, "sampling": {"logit_bias": [[1, "x"]]}}), "logit_bias"),
+        (msgpack.packb({**REQUEST, "sampling": {"logit_bias": [[-1, 2]]}}), "logit_bias"),
         (msgpack.packb({**REQUEST, "stop": {"ignore_eos": 1}}), "ignore_eos"),
         (msgpack.packb({**REQUEST, "annotations": [1]}), "annotations"),
     ],

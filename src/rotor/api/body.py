@@ -31,7 +31,15 @@ def request_id(request: Request) -> str:
 
 
 async def read_json(request: Request, limit: int) -> dict[str, Any]:
-    """The JSON object body: 413 over `limit` bytes, 400 when it is not a JSON object."""
+    """The JSON object body: 413 over `limit` bytes, 400 when it is not a JSON
+    object or is declared as something else (`text/plain`, a form): like
+    OpenAI, a body is read as JSON only when it says so, or says nothing."""
+    kind = request.headers.get("content-type")
+    if kind is not None and not is_json_type(kind):
+        raise APIError(
+            400,
+            f"the request body must be JSON (Content-Type: application/json), got {kind!r}",
+        )
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise APIError(413, f"request body of {length} bytes is over the limit of {limit}")
@@ -49,6 +57,14 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise APIError(400, "the request body must be a JSON object")
     return data
+
+
+def is_json_type(content_type: str) -> bool:
+    """`application/json` or any `application/*+json`, parameters ignored."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
 
 
 def validated(model: type[M], data: dict[str, Any]) -> M:

@@ -1,6 +1,7 @@
 """A response's metrics around its event stream: in flight, time to first
 token and inter-token latency (timed when an event brings generated pieces:
-the moment a token reached the frontend), outcome, tokens, duration."""
+the moment a token reached the frontend, streaming or not), outcome, tokens,
+duration. Label values are lowercase (`stream="true"`), as Prometheus users expect."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ async def observed(
     status = "200"
     try:
         async for event in resp.events:
-            if stream and event.pieces:
+            if event.pieces:
                 now = perf()
                 if last:
                     itl.observe(now - last)
@@ -40,7 +41,7 @@ async def observed(
     finally:
         await resp.events.aclose()
         metrics.in_flight.labels(model).dec()
-        metrics.requests.labels(model, endpoint, str(stream), status).inc()
+        metrics.requests.labels(model, endpoint, "true" if stream else "false", status).inc()
         metrics.prompt_tokens.labels(model).inc(resp.prompt_tokens)
         metrics.completion_tokens.labels(model).inc(resp.completion_tokens())
         metrics.duration.labels(model).observe(perf() - t0)

@@ -64,7 +64,9 @@ def register_tokens(app: FastAPI, frontend: Frontend, body_limit: int) -> None:
         data = await read_json(request, body_limit)
         tok = _tokenizer(_resolve(frontend, data.get("model")))
         ids = data.get("tokens")
-        if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+        if not isinstance(ids, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in ids
+        ):
             raise APIError(400, "'tokens' must be a list of token ids", "tokens")
         vocab = tok.vocab_size
         if any(t < 0 or t >= vocab for t in ids):

@@ -42,6 +42,20 @@ class IncrementalDecoder:
         return self._stream.step(self._tok, token_id) or ""
 
 
+@functools.lru_cache(maxsize=1)
+def _unicode_to_byte() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, inverted: printable bytes stand for
+    themselves, the other 68 are shifted to U+0100 and up, in byte order."""
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    table = {chr(b): b for b in printable}
+    shift = 0
+    for b in range(256):
+        if b not in table.values():
+            table[chr(256 + shift)] = b
+            shift += 1
+    return table
+
+
 class Tokenizer:
     def __init__(self, tok: tokenizers.Tokenizer) -> None:
         self.raw = tok
@@ -89,6 +103,21 @@ class Tokenizer:
         for text in texts:
             found.update(i for i in self.encode(text) if i in self.special_ids)
         return frozenset(found)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes one token stands for, even when they are part of a UTF-8
+        character (its own decode is then U+FFFD): byte-level BPE tokens map
+        back through the byte alphabet, SentencePiece byte tokens are <0xXX>."""
+        text = self.raw.decode([token_id], skip_special_tokens=False)
+        if "\ufffd" not in text:
+            return text.encode()
+        piece = self.raw.id_to_token(token_id) or ""
+        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            return bytes([int(piece[3:5], 16)])
+        table = _unicode_to_byte()
+        if piece and all(c in table for c in piece):
+            return bytes(table[c] for c in piece)
+        return text.encode()
 
     def token_to_id(self, token: str) -> int | None:
         return self.raw.token_to_id(token)

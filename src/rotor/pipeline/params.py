@@ -42,6 +42,10 @@ def engine_params(
             f"({prompt_tokens + max_tokens} in all)",
             "max_tokens",
         )
+    bias = req.bias_map()
+    vocab = model.tokenizer.vocab_size if model.tokenizer is not None else None
+    if bias and vocab is not None and any(t >= vocab for t in bias):
+        raise RequestError(f"logit_bias has token ids outside [0, {vocab})", "logit_bias")
     if req.min_tokens > max_tokens:
         raise RequestError(
             f"min_tokens ({req.min_tokens}) must not exceed max_tokens ({max_tokens})", "min_tokens"
@@ -56,6 +60,7 @@ def engine_params(
         frequency_penalty=req.frequency_penalty,
         repetition_penalty=_pick(req.repetition_penalty, defaults.get("repetition_penalty"), 1.0),
         guided=guided,
+        logit_bias=bias,
     )
     stop = StopParams(
         max_tokens=max_tokens,

@@ -5,14 +5,33 @@ from __future__ import annotations
 from typing import Any
 
 from rotor.model.served import ServedModel
-from rotor.model.template import RESERVED, TemplateError
+from rotor.model.template import RESERVED, ChatTemplate, TemplateError
 from rotor.pipeline.bounds import prompt_char_limit
 from rotor.pipeline.errors import RequestError
 from rotor.protocol.openai import ChatCompletionRequest
 
 
+def request_template(model: ServedModel, source: str) -> ChatTemplate:
+    """A request's own `chat_template`, in the same sandbox as the model's and
+    with its special tokens (compiled once per distinct source)."""
+    card = model.card
+    try:
+        return ChatTemplate(
+            source,
+            bos_token=card.bos_token,
+            eos_token=card.eos_token,
+            unk_token=card.unk_token,
+            pad_token=card.pad_token,
+        )
+    except TemplateError as e:
+        raise RequestError(str(e), "chat_template") from None
+
+
 def render_chat(model: ServedModel, req: ChatCompletionRequest, tools_active: bool) -> str:
-    template = model.template(with_tools=bool(req.tools) and tools_active)
+    if req.chat_template is not None:
+        template: ChatTemplate | None = request_template(model, req.chat_template)
+    else:
+        template = model.template(with_tools=bool(req.tools) and tools_active)
     if template is None:
         raise RequestError(f"model {model.card.name!r} has no chat template", "messages")
     kwargs = {
@@ -29,10 +48,11 @@ def render_chat(model: ServedModel, req: ChatCompletionRequest, tools_active: bo
             add_generation_prompt=req.add_generation_prompt and not req.continue_final_message,
             continue_final_message=req.continue_final_message,
             max_chars=prompt_char_limit(model),
+            documents=req.documents,
             **kwargs,
         )
     except TemplateError as e:
-        raise RequestError(str(e), "messages") from None
+        raise RequestError(str(e), "chat_template" if req.chat_template else "messages") from None
 
 
 def last_user_text(messages: list[dict[str, Any]]) -> str:

@@ -12,11 +12,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rotor.protocol.mock import MockField
-from rotor.protocol.openai import stop_list
+from rotor.protocol.openai import check_schema, stop_list
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 # -- content blocks --------------------------------------------------------------------
@@ -91,6 +91,11 @@ class Tool(_Strict):
     description: str | None = None
     type: Literal["custom"] | None = None
     cache_control: dict[str, Any] | None = None
+
+    @field_validator("input_schema")
+    @classmethod
+    def _schema(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return check_schema(v, "input_schema")
 
 
 class ToolChoice(_Strict):

@@ -161,6 +161,23 @@ def _as_map(obj: Any, names: tuple[str, ...]) -> dict[str, Any]:
 
 # -- EngineRequest -----------------------------------------------------------
 
+
+def _bias_map(value: Any, name: str) -> dict[int, float]:
+    """logit_bias travels as [[token id, bias], ...] (msgpack map keys are strings)."""
+    if type(value) is not list:
+        raise _wrong(name, "a list of [token id, bias] pairs", value)
+    out: dict[int, float] = {}
+    for pair in value:
+        if type(pair) not in (list, tuple) or len(pair) != 2:
+            raise CodecError(f"{name}: expected a list of [token id, bias] pairs")
+        out[_token_ids([pair[0]], name)[0]] = _float(pair[1], name)
+    return out
+
+
+def _bias_pairs(bias: dict[int, float] | None) -> list[list[Any]] | None:
+    return None if bias is None else [[t, b] for t, b in bias.items()]
+
+
 _SAMPLING: dict[str, Check] = {
     "temperature": _float,
     "top_p": _float,
@@ -171,6 +188,7 @@ _SAMPLING: dict[str, Check] = {
     "frequency_penalty": _float,
     "repetition_penalty": _float,
     "guided": _optional(_map),
+    "logit_bias": _optional(_bias_map),
 }
 _STOP: dict[str, Check] = {
     "max_tokens": _int,
@@ -205,7 +223,10 @@ def encode_request(request: EngineRequest) -> bytes:
             "request_id": request.request_id,
             "model": request.model,
             "token_ids": request.token_ids,
-            "sampling": _as_map(request.sampling, _SAMPLING_NAMES),
+            "sampling": {
+                **_as_map(request.sampling, _SAMPLING_NAMES),
+                "logit_bias": _bias_pairs(request.sampling.logit_bias),
+            },
             "stop": _as_map(request.stop, _STOP_NAMES),
             "output": _as_map(request.output, _OUTPUT_PARAMS_NAMES),
             "n": request.n,

@@ -50,6 +50,9 @@ class SamplingParams:
     # A decoding constraint: {"type": "json_schema" | "regex" | "choice" |
     # "structural_tag", ...}. None = unconstrained.
     guided: dict[str, Any] | None = None
+    # OpenAI's logit_bias: token id -> bias added to its logit (-100 bans it,
+    # +100 all but forces it). None = no bias.
+    logit_bias: dict[int, float] | None = None
 
 
 @dataclass(slots=True)

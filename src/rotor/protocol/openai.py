@@ -9,17 +9,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from rotor.protocol import ignored
 from rotor.protocol.mock import MockField
 
 MAX_N = 16
@@ -39,6 +44,58 @@ def stop_list(value: str | list[str] | None, noun: str = "stop strings") -> list
     return stops
 
 
+_JSON_TYPES = frozenset({"null", "boolean", "object", "array", "number", "string", "integer"})
+
+
+def _loose_types_named(node: Any) -> Any:
+    """`node` with every `type` name that JSON Schema does not know (`int`,
+    `float`, `dict`: real Qwen tool schemas write them, and the families type
+    them by prefix) read as "string", for the meta-schema check only."""
+    if isinstance(node, list):
+        return [_loose_types_named(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _loose_types_named(v) for k, v in node.items()}
+    kind = node.get("type")
+    if isinstance(kind, str) and kind not in _JSON_TYPES:
+        out["type"] = "string"
+    elif isinstance(kind, list) and all(isinstance(k, str) for k in kind):
+        out["type"] = sorted({k if k in _JSON_TYPES else "string" for k in kind})
+    return out
+
+
+def check_schema(schema: Any, where: str) -> dict[str, Any]:
+    """`schema` when it is a valid JSON Schema object (draft 2020-12, which
+    accepts the earlier drafts' common keywords; a `type` may be any type
+    name, see `_loose_types_named`); ValueError naming `where` and the fault
+    otherwise, so a broken tool schema is the client's 400 rather than a
+    constraint an engine cannot build."""
+    if not isinstance(schema, dict):
+        raise ValueError(f"{where} must be a JSON schema object, got {type(schema).__name__}")
+    try:
+        Draft202012Validator.check_schema(_loose_types_named(schema))
+    except SchemaError as e:
+        path = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in e.path)
+        raise ValueError(f"{where}{path} is not valid JSON Schema: {e.message}") from None
+    return schema
+
+
+def check_tools(
+    tools: list[dict[str, Any]] | None, field: str = "tools"
+) -> list[dict[str, Any]] | None:
+    """Function tools, each with a name and a valid parameters schema (ValueError naming it)."""
+    for i, t in enumerate(tools or []):
+        fn = t.get("function")
+        if t.get("type", "function") != "function" or not isinstance(fn, dict):
+            raise ValueError(f"{field}[{i}] must be {{'type': 'function', 'function': {{...}}}}")
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise ValueError(f"{field}[{i}].function.name is required")
+        parameters = fn.get("parameters")
+        if parameters is not None:
+            check_schema(parameters, f"{field}[{i}].function.parameters")
+    return tools
+
+
 def field_error(field: str, message: str, value: Any) -> ValidationError:
     """A validation error located at `field`, for a check that spans fields:
     its 400 names `field` as `param`."""
@@ -49,15 +106,28 @@ def field_error(field: str, message: str, value: Any) -> ValidationError:
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     include_usage: bool = False
     continuous_usage_stats: bool = False
 
 
-class SamplingFields(BaseModel):
-    """Fields shared by chat and completions (OpenAI + vLLM extensions)."""
+def _ignored_fields(name: str, names: dict[str, str]) -> type[BaseModel]:
+    """A base declaring `names` as optional fields of any value: accepted, never used."""
+    fields: dict[str, Any] = {n: (Any, None) for n in names}
+    return create_model(name, __base__=BaseModel, **fields)
 
-    model_config = ConfigDict(extra="forbid")
+
+_CommonIgnored = _ignored_fields("_CommonIgnored", ignored.COMMON)
+_ChatIgnored = _ignored_fields("_ChatIgnored", ignored.CHAT)
+
+LOGIT_BIAS_LIMIT = 100.0
+
+
+class SamplingFields(_CommonIgnored):
+    """Fields shared by chat and completions (OpenAI + vLLM extensions); the
+    accepted-and-ignored ones come from protocol/ignored.py."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=1)
@@ -71,6 +141,7 @@ class SamplingFields(BaseModel):
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     user: str | None = None
+    logit_bias: dict[str, float] | None = None
     # vLLM-style extensions
     ignore_eos: bool = False
     min_tokens: int = Field(default=0, ge=0)
@@ -91,11 +162,40 @@ class SamplingFields(BaseModel):
     def _stop(cls, v: str | list[str] | None) -> list[str] | None:
         return stop_list(v)
 
+    @field_validator("logit_bias")
+    @classmethod
+    def _logit_bias(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        for key, bias in (v or {}).items():
+            if not key.isdigit():
+                raise ValueError(f"keys must be token ids as strings, got {key!r}")
+            if not -LOGIT_BIAS_LIMIT <= bias <= LOGIT_BIAS_LIMIT:
+                raise ValueError(f"bias of token {key} must be in [-100, 100], got {bias}")
+        return v
+
+    def bias_map(self) -> dict[int, float] | None:
+        """`logit_bias` as the engine takes it: token id -> bias."""
+        if not self.logit_bias:
+            return None
+        return {int(k): float(b) for k, b in self.logit_bias.items()}
+
     @field_validator("stream_options")
     @classmethod
     def _stream_options(cls, v: StreamOptions | None, info: ValidationInfo) -> StreamOptions | None:
         if v is not None and info.data.get("stream") is False:
             raise ValueError("allowed only when stream is true")
+        return v
+
+    @field_validator("guided_json")
+    @classmethod
+    def _guided_json(cls, v: dict[str, Any] | str | None) -> dict[str, Any] | str | None:
+        if isinstance(v, dict):
+            check_schema(v, "guided_json")
+        elif isinstance(v, str):
+            try:
+                parsed = orjson.loads(v)
+            except orjson.JSONDecodeError:
+                raise ValueError("guided_json as a string must hold a JSON schema") from None
+            check_schema(parsed, "guided_json")
         return v
 
     @model_validator(mode="after")
@@ -125,7 +225,7 @@ class SamplingFields(BaseModel):
         return None
 
 
-class ChatCompletionRequest(SamplingFields):
+class ChatCompletionRequest(SamplingFields, _ChatIgnored):
     messages: list[dict[str, Any]]
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool = False
@@ -140,6 +240,12 @@ class ChatCompletionRequest(SamplingFields):
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool = True
     continue_final_message: bool = False
+    # the legacy form of tools (mapped to tools / tool_choice)
+    functions: list[dict[str, Any]] | None = None
+    function_call: str | dict[str, Any] | None = None
+    # vLLM: a template for this request (sandboxed as any), documents for RAG templates
+    chat_template: str | None = None
+    documents: list[dict[str, Any]] | None = None
     # Beam: a request can opt out of the turn grammar.
     turn_grammar: bool = True
 
@@ -160,18 +266,50 @@ class ChatCompletionRequest(SamplingFields):
     @field_validator("tools")
     @classmethod
     def _tools(cls, v: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-        for i, t in enumerate(v or []):
-            fn = t.get("function")
-            if t.get("type", "function") != "function" or not isinstance(fn, dict):
-                raise ValueError(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}")
-            if not isinstance(fn.get("name"), str) or not fn["name"]:
-                raise ValueError(f"tools[{i}].function.name is required")
-            parameters = fn.get("parameters")
-            if parameters is not None and not isinstance(parameters, dict):
-                raise ValueError(
-                    f"tools[{i}].function.parameters must be a JSON schema object, "
-                    f"got {type(parameters).__name__}"
+        return check_tools(v)
+
+    @field_validator("modalities")
+    @classmethod
+    def _modalities(cls, v: Any) -> Any:
+        if v is not None and v != ["text"]:
+            raise ValueError(f"only ['text'] can be served, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _legacy_functions(self) -> ChatCompletionRequest:
+        """`functions` / `function_call` become `tools` / `tool_choice` (the
+        answer carries `tool_calls`, as it does for tools)."""
+        if self.functions is not None:
+            if self.tools is not None:
+                raise field_error("functions", "give tools or functions, not both", None)
+            tools = [{"type": "function", "function": f} for f in self.functions]
+            try:
+                self.tools = check_tools(tools, "functions")
+            except ValueError as e:
+                raise field_error("functions", str(e), None) from None
+        call = self.function_call
+        if call is not None:
+            if self.tool_choice is not None:
+                raise field_error(
+                    "function_call", "give tool_choice or function_call, not both", call
                 )
+            if call in ("none", "auto"):
+                self.tool_choice = call
+            elif isinstance(call, dict) and isinstance(call.get("name"), str) and len(call) == 1:
+                self.tool_choice = {"type": "function", "function": {"name": call["name"]}}
+            else:
+                raise field_error("function_call", "must be 'none', 'auto' or {'name': ...}", call)
+        ignored.log_ignored(self, {**ignored.COMMON, **ignored.CHAT})
+        return self
+
+    @field_validator("response_format")
+    @classmethod
+    def _response_format(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None and v.get("type") == "json_schema":
+            spec = v.get("json_schema")
+            if not isinstance(spec, dict) or "schema" not in spec:
+                raise ValueError("json_schema must be an object with a 'schema'")
+            check_schema(spec["schema"], "response_format.json_schema.schema")
         return v
 
     @field_validator("top_logprobs")
@@ -202,10 +340,18 @@ class CompletionRequest(SamplingFields):
 
     @field_validator("echo")
     @classmethod
-    def _echo(cls, v: bool) -> bool:
-        if v:
-            raise ValueError("not supported")
+    def _echo(cls, v: bool, info: ValidationInfo) -> bool:
+        if v and info.data.get("logprobs") is not None:
+            raise ValueError(
+                "echo with logprobs (prompt scoring) is not supported: "
+                "rotor's engines return no prompt logprobs"
+            )
         return v
+
+    @model_validator(mode="after")
+    def _log_ignored(self) -> CompletionRequest:
+        ignored.log_ignored(self, {**ignored.COMMON, **ignored.COMPLETIONS})
+        return self
 
     @field_validator("suffix")
     @classmethod

@@ -21,10 +21,11 @@ from pydantic import (
 )
 
 from rotor.protocol.mock import MockField
+from rotor.protocol.openai import check_schema
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 # -- content parts -------------------------------------------------------------------------
@@ -140,6 +141,11 @@ class FunctionTool(_Strict):
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
+    @field_validator("parameters")
+    @classmethod
+    def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return v if v is None else check_schema(v, "parameters")
+
 
 class FunctionChoice(_Strict):
     type: Literal["function"]
@@ -168,7 +174,12 @@ class FormatJSONSchema(_Strict):
     description: str | None = None
     strict: bool | None = None
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    @field_validator("schema_")
+    @classmethod
+    def _schema(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return check_schema(v, "schema")
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
 
 
 class TextConfig(_Strict):

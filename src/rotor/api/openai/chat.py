@@ -49,7 +49,11 @@ class ChatShaper(OpenAIShaper):
         token_text = self._resp.token_text
         logprobs = None
         if token_text is not None and event.logprobs:
-            logprobs = {"content": [chat_logprob(lp, token_text) for lp in event.logprobs]}
+            logprobs = {
+                "content": [
+                    chat_logprob(lp, token_text, self._resp.token_bytes) for lp in event.logprobs
+                ]
+            }
         for piece in event.pieces:
             delta: dict[str, Any]
             if type(piece) is Content:

@@ -14,15 +14,28 @@ from rotor.pipeline.parse.base import Content
 
 
 class CompletionShaper(OpenAIShaper):
-    __slots__ = ()
+    """`echo` (one text per prompt) is put before each choice's first text."""
+
+    __slots__ = ("_echo", "_n")
 
     def __init__(
-        self, resp: Response, include_usage: bool = False, continuous_usage: bool = False
+        self,
+        resp: Response,
+        include_usage: bool = False,
+        continuous_usage: bool = False,
+        echo: list[str] | None = None,
+        n: int = 1,
     ) -> None:
         super().__init__(resp, "text_completion", include_usage, continuous_usage)
+        self._echo: dict[int, str] | None = (
+            {i: echo[i // n] for i in range(len(echo) * n)} if echo else None
+        )
+        self._n = n
 
     def event(self, event: ChoiceEvent) -> list[dict[str, Any]]:
         text = "".join(p.text for p in event.pieces if type(p) is Content)
+        if self._echo is not None:
+            text = self._echo.pop(event.index, "") + text
         finished = event.finished
         if finished is not None and finished.end is End.CANCELLED:
             return []

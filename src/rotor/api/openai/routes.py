@@ -48,6 +48,8 @@ def register_openai(app: FastAPI, frontend: Frontend, metrics: Metrics, body_lim
                 resp,
                 include_usage=bool(options and options.include_usage),
                 continuous_usage=bool(options and options.continuous_usage_stats),
+                echo=echo_texts(frontend.resolve(req.model), req) if req.echo else None,
+                n=req.n,
             )
             return APIView(shaper, OPENAI, lambda chunks: fold_completion(chunks, resp))
 
@@ -70,6 +72,15 @@ def register_openai(app: FastAPI, frontend: Frontend, metrics: Metrics, body_lim
         if "anthropic-version" in request.headers:
             return JSONResponse(anthropic_model(model))
         return JSONResponse(model_entry(model))
+
+
+def echo_texts(model: ServedModel, req: CompletionRequest) -> list[str]:
+    """Each prompt as text, for `echo`: token ids decoded with specials kept."""
+    tok = model.tokenizer
+    return [
+        p if isinstance(p, str) else tok.decode(p, skip_special_tokens=False) if tok else ""
+        for p in req.prompts()
+    ]
 
 
 def model_entry(model: ServedModel) -> dict[str, Any]:

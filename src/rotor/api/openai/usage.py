@@ -8,6 +8,7 @@ from typing import Any
 from rotor.protocol.engine import TokenLogprob
 
 TokenText = Callable[[int], str]
+TokenBytes = Callable[[int], bytes]
 
 
 def usage(prompt: int, completion: int, cached: int | None = None) -> dict[str, Any]:
@@ -21,14 +22,16 @@ def usage(prompt: int, completion: int, cached: int | None = None) -> dict[str, 
     return out
 
 
-def chat_logprob(lp: TokenLogprob, token_text: TokenText) -> dict[str, Any]:
-    text = token_text(lp.token_id)
+def chat_logprob(
+    lp: TokenLogprob, token_text: TokenText, token_bytes: TokenBytes | None = None
+) -> dict[str, Any]:
+    """`bytes` are the token's own (part of a character for some tokens), not its text's."""
+    raw = token_bytes or (lambda tid: token_text(tid).encode())
     return {
-        "token": text,
+        "token": token_text(lp.token_id),
         "logprob": lp.logprob,
-        "bytes": list(text.encode()),
+        "bytes": list(raw(lp.token_id)),
         "top_logprobs": [
-            {"token": (t := token_text(tid)), "logprob": v, "bytes": list(t.encode())}
-            for tid, v in lp.top
+            {"token": token_text(tid), "logprob": v, "bytes": list(raw(tid))} for tid, v in lp.top
         ],
     }

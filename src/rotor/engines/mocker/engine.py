@@ -19,7 +19,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from rotor.engines.mocker.config import MockerConfig
-from rotor.engines.mocker.sampler import LogprobMaker, RandomSource
+from rotor.engines.mocker.constrained import constrained_text, refuse_unsupported
+from rotor.engines.mocker.sampler import LogprobMaker, RandomSource, biased, readable_vocab
 from rotor.engines.mocker.scheduler import Scheduler
 from rotor.engines.mocker.script import ScriptSource, parse_script
 from rotor.engines.mocker.sequence import Sequence, SequenceStatus, TokenSource
@@ -142,8 +143,7 @@ class MockerEngine:
         self.tokenizer = tokenizer
         self.scheduler = Scheduler(config)
         self.max_seq_len = self.card.context_length
-        added = tokenizer.raw.get_added_tokens_decoder()
-        self.vocab = [i for i in range(tokenizer.vocab_size) if i not in added]
+        self.vocab = readable_vocab(tokenizer)
         self.steps = 0
         self.simulated_ms = 0.0
         self.tokens_generated = 0
@@ -255,6 +255,7 @@ class MockerEngine:
             )
         raw = request.annotations.get("mock")
         if raw is None:
+            refuse_unsupported(request.sampling.guided)
             if request.stop.max_tokens < 1:
                 raise EngineError(
                     f"stop.max_tokens must be at least 1, got {request.stop.max_tokens}",
@@ -279,16 +280,24 @@ class MockerEngine:
             else:
                 key = f"{self.config.seed}:{request.request_id}:{index}"
             source: TokenSource
+            guided = request.sampling.guided
+            text = None
+            if parsed is None and guided is not None:
+                text = constrained_text(guided, random.Random("guided:" + key))
             if parsed is not None:
                 ids = self.tokenizer.encode(parsed.output(index))
                 source = ScriptSource(ids, parsed.end, parsed.tokens_per_step, eos_id)
                 # A request resumed on this engine after another one died: the
                 # script goes on where that one stopped.
                 source.pos = min(int(request.annotations.get("resume_from", 0)), len(ids))
+            elif text is not None:
+                # A constrained answer ends where the constraint ends it.
+                end = "eos" if eos_id is not None else "stop"
+                source = ScriptSource(self.tokenizer.encode(text), end, 1, eos_id)
             else:
                 source = RandomSource(
                     random.Random(key),
-                    self.vocab,
+                    biased(self.vocab, request.sampling.logit_bias),
                     eos_id,
                     request.stop,
                     self.config.eos_probability,

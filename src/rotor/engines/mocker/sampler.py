@@ -10,7 +10,40 @@ from __future__ import annotations
 import math
 import random
 
+from rotor.model.tokenizer import Tokenizer
 from rotor.protocol.engine import EngineOutput, StopParams, TokenLogprob
+
+BAN = -100.0  # a bias this low bans a token (OpenAI: "should result in a ban")
+FORCE = 100.0  # this high makes it (with any others as high) the only choice
+
+
+def readable_vocab(tokenizer: Tokenizer) -> list[int]:
+    """The ids the random sampler draws from: ordinary tokens that decode on
+    their own to whole printable text (no U+FFFD from part of a multi-byte
+    character, no control characters), so demos, text mode and clients that
+    re-tokenize see words. Falls back to every ordinary token if none is."""
+    added = tokenizer.raw.get_added_tokens_decoder()
+    ordinary = [i for i in range(tokenizer.vocab_size) if i not in added]
+    readable = [i for i in ordinary if _printable(tokenizer.decode([i]))]
+    return readable or ordinary
+
+
+def _printable(text: str) -> bool:
+    return bool(text.strip()) and "\ufffd" not in text and text.isprintable()
+
+
+def biased(vocab: list[int], bias: dict[int, float] | None) -> list[int]:
+    """`vocab` under a logit_bias as the mocker honours it: tokens at -100 are
+    never drawn; tokens at +100, when any, are the only ones drawn. Biases in
+    between do not change a simulated (uniform) draw."""
+    if not bias:
+        return vocab
+    forced = [t for t, b in bias.items() if b >= FORCE]
+    if forced:
+        return forced
+    banned = {t for t, b in bias.items() if b <= BAN}
+    kept = [t for t in vocab if t not in banned]
+    return kept or vocab
 
 
 class RandomSource:

@@ -39,6 +39,12 @@ FLAGS = [
     Flag("--max-model-len", "context length (at most the model's)", int),
     Flag("--api-key", "require 'Authorization: Bearer KEY' on /v1/*"),
     Flag(
+        "--http-workers",
+        "HTTP processes sharing the port (in=http); the engine stays in one",
+        int,
+        1,
+    ),
+    Flag(
         "--log-level",
         "debug, info, warning, error",
         str.lower,
@@ -160,6 +166,7 @@ def run_config(args: argparse.Namespace, kind: str, path: str | None, engine: st
             port=args.port,
             api_key=args.api_key,
             reasoning_field=args.reasoning_field,
+            http_workers=args.http_workers,
         ),
         input=kind,
         batch_file=path,

@@ -40,6 +40,7 @@ class HTTPConfig:
     port: int = 8000
     api_key: str | None = None
     reasoning_field: str = "reasoning_content"
+    http_workers: int = 1  # HTTP processes; >1: the engine is reached over a unix socket
 
 
 @dataclass

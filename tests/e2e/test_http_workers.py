@@ -70,13 +70,15 @@ def test_a_client_that_leaves_aborts_the_engine_request() -> None:
     long_text = "x" * 2000  # 40 s at 20 ms a character: only an abort ends it early
     with rotor_server("--http-workers", "2", env={"ROTOR_ECHO_DELAY_MS": "20"}) as server:
         body = {"model": "echo", "messages": [{"role": "user", "content": long_text}]}
-        with httpx.Client(timeout=20) as client:
-            with client.stream(
+        with (
+            httpx.Client(timeout=20) as client,
+            client.stream(
                 "POST", server.v1 + "/chat/completions", json={**body, "stream": True}
-            ) as r:
-                lines = r.iter_lines()
-                seen = [line for _, line in zip(range(8), lines, strict=False)]
-                assert any('"content":"x"' in line for line in seen)
+            ) as r,
+        ):
+            lines = r.iter_lines()
+            seen = [line for _, line in zip(range(8), lines, strict=False)]
+            assert any('"content":"x"' in line for line in seen)
             # leaving the block closed the connection mid-stream
         deadline = time.monotonic() + 20
         while True:

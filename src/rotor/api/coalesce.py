@@ -19,6 +19,7 @@ no timer per event.
 from __future__ import annotations
 
 import asyncio
+import types
 from collections.abc import AsyncIterator, Coroutine, Generator
 from typing import Any
 
@@ -27,14 +28,29 @@ MAX_PARTS = 64
 MAX_BYTES = 64 * 1024
 
 
+@types.coroutine
 def _resume(coro: Coroutine[Any, Any, bytes], pending: Any) -> Generator[Any, Any, bytes]:
     """Finish a coroutine that already suspended once (on `pending`): hand that
-    future to the running task first, then forward everything the task sends
-    or throws, as `yield from` would."""
+    future to the running task, then let `yield from` (in C) run the rest. A
+    cancellation that arrives while parked is thrown into the coroutine."""
+    try:
+        yield pending
+    except BaseException as exc:
+        try:
+            pending = coro.throw(exc)
+        except StopIteration as stop:
+            return stop.value
+        return (yield from _forward(coro, pending))
+    return (yield from coro)  # type: ignore[misc]
+
+
+def _forward(coro: Coroutine[Any, Any, bytes], pending: Any) -> Generator[Any, Any, bytes]:
+    """The rest of a coroutine that is suspended on `pending` (the slow path:
+    it is unwinding a cancellation)."""
     while True:
         try:
             sent = yield pending
-        except BaseException as exc:  # cancellation included: the coroutine sees it
+        except BaseException as exc:
             try:
                 pending = coro.throw(exc)
             except StopIteration as stop:
@@ -44,19 +60,6 @@ def _resume(coro: Coroutine[Any, Any, bytes], pending: Any) -> Generator[Any, An
                 pending = coro.send(sent)
             except StopIteration as stop:
                 return stop.value
-
-
-class _Resumed:
-    """An awaitable over `_resume`, so `await` can finish the parked step."""
-
-    __slots__ = ("coro", "pending")
-
-    def __init__(self, coro: Coroutine[Any, Any, bytes], pending: Any) -> None:
-        self.coro = coro
-        self.pending = pending
-
-    def __await__(self) -> Generator[Any, Any, bytes]:
-        return _resume(self.coro, self.pending)
 
 
 class Coalescer:
@@ -70,7 +73,8 @@ class Coalescer:
 
     def __init__(self, source: AsyncIterator[bytes]) -> None:
         self._anext = source.__aiter__().__anext__
-        self._parked: _Resumed | None = None  # a step that suspended, to finish next
+        # a step that suspended (its coroutine, and the future it waits on), to finish next
+        self._parked: tuple[Coroutine[Any, Any, bytes], Any] | None = None
         self._error: BaseException | None = None  # raised by the next pull
         self._done = False
 
@@ -83,8 +87,8 @@ class Coalescer:
             return None
         try:
             if self._parked is not None:
-                parked, self._parked = self._parked, None
-                first = await parked
+                (coro, pending), self._parked = self._parked, None
+                first = await _resume(coro, pending)
             else:
                 first = await self._anext()
         except StopAsyncIteration:
@@ -109,7 +113,7 @@ class Coalescer:
             except Exception as exc:  # the source broke: this batch first, then the error
                 self._error = exc
                 break
-            self._parked = _Resumed(coro, pending)  # type: ignore[arg-type]
+            self._parked = (coro, pending)  # type: ignore[assignment]
             break
         return first if parts is None else b"".join(parts)
 
@@ -120,10 +124,11 @@ class Coalescer:
         parked, self._parked = self._parked, None
         if parked is None:
             return
-        if parked.pending is not None:
-            parked.pending.cancel()
+        coro, pending = parked
+        if pending is not None:
+            pending.cancel()
         try:
-            await parked
+            await _resume(coro, pending)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():

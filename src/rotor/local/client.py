@@ -20,6 +20,7 @@ from rotor.protocol.codec import decode_error, decode_outputs, encode_request
 from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineState
 
 GONE = "the engine process is not reachable"
+STATE_EVERY_S = 0.25  # how stale /health and /metrics may be about the engine
 
 
 class _Stream:
@@ -73,20 +74,30 @@ class SocketEngine(asyncio.Protocol):
         self._state = EngineState()
         self._state_asked = False
         self._first_state: asyncio.Future[None] | None = None
+        self._refresh: asyncio.Future[None] | None = None
 
     # -- lifecycle (the HTTP process's startup and shutdown) -----------------------
 
     async def start(self) -> None:
-        """Connect, and read the engine's state once (so /health is true at once)."""
+        """Connect, and read the engine's state once (so /health is true at
+        once); from then on it is refreshed every STATE_EVERY_S."""
         loop = asyncio.get_running_loop()
         await loop.create_unix_connection(lambda: self, self.path)
         self._first_state = loop.create_future()
         self._ask_state()
         await self._first_state
+        self._refresh = asyncio.ensure_future(self._refresh_state())
 
     async def stop(self) -> None:
+        if self._refresh is not None:
+            self._refresh.cancel()
         if self.transport is not None:
             self.transport.close()
+
+    async def _refresh_state(self) -> None:
+        while self.transport is not None:
+            await asyncio.sleep(STATE_EVERY_S)
+            self._ask_state()
 
     # -- the Engine contract ---------------------------------------------------------
 
@@ -125,8 +136,9 @@ class SocketEngine(asyncio.Protocol):
             self.transport.write(wire.frame(wire.ABORT, request_id))
 
     def state(self) -> EngineState:
-        """The last state the engine sent; asking refreshes it for next time
-        (the contract's `state` is synchronous, the engine is a write away)."""
+        """The last state the engine sent (at most STATE_EVERY_S old); asking
+        also refreshes it (the contract's `state` is synchronous, the engine
+        is a write away)."""
         self._ask_state()
         return self._state
 

@@ -58,6 +58,27 @@ def server_nodelay(server_pid: int, server_port: int, client: socket.socket) -> 
     raise AssertionError("no server process holds the connection")
 
 
+def read_response(sock: socket.socket) -> bytes:
+    """One whole HTTP/1.1 response (head and its content-length body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"the server closed the connection: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection mid-body"
+        body += chunk
+    assert len(body) == length, "more bytes than the response: a second response?"
+    return head + b"\r\n\r\n" + body
+
+
 @pytest.mark.parametrize("workers", [[], ["--http-workers", "2"]], ids=["one", "workers"])
 def test_keep_alive_connections_have_tcp_nodelay(workers: list[str]) -> None:
     with rotor_server(*workers) as server:
@@ -65,6 +86,6 @@ def test_keep_alive_connections_have_tcp_nodelay(workers: list[str]) -> None:
         with socket.create_connection(("127.0.0.1", port)) as client:
             for _ in range(2):  # the same connection, kept alive across requests
                 client.sendall(b"GET /live HTTP/1.1\r\nHost: t\r\n\r\n")
-                reply = client.recv(65536)
+                reply = read_response(client)
                 assert reply.startswith(b"HTTP/1.1 200"), reply
             assert server_nodelay(server.process.pid, port, client) != 0

@@ -76,6 +76,12 @@ LOG_FLAGS = [
     ),
 ]
 RUN_FLAGS = [
+    Flag(
+        "--http-workers",
+        "HTTP processes sharing the port (in=http); the engine stays in one",
+        int,
+        1,
+    ),
     Flag("--output", "batch mode: where to write the answers (default FILE.out.jsonl)"),
     Flag("--max-tokens", "text/stdin/batch modes: max tokens per answer", int),
 ]
@@ -242,6 +248,7 @@ def _http_config(args: argparse.Namespace) -> HTTPConfig:
         reasoning_field=args.reasoning_field,
         max_queued_requests=args.max_queued_requests,
         shutdown_grace=args.shutdown_grace,
+        http_workers=getattr(args, "http_workers", 1),
     )
 
 

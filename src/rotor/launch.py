@@ -115,6 +115,15 @@ def run(config: RunConfig) -> int:
 
 
 def serve(system: System, http: HTTPConfig, log_level: str) -> int:
+    if http.http_workers != 1:
+        from rotor.local.workers import WorkersError, serve_workers
+
+        try:
+            return serve_workers(system, http, log_level)
+        except WorkersError as e:
+            print(f"rotor: {e}", file=sys.stderr)
+            return 2
+
     from rotor.api.app import create_app
 
     app = create_app(

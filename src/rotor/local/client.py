@@ -1,0 +1,184 @@
+"""The HTTP process's side: an engine client over the engine process's unix
+socket, implementing the Engine contract (`generate`, `abort`, `state`), so
+the frontend cannot tell it from an in-process engine.
+
+One connection per HTTP process carries all its requests. Outputs of one
+request that arrived together are merged into one output (as the mocker
+merges what piled up), so a burst costs the pipeline one step and the
+client one write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import AsyncIterator
+
+from rotor.local import wire
+from rotor.model.card import ModelCard
+from rotor.protocol.codec import decode_error, decode_outputs, encode_request
+from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineState
+
+GONE = "the engine process is not reachable"
+STATE_EVERY_S = 0.25  # how stale /health and /metrics may be about the engine
+
+
+class _Stream:
+    """One request's outputs as they arrive, read in batches."""
+
+    __slots__ = ("items", "ready", "done", "error")
+
+    def __init__(self) -> None:
+        self.items: collections.deque[EngineOutput] = collections.deque()
+        self.ready = asyncio.Event()
+        self.done = False
+        self.error: EngineError | None = None
+
+
+def merge(items: list[EngineOutput]) -> list[EngineOutput]:
+    """Consecutive token outputs of one choice as one output: all their
+    tokens (and logprobs), the last one's finish. Text outputs stay apart."""
+    merged: list[EngineOutput] = []
+    last: EngineOutput | None = None
+    for item in items:
+        if (
+            last is not None
+            and last.index == item.index
+            and last.finish is None
+            and last.text is None
+            and item.text is None
+            and last.error is None
+            and (last.logprobs is None) == (item.logprobs is None)
+        ):
+            last.token_ids.extend(item.token_ids)
+            if last.logprobs is not None and item.logprobs is not None:
+                last.logprobs.extend(item.logprobs)
+            last.finish, last.matched, last.error = item.finish, item.matched, item.error
+            if last.cached_tokens is None:
+                last.cached_tokens = item.cached_tokens
+            continue
+        merged.append(item)
+        last = item
+    return merged
+
+
+class SocketEngine(asyncio.Protocol):
+    """An engine in another process on this machine, reached at `path`."""
+
+    def __init__(self, card: ModelCard, path: str) -> None:
+        self.card = card
+        self.path = path
+        self.transport: asyncio.Transport | None = None
+        self._reader = wire.Reader(self._on_frame)
+        self._streams: dict[str, _Stream] = {}
+        self._state = EngineState()
+        self._state_asked = False
+        self._first_state: asyncio.Future[None] | None = None
+        self._refresh: asyncio.Future[None] | None = None
+
+    # -- lifecycle (the HTTP process's startup and shutdown) -----------------------
+
+    async def start(self) -> None:
+        """Connect, and read the engine's state once (so /health is true at
+        once); from then on it is refreshed every STATE_EVERY_S."""
+        loop = asyncio.get_running_loop()
+        await loop.create_unix_connection(lambda: self, self.path)
+        self._first_state = loop.create_future()
+        self._ask_state()
+        await self._first_state
+        self._refresh = asyncio.ensure_future(self._refresh_state())
+
+    async def stop(self) -> None:
+        if self._refresh is not None:
+            self._refresh.cancel()
+        if self.transport is not None:
+            self.transport.close()
+
+    async def _refresh_state(self) -> None:
+        while self.transport is not None:
+            await asyncio.sleep(STATE_EVERY_S)
+            self._ask_state()
+
+    # -- the Engine contract ---------------------------------------------------------
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        rid = request.request_id
+        if self.transport is None:
+            raise EngineError(GONE, "unavailable")
+        if rid in self._streams:
+            raise EngineError(f"request_id {rid!r} is already running", "internal")
+        stream = self._streams[rid] = _Stream()
+        self.transport.write(wire.frame(wire.GENERATE, rid, encode_request(request)))
+        items, ready = stream.items, stream.ready
+        open_choices = set(range(request.n))
+        try:
+            while True:
+                while not items:
+                    if stream.error is not None:
+                        raise stream.error
+                    if stream.done:
+                        return
+                    ready.clear()
+                    await ready.wait()
+                batch = list(items)
+                items.clear()
+                for out in merge(batch) if len(batch) > 1 else batch:
+                    if out.finish is not None:
+                        open_choices.discard(out.index)
+                    yield out
+        finally:
+            self._streams.pop(rid, None)
+            if open_choices and not stream.done and stream.error is None:
+                self.abort(rid)
+
+    def abort(self, request_id: str) -> None:
+        if self.transport is not None:
+            self.transport.write(wire.frame(wire.ABORT, request_id))
+
+    def state(self) -> EngineState:
+        """The last state the engine sent (at most STATE_EVERY_S old); asking
+        also refreshes it (the contract's `state` is synchronous, the engine
+        is a write away)."""
+        self._ask_state()
+        return self._state
+
+    # -- the socket --------------------------------------------------------------------
+
+    def _ask_state(self) -> None:
+        if self.transport is not None and not self._state_asked:
+            self._state_asked = True
+            self.transport.write(wire.frame(wire.STATE, ""))
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self._reader.feed(data)  # a broken engine process is a bug: let it be loud
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        for stream in self._streams.values():
+            stream.error = EngineError(GONE, "unavailable")
+            stream.ready.set()
+        if self._first_state is not None and not self._first_state.done():
+            self._first_state.set_exception(ConnectionError(GONE))
+
+    def _on_frame(self, kind: bytes, rid: str, payload: bytes) -> None:
+        if kind == wire.STATE:
+            self._state = wire.decode_state(payload)
+            self._state_asked = False
+            if self._first_state is not None and not self._first_state.done():
+                self._first_state.set_result(None)
+            return
+        stream = self._streams.get(rid)
+        if stream is None:  # a request this side already left (aborted, or finished)
+            return
+        if kind == wire.OUTPUTS:
+            stream.items.extend(decode_outputs(payload))
+        elif kind == wire.ERROR:
+            stream.error = decode_error(payload)
+        elif kind == wire.DONE:
+            stream.done = True
+        else:
+            raise wire.WireError(f"frame kind {kind!r} is not one the engine sends")
+        stream.ready.set()

@@ -1,0 +1,135 @@
+"""The engine process's side: an Engine served over a unix socket to the HTTP
+processes of `rotor run --http-workers N`.
+
+One task per request (never per token). Outputs are not written as they
+come: a connection collects them per request and writes once per event-loop
+turn, so one engine step for 32 streams is one write carrying one frame per
+request, however many tokens each frame holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+
+from rotor.engines.base import Engine
+from rotor.local import wire
+from rotor.protocol.codec import CodecError, decode_request, encode_error, encode_outputs
+from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest
+
+log = logging.getLogger("rotor.local")
+
+
+class _Connection(asyncio.Protocol):
+    """One HTTP process: its requests, and the frames waiting to be written."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.transport: asyncio.Transport | None = None
+        self.reader = wire.Reader(self._on_frame)
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self._outputs: dict[str, list[EngineOutput]] = {}  # per request, since the last write
+        self._frames: list[bytes] = []
+        self._flush_scheduled = False
+
+    # -- asyncio.Protocol ------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.reader.feed(data)
+        except (wire.WireError, CodecError, UnicodeDecodeError) as e:
+            log.error("dropping an HTTP process's connection: %s", e)
+            assert self.transport is not None
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        for rid, task in list(self.tasks.items()):  # its clients are gone with it
+            self.engine.abort(rid)
+            task.cancel()
+
+    # -- frames in ---------------------------------------------------------------
+
+    def _on_frame(self, kind: bytes, rid: str, payload: bytes) -> None:
+        if kind == wire.GENERATE:
+            request = decode_request(payload)
+            if rid != request.request_id:
+                raise wire.WireError(f"frame id {rid!r} is not the request's id")
+            if rid in self.tasks:
+                self._end(rid, EngineError(f"request_id {rid!r} is already running", "internal"))
+                return
+            self.tasks[rid] = asyncio.ensure_future(self._run(request))
+        elif kind == wire.ABORT:
+            task = self.tasks.get(rid)
+            if task is not None:
+                self.engine.abort(rid)
+                task.cancel()
+        elif kind == wire.STATE:
+            self._write(wire.frame(wire.STATE, "", wire.encode_state(self.engine.state())))
+        else:
+            raise wire.WireError(f"frame kind {kind!r} is not one an HTTP process sends")
+
+    async def _run(self, request: EngineRequest) -> None:
+        rid = request.request_id
+        error: EngineError | None = None
+        try:
+            async for out in self.engine.generate(request):
+                pending = self._outputs.get(rid)
+                if pending is None:
+                    self._outputs[rid] = [out]
+                    self._schedule()
+                else:
+                    pending.append(out)
+        except asyncio.CancelledError:
+            self._outputs.pop(rid, None)  # aborted: the client reads no more of it
+            self.tasks.pop(rid, None)
+            raise
+        except EngineError as e:
+            error = e
+        except Exception as e:  # a broken engine fails the request, not the process
+            log.exception("engine request %s failed", rid)
+            error = EngineError(f"{type(e).__name__}: {e}", "internal")
+        self.tasks.pop(rid, None)
+        self._end(rid, error)
+
+    # -- frames out --------------------------------------------------------------
+
+    def _end(self, rid: str, error: EngineError | None) -> None:
+        self._take_outputs(rid)  # what it produced goes before its end
+        if error is not None:
+            self._write(wire.frame(wire.ERROR, rid, encode_error(error)))
+        else:
+            self._write(wire.frame(wire.DONE, rid))
+
+    def _take_outputs(self, rid: str) -> None:
+        outputs = self._outputs.pop(rid, None)
+        if outputs:
+            self._frames.append(wire.frame(wire.OUTPUTS, rid, encode_outputs(outputs)))
+
+    def _write(self, data: bytes) -> None:
+        self._frames.append(data)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        for rid in list(self._outputs):
+            self._take_outputs(rid)
+        frames, self._frames = self._frames, []
+        if frames and self.transport is not None:
+            self.transport.write(b"".join(frames))
+
+
+async def serve_engine(engine: Engine, sock: socket.socket) -> asyncio.AbstractServer:
+    """Serve `engine` on a listening unix socket (bound before the HTTP
+    processes were started, so they can connect at once)."""
+    loop = asyncio.get_running_loop()
+    return await loop.create_unix_server(lambda: _Connection(engine), sock=sock)

@@ -123,11 +123,18 @@ def _http_process(
     import uvicorn
 
     from rotor.api.app import create_app
+    from rotor.pipeline.workers import PreparePool
 
     engine = SocketEngine(entry.engine.card, path)
     system = System.local(engine, entry.model, reasoning_field=parent.frontend.reasoning_field)
+    # A prepare pool of this process's own (threads do not survive fork), with the parent's budget.
+    system.frontend.pool = PreparePool(budget_s=parent.frontend.pool.budget_s)
     app = create_app(
-        system.frontend, api_key=http.api_key, on_startup=[system.start], on_shutdown=[system.stop]
+        system.frontend,
+        api_key=http.api_key,
+        on_startup=[system.start],
+        on_shutdown=[system.stop],
+        max_queued=http.max_queued_requests,
     )
     config = uvicorn.Config(
         app,

@@ -11,7 +11,7 @@ from rotor.config import EngineConfig, Flag, HTTPConfig, ModelConfig, RunConfig
 from rotor.engines.registry import ENGINES, engine_flags, engine_names, engine_spec
 
 USAGE = """\
-rotor run [in=INPUT] [out=ENGINE] [flags]
+rotor run [in=INPUT] [out=ENGINE] [flags] [-- ENGINE_ARGS...]
 
   in=http            serve the HTTP API (default) on --host/--port
   in=text            interactive chat in the terminal
@@ -20,6 +20,7 @@ rotor run [in=INPUT] [out=ENGINE] [flags]
 
   out=echo           echo the last user message back (default; alias echo_full)
   out=mocker         a simulated vLLM-like engine (--model-path or a built-in test model)
+  out=vllm           vLLM (--model-path DIR); words after -- are vLLM's engine arguments
 
 Every flag also reads an environment variable: --model-path ↔ ROTOR_MODEL_PATH,
 in=/out= ↔ ROTOR_IN/ROTOR_OUT. The echo engine's pace is ROTOR_ECHO_DELAY_MS
@@ -142,9 +143,28 @@ def parse_io(items: list[str]) -> tuple[str, str | None, str]:
     return kind, path or None, spec.name
 
 
-def run_config(args: argparse.Namespace, kind: str, path: str | None, engine: str) -> RunConfig:
+def split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:
+    """rotor's own words, and the words after the first `--` (the engine's options)."""
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1 :]
+
+
+def run_config(
+    args: argparse.Namespace,
+    kind: str,
+    path: str | None,
+    engine: str,
+    engine_args: list[str] | None = None,
+) -> RunConfig:
     """The parsed flags as the typed config launch builds from."""
     spec = ENGINES[engine]
+    options = {f.dest: getattr(args, f.dest) for f in spec.flags}
+    if engine_args:
+        if not spec.passthrough:
+            raise SystemExit(f"rotor run: out={engine} takes no engine arguments after '--'")
+        options["engine_args"] = list(engine_args)
     return RunConfig(
         model=ModelConfig(
             model_path=args.model_path,
@@ -154,7 +174,7 @@ def run_config(args: argparse.Namespace, kind: str, path: str | None, engine: st
             tool_call_parser=args.tool_call_parser,
             reasoning_parser=args.reasoning_parser,
         ),
-        engine=EngineConfig(engine, {f.dest: getattr(args, f.dest) for f in spec.flags}),
+        engine=EngineConfig(engine, options),
         http=HTTPConfig(
             host=args.host,
             port=args.port,
@@ -170,14 +190,18 @@ def run_config(args: argparse.Namespace, kind: str, path: str | None, engine: st
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    passthrough: list[str] = []
+    if words[:1] == ["run"]:
+        words, passthrough = split_passthrough(words)
+    args = build_parser().parse_args(words)
     if args.command == "run":
         kind, path, engine = parse_io(args.io)
         from rotor.inputs.interrupt import EXIT_INTERRUPTED
         from rotor.launch import run
 
         try:
-            return run(run_config(args, kind, path, engine))
+            return run(run_config(args, kind, path, engine, passthrough))
         except KeyboardInterrupt:  # Ctrl-C before a mode installed its own handling
             return EXIT_INTERRUPTED
     if args.command == "bench":

@@ -17,3 +17,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if HERE in item.path.resolve().parents:
             item.add_marker(pytest.mark.e2e)
             item.add_marker(pytest.mark.xdist_group(f"vllm:{item.path.name}"))
+            # the first test of a module also waits for the engine to start
+            item.add_marker(pytest.mark.timeout(600))

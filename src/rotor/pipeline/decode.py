@@ -45,10 +45,6 @@ class Ended:
     eos_text: str | None = None  # retained EOS text, for a parser that asked for it
     error: str | None = None
 
-    @property
-    def finish_reason(self) -> str:
-        return "length" if self.kind is End.LENGTH else "stop"
-
 
 class ChoiceDecoder:
     """Token ids (or text) of one choice → client text, and exactly one End."""

@@ -28,14 +28,6 @@ class MarkerToolParser(ToolParser):
     start_markers: ClassVar[tuple[str, ...]] = ()
     # Any of them ends a section; none: the family overrides `section_end`.
     end_markers: ClassVar[tuple[str, ...]] = ()
-    # The first of `end_markers` (None without): derived, a family sets `end_markers`.
-    end_marker: ClassVar[str | None] = None
-
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        if "end_marker" in vars(cls):
-            raise TypeError(f"{cls.__name__}: set end_markers; end_marker follows from it")
-        cls.end_marker = cls.end_markers[0] if cls.end_markers else None
 
     def __init__(self, tools: Tools) -> None:
         super().__init__(tools)

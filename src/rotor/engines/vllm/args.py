@@ -1,0 +1,56 @@
+"""vLLM's engine arguments from the words after `--`, spelled as `vllm serve`
+spells them, with the model directory and the context length taken from
+rotor (one source of truth): rotor's `--model-path` and `--max-model-len` (or
+the model's own context length) are what vLLM gets, and the passthrough may
+not name them again. rotor also owns the KV event publisher, the tokenizer
+and stats logging, so those are refused too."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Options rotor sets itself; a passthrough word naming one is an error.
+OWNED = {
+    "--model": "give the model directory with rotor's --model-path",
+    "--tokenizer": "rotor serves the model directory's own tokenizer",
+    "--max-model-len": "give the context length with rotor's --max-model-len",
+    "--skip-tokenizer-init": "vLLM needs its tokenizer for structured outputs",
+    "--kv-events-config": "rotor configures vLLM's KV event publisher itself",
+    "--served-model-name": "give the served name with rotor's --model-name",
+}
+
+
+def owned_option(words: list[str]) -> str | None:
+    """The first passthrough word that names an option rotor owns, else None."""
+    for word in words:
+        name = word.split("=", 1)[0]
+        if name in OWNED or name.replace("_", "-") in OWNED:
+            return name
+    return None
+
+
+def engine_args(model_dir: str, max_model_len: int, words: list[str], kv_endpoint: str) -> Any:
+    """`AsyncEngineArgs` for `model_dir` from the passthrough `words`
+    (ValueError naming the word that is wrong)."""
+    owned = owned_option(words)
+    if owned is not None:
+        raise ValueError(f"vLLM option {owned} after '--': {OWNED[owned.replace('_', '-')]}")
+    from vllm.config import KVEventsConfig
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = AsyncEngineArgs.add_cli_args(FlexibleArgumentParser(prog="rotor run out=vllm --"))
+    full = ["--model", model_dir, "--max-model-len", str(max_model_len), *words]
+    try:
+        namespace, unknown = parser.parse_known_args(full)
+    except SystemExit:  # argparse already printed what is wrong
+        raise ValueError(f"bad vLLM engine arguments after '--': {' '.join(words)}") from None
+    if unknown:
+        raise ValueError(f"unknown vLLM engine arguments after '--': {' '.join(unknown)}")
+    args = AsyncEngineArgs.from_cli_args(namespace)
+    args.kv_events_config = KVEventsConfig(
+        enable_kv_cache_events=True, publisher="zmq", endpoint=kv_endpoint, topic=""
+    )
+    # rotor's own stat logger is the only one: no vLLM Prometheus or log lines.
+    args.disable_log_stats = True
+    return args

@@ -1,0 +1,248 @@
+"""VLLMEngine: rotor's Engine contract over vLLM's `AsyncLLM`, token ids only.
+
+rotor's frontend renders, tokenizes, detokenizes and stops; vLLM gets the
+prompt's token ids (`TokensPrompt`) and streams generated token ids back as
+deltas. What vLLM reports maps onto the contract: its finish (`stop` with the
+EOS or stop id that ended the choice, `length`, `abort`), its prefix cache's
+hit count (`cached_tokens`), its scheduler's running / waiting / KV usage
+(`state()`, via a stat logger of rotor's own), and its death
+(`EngineDeadError`: an *unavailable* engine error, never a hang). Its KV cache
+events come back through `kv_events(sink)`, as the mocker's do.
+
+The AsyncLLM is created in `start()` (engine processes are spawned there,
+40-75 s on a small CPU machine) and shut down in `stop()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rotor.engines.vllm.args import engine_args
+from rotor.engines.vllm.kv_relay import KVRelay, listen, relay_events
+from rotor.engines.vllm.sampling import sampling_params
+from rotor.model.card import ModelCard
+from rotor.protocol.engine import (
+    EngineError,
+    EngineOutput,
+    EngineRequest,
+    EngineState,
+    Finish,
+    TokenLogprob,
+)
+from rotor.protocol.kv import KVEvent, KVSnapshot
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Scheduler:
+    """The last scheduler stats vLLM sent (each engine step sends them)."""
+
+    running: int = 0
+    waiting: int = 0
+    kv_usage: float = 0.0
+
+
+def _stat_logger_factory(into: _Scheduler) -> Callable[[Any, int], Any]:
+    """A vLLM stat logger factory whose loggers write scheduler stats `into`."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class RotorStats(StatLoggerBase):
+        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+            pass
+
+        def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):  # type: ignore[no-untyped-def]
+            if scheduler_stats is not None:
+                into.running = scheduler_stats.num_running_reqs
+                into.waiting = scheduler_stats.num_waiting_reqs
+                into.kv_usage = scheduler_stats.kv_cache_usage
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return RotorStats
+
+
+class VLLMEngine:
+    def __init__(self, card: ModelCard, vllm_words: list[str]) -> None:
+        if card.path is None:
+            raise ValueError("out=vllm needs a model directory: give --model-path DIR")
+        caps = dataclasses.replace(
+            card.capabilities, structural_tags=True, logprobs=True, mock_scripts=False
+        )
+        self.card = dataclasses.replace(card, capabilities=caps)
+        # The card's context length is rotor's --max-model-len (or the model's):
+        # vLLM gets exactly that, so both ends check against one number.
+        # (the KV event endpoint is set in start(), once rotor's socket is bound)
+        self.args = engine_args(card.path, card.context_length, vllm_words, "tcp://127.0.0.1:0")
+        self.llm: Any = None
+        self.relay = KVRelay(block_size=self.args.block_size or 0)
+        self._sched = _Scheduler()
+        self._relay_task: asyncio.Task[None] | None = None
+        self._running: set[str] = set()
+        self._aborts: set[asyncio.Task[None]] = set()
+        self._kv_blocks_total = 0
+        self.tokens_generated = 0
+        self._eos = set(card.eos_token_ids)
+
+    # -- lifecycle -------------------------------------------------------
+
+    async def start(self) -> None:
+        if self.llm is not None:
+            return
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        sock, self.args.kv_events_config.endpoint = listen()
+        try:
+            self.llm = AsyncLLM.from_engine_args(
+                self.args, stat_loggers=[_stat_logger_factory(self._sched)]
+            )
+        except BaseException:
+            sock.close(linger=0)
+            raise
+        cache = self.llm.vllm_config.cache_config
+        self.relay.block_size = cache.block_size
+        self._kv_blocks_total = cache.num_gpu_blocks or 0
+        self._relay_task = asyncio.create_task(relay_events(sock, self.relay), name="vllm-kv")
+
+    async def stop(self) -> None:
+        task, self._relay_task = self._relay_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        llm, self.llm = self.llm, None
+        if llm is not None:
+            llm.shutdown()
+
+    # -- Engine interface --------------------------------------------------
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        """Stream vLLM's deltas as EngineOutputs until every choice finished;
+        leaving early aborts the request in vLLM at once."""
+        from vllm.exceptions import VLLMClientError
+        from vllm.inputs import TokensPrompt
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        llm = self.llm
+        if llm is None:
+            raise EngineError("the vLLM engine is not started", "unavailable")
+        if llm.errored:
+            raise EngineError("the vLLM engine is dead", "unavailable")
+        rid = request.request_id
+        if rid in self._running:
+            raise EngineError(f"request_id {rid!r} is already running", "internal")
+        if not request.token_ids:
+            raise EngineError("token_ids: the prompt is empty", "refused", "prompt")
+        params = sampling_params(request)
+        want_logprobs = request.output.logprobs
+        top = request.output.top_logprobs
+        self._running.add(rid)
+        stream = llm.generate(TokensPrompt(prompt_token_ids=list(request.token_ids)), params, rid)
+        first: set[int] = set()
+        try:
+            async for out in stream:
+                for c in out.outputs:
+                    if c.finish_reason == "abort":
+                        continue  # aborted: the stream ends with no further output
+                    ids = list(c.token_ids)
+                    self.tokens_generated += len(ids)
+                    item = EngineOutput(index=c.index, token_ids=ids)
+                    if c.index not in first:
+                        first.add(c.index)
+                        item.cached_tokens = out.num_cached_tokens or 0
+                    if want_logprobs and c.logprobs is not None:
+                        item.logprobs = _logprobs(ids, c.logprobs, top)
+                    if c.finish_reason is not None:
+                        item.finish, item.matched = self._finish(
+                            c.finish_reason, c.stop_reason, ids
+                        )
+                    if ids or item.finish is not None:
+                        yield item
+        except EngineDeadError as e:
+            raise EngineError(f"the vLLM engine died: {e}", "unavailable") from None
+        except VLLMClientError as e:
+            raise EngineError(str(e), "refused", _param(str(e))) from None
+        except ValueError as e:  # vLLM's validation of the request
+            raise EngineError(str(e), "refused", _param(str(e))) from None
+        finally:
+            self._running.discard(rid)
+            await stream.aclose()  # leaving early: vLLM aborts the request here
+
+    def abort(self, request_id: str) -> None:
+        """Free the request's slot in vLLM now (its stream then ends)."""
+        if self.llm is None or request_id not in self._running:
+            return
+        task = asyncio.get_running_loop().create_task(self.llm.abort(request_id))
+        self._aborts.add(task)
+        task.add_done_callback(self._aborts.discard)
+
+    def state(self) -> EngineState:
+        total = self._kv_blocks_total
+        used = round(total * self._sched.kv_usage)
+        return EngineState(
+            active_requests=len(self._running),
+            waiting=self._sched.waiting,
+            running=self._sched.running,
+            tokens_generated=self.tokens_generated,
+            kv_blocks_total=total,
+            kv_blocks_free=total - used,
+            kv_blocks_cached=self.relay.num_cached,
+        )
+
+    # -- KV events ---------------------------------------------------------
+
+    def kv_events(self, sink: Callable[[KVEvent], None] | None) -> KVSnapshot:
+        """Send the relayed KV events to `sink` from now on (None: to nobody) and
+        return what vLLM's cache holds now, the state those events apply to."""
+        self.relay.sink = sink
+        return self.relay.snapshot()
+
+    # -- mapping -------------------------------------------------------------
+
+    def _finish(
+        self, reason: str, stop_reason: int | str | None, ids: list[int]
+    ) -> tuple[Finish, int | str | None]:
+        """vLLM's finish as the contract's: a stop at an EOS id is `eos`, at a
+        user's stop id `stop`, with the id that matched."""
+        if reason == "length":
+            return "length", None
+        if reason == "stop":
+            matched = stop_reason if stop_reason is not None else (ids[-1] if ids else None)
+            if stop_reason is None or matched in self._eos:
+                return "eos", matched  # vLLM's own EOS check reports no reason
+            return "stop", matched
+        return "error", None
+
+
+def _logprobs(ids: list[int], entries: Any, top: int) -> list[TokenLogprob]:
+    """vLLM's per-token {id: Logprob} maps as TokenLogprobs with the `top` best."""
+    result: list[TokenLogprob] = []
+    for token_id, entry in zip(ids, entries, strict=False):
+        chosen = entry.get(token_id)
+        ranked = sorted(
+            ((tid, lp) for tid, lp in entry.items() if lp.rank is not None and lp.rank <= top),
+            key=lambda pair: pair[1].rank,
+        )
+        result.append(
+            TokenLogprob(
+                token_id,
+                chosen.logprob if chosen is not None else float("-inf"),
+                [(tid, lp.logprob) for tid, lp in ranked[:top]],
+            )
+        )
+    return result
+
+
+def _param(message: str) -> str | None:
+    """The request field a vLLM validation message is about, when it names one."""
+    for name in ("max_tokens", "logprobs", "structured_outputs", "seed", "temperature", "top_p"):
+        if name in message:
+            return "guided_json" if name == "structured_outputs" else name
+    return None

@@ -1,0 +1,7 @@
+"""How the vLLM tests run the engine (shared by tests/vllm and the bench notes)."""
+
+# How vLLM runs here: eager (no compile), float32, blocks of 32 tokens, a
+# small KV cache. VLLM_CPU_KVCACHE_SPACE is in GiB.
+VLLM_ARGS = ("--enforce-eager", "--dtype", "float32", "--block-size", "32", "--max-num-seqs", "16")
+VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
+START_TIMEOUT = 600.0

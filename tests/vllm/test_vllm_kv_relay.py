@@ -1,0 +1,152 @@
+"""vLLM's KV events relayed as rotor's: the real engine in this process,
+through the hook the mocker has (`kv_events(sink) -> KVSnapshot`), and the
+relay itself fed vLLM's own event classes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from rotor.config import ModelConfig
+from rotor.engines.registry import engine_spec
+from rotor.engines.vllm.kv_relay import KVRelay
+from rotor.launch import build_engine, load
+from rotor.protocol.engine import EngineOutput, EngineRequest, StopParams
+from rotor.protocol.kv import AllCleared, BlocksRemoved, BlocksStored, KVEvent, block_hashes
+
+from support.llama import add_llama_weights
+from support.models import chatml_model
+from support.vllm_setup import VLLM_ARGS, VLLM_ENV
+
+BLOCK = 32
+
+
+def _replay(events: list[KVEvent]) -> set[int]:
+    held: set[int] = set()
+    for e in events:
+        if isinstance(e, BlocksStored):
+            held.update(e.block_hashes)
+        elif isinstance(e, BlocksRemoved):
+            held.difference_update(e.block_hashes)
+        elif isinstance(e, AllCleared):
+            held.clear()
+    return held
+
+
+async def _run(engine, rid: str, prompt: list[int]) -> list[EngineOutput]:
+    request = EngineRequest(rid, "tiny", prompt, stop=StopParams(max_tokens=1, ignore_eos=True))
+    return [out async for out in engine.generate(request)]
+
+
+async def _settle(events: list[KVEvent], at_least: int) -> None:
+    """Events cross a ZMQ socket: wait until `at_least` have come."""
+    deadline = time.monotonic() + 30
+    while len(events) < at_least and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.asyncio
+async def test_relayed_blocks_are_what_a_repeated_prompt_finds_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in VLLM_ENV.items():
+        monkeypatch.setenv(key, value)
+    model = add_llama_weights(chatml_model(tmp_path, "tiny"), 2048)
+    spec = engine_spec("vllm")
+    card, tok = load(ModelConfig(model_path=str(model)), spec)
+    engine = build_engine(spec, card, tok, {"engine_args": list(VLLM_ARGS)})
+    await engine.start()
+    try:
+        events: list[KVEvent] = []
+        before = engine.kv_events(events.append)
+        assert before.blocks == [] and before.block_size == BLOCK
+
+        prompt = [(i * 7) % 500 + 1 for i in range(200)]  # 6 full blocks and 8 tokens
+        first = await _run(engine, "kv-1", prompt)
+        assert first[0].cached_tokens == 0
+        await _settle(events, 1)
+        stored = _replay(events)
+        expected = block_hashes(prompt, BLOCK)
+        assert len(expected) == 6
+        # every stored block is a full block of the prompt, named by rotor's hash
+        assert stored == set(expected)
+        assert all(isinstance(e, BlocksStored) and e.block_size == BLOCK for e in events)
+
+        second = await _run(engine, "kv-2", prompt)
+        cached = second[0].cached_tokens
+        # what the second request found cached is exactly the relayed blocks
+        assert cached == BLOCK * len(stored) == 192
+
+        other = prompt[:64] + [3] * 70  # shares two blocks with the prompt
+        third = await _run(engine, "kv-3", other)
+        assert third[0].cached_tokens == 2 * BLOCK
+        await _settle(events, len(events) + 1)
+        assert _replay(events) == set(expected) | set(block_hashes(other, BLOCK))
+
+        # the snapshot rebuilds what the events built, parents first
+        snap = engine.kv_events(None)
+        assert {h for h, _ in snap.blocks} == _replay(events)
+        seen: set[int] = set()
+        for h, parent in snap.blocks:
+            assert parent is None or parent in seen
+            seen.add(h)
+        assert snap.event_id == len(events)
+
+        engine.kv_events(events.append)
+        assert await engine.llm.reset_prefix_cache()
+        # vLLM publishes a step's events after the step: the next request's
+        # step carries the clear, then what that request stored
+        fourth = await _run(engine, "kv-4", other)
+        assert fourth[0].cached_tokens == 0
+        await _settle(events, snap.event_id + 2)
+        assert isinstance(events[snap.event_id], AllCleared)
+        assert _replay(events) == set(block_hashes(other, BLOCK))
+        assert {h for h, _ in engine.kv_events(None).blocks} == _replay(events)
+    finally:
+        await engine.stop()
+
+
+def test_relay_names_blocks_by_rotor_hash_and_counts_copies() -> None:
+    from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
+
+    relay = KVRelay(block_size=4)
+    out: list[KVEvent] = []
+    relay.sink = out.append
+    tokens = list(range(1, 13))
+    mine = block_hashes(tokens, 4)
+
+    def stored(hashes: list[bytes], parent: bytes | None, ids: list[int]) -> BlockStored:
+        return BlockStored(
+            block_hashes=hashes,
+            parent_block_hash=parent,
+            token_ids=ids,
+            block_size=4,
+            lora_id=None,
+            medium="GPU",
+            lora_name=None,
+        )
+
+    relay.apply(stored([b"a", b"b"], None, tokens[:8]))
+    relay.apply(stored([b"c"], b"b", tokens[8:12]))
+    assert out == [BlocksStored(1, mine[:2], None, 4), BlocksStored(2, [mine[2]], mine[1], 4)]
+    # a second physical copy of block "c": nothing new is findable
+    relay.apply(stored([b"c"], b"b", tokens[8:12]))
+    assert len(out) == 2
+    relay.apply(BlockRemoved(block_hashes=[b"c"], medium="GPU"))
+    assert len(out) == 2  # one copy is left
+    relay.apply(BlockRemoved(block_hashes=[b"c", b"b"], medium="GPU"))
+    assert out[2:] == [BlocksRemoved(3, [mine[2], mine[1]])]
+    assert relay.snapshot().blocks == [(mine[0], None)]
+    # a CPU-offloaded copy is another tier, not this cache
+    offloaded = stored([b"z"], None, [9, 9, 9, 9])
+    offloaded.medium = "CPU"
+    relay.apply(offloaded)
+    assert len(out) == 3
+    relay.apply(stored([b"b"], b"a", tokens[4:8]))
+    assert out[3] == BlocksStored(4, [mine[1]], mine[0], 4)
+    relay.apply(AllBlocksCleared())
+    assert out[4] == AllCleared(5)
+    assert relay.snapshot().blocks == [] and relay.snapshot().event_id == 5

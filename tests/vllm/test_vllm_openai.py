@@ -1,0 +1,327 @@
+"""`rotor run out=vllm` with the official openai SDK: one real vLLM engine
+for the whole module, serving a tiny random Llama written by the test.
+
+A random model's output is noise, so each test asserts what rotor and vLLM
+must make true regardless: determinism, exact lengths, stops that truncate,
+constraints a random model can only satisfy when vLLM enforces them."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from support.llama import add_llama_weights
+from support.models import chatml_model
+from support.server import Server, rotor_server
+from support.vllm_setup import START_TIMEOUT, VLLM_ARGS, VLLM_ENV
+
+CONTEXT = 2048
+MSGS = [{"role": "user", "content": "Tell me about Paris and the weather."}]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    model = add_llama_weights(chatml_model(tmp_path_factory.mktemp("vllm"), "tiny"), CONTEXT)
+    with rotor_server(
+        "out=vllm",
+        "--model-path",
+        str(model),
+        "--",
+        *VLLM_ARGS,
+        env=VLLM_ENV,
+        timeout=START_TIMEOUT,
+    ) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(server: Server) -> openai.OpenAI:
+    return server.openai()
+
+
+def _greedy(client: openai.OpenAI, **kw) -> openai.types.chat.ChatCompletion:
+    return client.chat.completions.create(
+        model="tiny", messages=MSGS, temperature=0, max_tokens=kw.pop("max_tokens", 24), **kw
+    )
+
+
+def test_greedy_stream_equals_non_stream_and_repeats(client: openai.OpenAI) -> None:
+    a = _greedy(client)
+    b = _greedy(client)
+    text = "".join(
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(
+            model="tiny", messages=MSGS, temperature=0, max_tokens=24, stream=True
+        )
+        if c.choices
+    )
+    assert a.choices[0].message.content
+    assert a.choices[0].message.content == b.choices[0].message.content == text
+
+
+def test_seeded_sampling_repeats(client: openai.OpenAI) -> None:
+    def sample(seed: int) -> str | None:
+        r = client.chat.completions.create(
+            model="tiny", messages=MSGS, temperature=1.0, seed=seed, max_tokens=24
+        )
+        return r.choices[0].message.content
+
+    assert sample(7) == sample(7)
+    assert sample(7) != sample(8) or sample(7) != sample(9)
+
+
+def test_max_tokens_gives_exactly_that_many(client: openai.OpenAI) -> None:
+    for n in (1, 5, 17):
+        r = _greedy(client, max_tokens=n)
+        assert r.usage is not None and r.usage.completion_tokens == n
+        assert r.choices[0].finish_reason == "length"
+
+
+def test_stop_string_from_greedy_output_truncates(client: openai.OpenAI) -> None:
+    full = _greedy(client, max_tokens=32).choices[0].message.content or ""
+    assert len(full) >= 8
+    stop = full[4:7]
+    cut = full[: full.index(stop)]
+    r = _greedy(client, max_tokens=32, stop=[stop])
+    assert r.choices[0].message.content == cut
+    assert r.choices[0].finish_reason == "stop"
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny", messages=MSGS, temperature=0, max_tokens=32, stop=[stop], stream=True
+        )
+    )
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == cut
+    assert stop not in streamed
+
+
+def test_stop_token_ids_end_at_that_token(server: Server, client: openai.OpenAI) -> None:
+    prompt = server.tokenize(text="Hello there")
+    r = client.completions.create(
+        model="tiny", prompt=prompt, temperature=0, max_tokens=12, logprobs=0
+    )
+    tokens = r.choices[0].logprobs.tokens
+    # a generated token whose text is one whole token names its id
+    ids = [server.tokenize(text=t) for t in tokens]
+    position = next(i for i in range(2, len(tokens)) if len(ids[i]) == 1 and ids[i] not in ids[:i])
+    target = ids[position][0]
+    s = client.completions.create(
+        model="tiny",
+        prompt=prompt,
+        temperature=0,
+        max_tokens=12,
+        extra_body={"stop_token_ids": [target]},
+    )
+    assert s.choices[0].finish_reason == "stop"
+    # the text before the stop token (a character it splits is held back)
+    assert r.choices[0].text.startswith(s.choices[0].text)
+    assert len(s.choices[0].text) < len(r.choices[0].text)
+    assert (s.choices[0].model_extra or {}).get("stop_reason") == target
+    assert s.usage is not None and s.usage.completion_tokens == position + 1
+
+
+def test_completions_with_token_id_prompts(server: Server, client: openai.OpenAI) -> None:
+    prompt = server.tokenize(text="The quick brown fox")
+    by_ids = client.completions.create(model="tiny", prompt=prompt, temperature=0, max_tokens=10)
+    by_text = client.completions.create(
+        model="tiny", prompt="The quick brown fox", temperature=0, max_tokens=10
+    )
+    assert by_ids.usage is not None and by_ids.usage.prompt_tokens == len(prompt)
+    assert by_ids.choices[0].text == by_text.choices[0].text
+    two = client.completions.create(
+        model="tiny", prompt=[prompt, prompt[:2]], temperature=0, max_tokens=4
+    )
+    assert sorted(c.index for c in two.choices) == [0, 1]
+
+
+def test_logprobs_are_the_tokens_and_ranked(client: openai.OpenAI) -> None:
+    r = _greedy(client, max_tokens=6, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert len(content) == 6
+    for tok in content:
+        assert tok.logprob <= 0
+        assert len(tok.top_logprobs) == 3
+        values = [t.logprob for t in tok.top_logprobs]
+        assert values == sorted(values, reverse=True)
+        # greedy: the chosen token is the most likely one
+        assert tok.top_logprobs[0].token == tok.token
+        assert abs(tok.top_logprobs[0].logprob - tok.logprob) < 1e-4
+
+
+def test_n_2_gives_two_choices(client: openai.OpenAI) -> None:
+    r = client.chat.completions.create(
+        model="tiny", messages=MSGS, n=2, temperature=1.0, seed=3, max_tokens=8
+    )
+    assert sorted(c.index for c in r.choices) == [0, 1]
+    assert all(c.finish_reason == "length" for c in r.choices)
+    assert r.usage is not None and r.usage.completion_tokens == 16
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 12},
+        "days": {"type": "integer", "minimum": 1, "maximum": 9},
+    },
+    "required": ["city", "days"],
+    "additionalProperties": False,
+}
+
+
+def _validate(value: object) -> None:
+    assert isinstance(value, dict) and set(value) == {"city", "days"}
+    assert isinstance(value["city"], str) and len(value["city"]) <= 12
+    assert isinstance(value["days"], int) and 1 <= value["days"] <= 9
+
+
+def test_json_schema_is_enforced(client: openai.OpenAI) -> None:
+    r = client.chat.completions.create(
+        model="tiny",
+        messages=MSGS,
+        temperature=0.7,
+        seed=1,
+        max_tokens=200,
+        response_format={"type": "json_schema", "json_schema": {"name": "t", "schema": SCHEMA}},
+    )
+    assert r.choices[0].finish_reason == "stop"
+    _validate(json.loads(r.choices[0].message.content or ""))
+    g = client.chat.completions.create(
+        model="tiny",
+        messages=MSGS,
+        max_tokens=200,
+        temperature=0,
+        extra_body={"guided_json": SCHEMA},
+    )
+    _validate(json.loads(g.choices[0].message.content or ""))
+
+
+def test_guided_choice_and_regex_are_enforced(client: openai.OpenAI) -> None:
+    options = ["sunny", "rainy", "foggy"]
+    for seed in (1, 2):
+        c = client.chat.completions.create(
+            model="tiny",
+            messages=MSGS,
+            temperature=1.0,
+            seed=seed,
+            max_tokens=20,
+            extra_body={"guided_choice": options},
+        )
+        assert c.choices[0].message.content in options
+    pattern = r"[A-Z][a-z]{2,5}-[0-9]{3}"
+    r = client.chat.completions.create(
+        model="tiny",
+        messages=MSGS,
+        temperature=1.0,
+        seed=5,
+        max_tokens=30,
+        extra_body={"guided_regex": pattern},
+    )
+    assert re.fullmatch(pattern, r.choices[0].message.content or "")
+
+
+def test_repeated_long_prompt_reports_cached_tokens(client: openai.OpenAI) -> None:
+    long = [{"role": "user", "content": "Numbers and symbols: " + " ".join(map(str, range(150)))}]
+    first = client.chat.completions.create(model="tiny", messages=long, max_tokens=2)
+    second = client.chat.completions.create(model="tiny", messages=long, max_tokens=2)
+    assert first.usage is not None and second.usage is not None
+    details = second.usage.prompt_tokens_details
+    assert details is not None and details.cached_tokens is not None
+    # vLLM caches whole blocks of 32 tokens and recomputes at least the last token
+    assert details.cached_tokens >= (second.usage.prompt_tokens - 1) // 32 * 32 - 32
+    assert details.cached_tokens > 0
+    assert details.cached_tokens > (first.usage.prompt_tokens_details.cached_tokens or 0)
+
+
+def test_disconnect_mid_stream_frees_vllm(server: Server) -> None:
+    body = {
+        "model": "tiny",
+        "messages": MSGS,
+        "max_tokens": 1500,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with httpx.stream("POST", server.v1 + "/chat/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        for n, _ in enumerate(r.iter_lines()):
+            if n >= 6:
+                break
+    # One more request: vLLM's scheduler reports its stats with every step, and
+    # the last step of this one shows who is still running.
+    client = server.openai()
+    deadline = time.monotonic() + 60
+    while True:  # the abort reaches vLLM's core asynchronously
+        _greedy(client, max_tokens=2)
+        if server.metric("rotor_engine_running") == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert server.metric("rotor_engine_running") == 0
+    assert server.metric("rotor_engine_active_requests") == 0
+
+
+def test_prompt_over_context_is_400_naming_both_numbers(client: openai.OpenAI) -> None:
+    words = " ".join(["Paris"] * 3000)
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": words}], max_tokens=10
+        )
+    message = str(err.value)
+    assert str(CONTEXT) in message
+    prompt_tokens = re.search(r"(\d+) prompt tokens", message)
+    assert prompt_tokens is not None and int(prompt_tokens.group(1)) > CONTEXT
+
+
+def test_health_and_engine_metrics(server: Server) -> None:
+    assert httpx.get(server.url + "/health", timeout=5).status_code == 200
+    assert server.metric("rotor_engine_kv_blocks_total") > 0
+    assert server.metric("rotor_engine_tokens_generated") > 0
+
+
+def test_model_dir_file_names() -> None:
+    """The helper writes what vLLM loads (guards the test model itself)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        d = add_llama_weights(chatml_model(tmp, "m"), 256)
+        assert {p.name for p in Path(d).iterdir()} >= {
+            "config.json",
+            "model.safetensors",
+            "tokenizer.json",
+            "tokenizer_config.json",
+        }
+
+
+def test_engine_death_is_503_not_a_hang(server: Server, client: openai.OpenAI) -> None:
+    """Runs last in this module: it kills vLLM's engine core process."""
+    import os
+    import signal
+    import subprocess
+
+    children = subprocess.run(
+        ["pgrep", "-P", str(server.process.pid)], capture_output=True, text=True
+    ).stdout.split()
+    cores = [
+        pid
+        for pid in children
+        if "EngineCor" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        or "EngineCor" in Path(f"/proc/{pid}/comm").read_text()
+    ]
+    assert cores, children
+    for pid in cores:
+        os.kill(int(pid), signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    status = None
+    while time.monotonic() < deadline:
+        try:
+            _greedy(client.with_options(timeout=30), max_tokens=4)
+        except openai.APIStatusError as e:
+            status = e.status_code
+            break
+        time.sleep(0.5)
+    assert status == 503

@@ -108,6 +108,9 @@ class VLLMEngine:
             raise
         cache = self.llm.vllm_config.cache_config
         self.relay.block_size = cache.block_size
+        # The card says at which block size its KV events name blocks (the kv router hashes so).
+        caps = dataclasses.replace(self.card.capabilities, kv_block_size=cache.block_size)
+        self.card = dataclasses.replace(self.card, capabilities=caps)
         self._kv_blocks_total = cache.num_gpu_blocks or 0
         self._relay_task = asyncio.create_task(relay_events(sock, self.relay), name="vllm-kv")
 

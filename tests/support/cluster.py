@@ -120,14 +120,27 @@ class Worker:
         )
 
 
-def start_worker(nats: Nats, *args: str, system: bool = False, timeout: float = 30) -> Worker:
-    cmd = [sys.executable, "-m", "rotor.cli", "worker", "--nats", nats.url, *args]
+def start_worker(
+    nats: Nats,
+    *args: str,
+    system: bool = False,
+    timeout: float = 30,
+    env: dict[str, str] | None = None,
+) -> Worker:
+    """`rotor worker ARGS` registered on `nats`; words after `--` in ARGS stay
+    last (they are the engine's own)."""
+    words = list(args)
+    engine_words: list[str] = []
+    if "--" in words:
+        cut = words.index("--")
+        words, engine_words = words[:cut], words[cut:]
+    cmd = [sys.executable, "-m", "rotor.cli", "worker", "--nats", nats.url, *words]
     system_url = None
     if system:
         port = free_port()
         cmd += ["--system-port", str(port)]
         system_url = f"http://127.0.0.1:{port}"
-    proc = _spawn(cmd)
+    proc = _spawn(cmd + engine_words, env)
     deadline = time.monotonic() + timeout
     while True:
         match = WORKER_LINE.search(_text(proc.log).encode())

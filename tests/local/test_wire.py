@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rotor.local import wire
-from rotor.local.client import merge
 from rotor.protocol.engine import EngineOutput, EngineState, TokenLogprob
+from rotor.protocol.engine import merge_outputs as merge
 
 frames = st.lists(
     st.tuples(

@@ -8,13 +8,20 @@ from typing import Any
 import pytest
 
 from rotor.model.card import ModelCard
-from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineState, StopParams
+from rotor.protocol.engine import (
+    EngineError,
+    EngineOutput,
+    EngineRequest,
+    EngineState,
+    StopParams,
+    merge_outputs,
+)
 from rotor.router.modes import LeastLoaded, Random, RoundRobin
 from rotor.router.pool import Pool, _resumed
 from rotor.runtime import wire
 from rotor.runtime.discovery import Discovery
 from rotor.runtime.lease import Lease
-from rotor.runtime.remote import RemoteStream, _merged
+from rotor.runtime.remote import RemoteStream
 
 
 def lease(wid: str, **state: int) -> Lease:
@@ -63,13 +70,13 @@ def test_piled_up_outputs_merge_per_run_of_one_choice() -> None:
         EngineOutput(0, [4], finish="eos", matched=4),
         EngineOutput(0, [9]),
     ]
-    merged = _merged(outs)
+    merged = merge_outputs(outs)
     assert [(o.token_ids, o.finish, o.cached_tokens) for o in merged] == [
         ([1, 2, 3, 4], "eos", 5),
         ([9], None, None),
     ]
     text = [EngineOutput(0, text="a"), EngineOutput(0, text="b")]
-    assert len(_merged(text)) == 2  # text-out outputs are one token each
+    assert len(merge_outputs(text)) == 2  # text-out outputs are one token each
 
 
 def test_a_resumed_request_carries_its_output_so_far() -> None:

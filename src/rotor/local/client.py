@@ -17,7 +17,13 @@ from collections.abc import AsyncIterator
 from rotor.local import wire
 from rotor.model.card import ModelCard
 from rotor.protocol.codec import decode_error, decode_outputs, encode_request
-from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineState
+from rotor.protocol.engine import (
+    EngineError,
+    EngineOutput,
+    EngineRequest,
+    EngineState,
+    merge_outputs,
+)
 
 GONE = "the engine process is not reachable"
 STATE_EVERY_S = 0.25  # how stale /health and /metrics may be about the engine
@@ -33,33 +39,6 @@ class _Stream:
         self.ready = asyncio.Event()
         self.done = False
         self.error: EngineError | None = None
-
-
-def merge(items: list[EngineOutput]) -> list[EngineOutput]:
-    """Consecutive token outputs of one choice as one output: all their
-    tokens (and logprobs), the last one's finish. Text outputs stay apart."""
-    merged: list[EngineOutput] = []
-    last: EngineOutput | None = None
-    for item in items:
-        if (
-            last is not None
-            and last.index == item.index
-            and last.finish is None
-            and last.text is None
-            and item.text is None
-            and last.error is None
-            and (last.logprobs is None) == (item.logprobs is None)
-        ):
-            last.token_ids.extend(item.token_ids)
-            if last.logprobs is not None and item.logprobs is not None:
-                last.logprobs.extend(item.logprobs)
-            last.finish, last.matched, last.error = item.finish, item.matched, item.error
-            if last.cached_tokens is None:
-                last.cached_tokens = item.cached_tokens
-            continue
-        merged.append(item)
-        last = item
-    return merged
 
 
 class SocketEngine(asyncio.Protocol):
@@ -122,7 +101,7 @@ class SocketEngine(asyncio.Protocol):
                     await ready.wait()
                 batch = list(items)
                 items.clear()
-                for out in merge(batch) if len(batch) > 1 else batch:
+                for out in merge_outputs(batch) if len(batch) > 1 else batch:
                     if out.finish is not None:
                         open_choices.discard(out.index)
                     yield out

@@ -124,3 +124,32 @@ class EngineState:
     preemptions: int = 0
     steps: int = 0
     simulated_ms: float = 0.0
+
+
+def merge_outputs(items: list[EngineOutput]) -> list[EngineOutput]:
+    """Consecutive token outputs of one choice as one output: all their
+    tokens (and logprobs), the last one's finish. Text outputs stay apart.
+    What a consumer that fell behind does with what piled up, so a burst
+    costs the pipeline one step (the socket client and the NATS inbox both)."""
+    merged: list[EngineOutput] = []
+    last: EngineOutput | None = None
+    for item in items:
+        if (
+            last is not None
+            and last.index == item.index
+            and last.finish is None
+            and last.text is None
+            and item.text is None
+            and last.error is None
+            and (last.logprobs is None) == (item.logprobs is None)
+        ):
+            last.token_ids.extend(item.token_ids)
+            if last.logprobs is not None and item.logprobs is not None:
+                last.logprobs.extend(item.logprobs)
+            last.finish, last.matched, last.error = item.finish, item.matched, item.error
+            if last.cached_tokens is None:
+                last.cached_tokens = item.cached_tokens
+            continue
+        merged.append(item)
+        last = item
+    return merged

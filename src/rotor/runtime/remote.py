@@ -22,7 +22,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from rotor.protocol import codec
-from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest
+from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, merge_outputs
 from rotor.runtime import subjects, wire
 
 log = logging.getLogger("rotor.remote")
@@ -137,14 +137,14 @@ class ResponseRouter:
                         outputs.extend(codec.decode_outputs(payload))
                     elif kind == wire.ERROR and payload is not None:
                         finished = True
-                        for out in _merged(outputs):
+                        for out in merge_outputs(outputs):
                             yield out
                         raise codec.decode_error(payload)
                     elif kind == wire.DONE:
                         finished = True
                 if outputs:
                     last_output = time.monotonic()
-                    for out in _merged(outputs):
+                    for out in merge_outputs(outputs):
                         yield out
                 if finished:
                     return
@@ -175,30 +175,3 @@ def _parse(data: bytes) -> tuple[int, str, bytes | None]:
         return wire.parse(data)
     except ValueError as e:
         raise EngineError(str(e), "internal") from None
-
-
-def _merged(outputs: list[EngineOutput]) -> list[EngineOutput]:
-    """Consecutive outputs of one choice as one (a lagging consumer gets one
-    chunk per batch, not one per token); an output with a finish ends its run."""
-    if len(outputs) < 2:
-        return outputs
-    merged: list[EngineOutput] = []
-    for out in outputs:
-        last = merged[-1] if merged else None
-        if (
-            last is not None
-            and last.index == out.index
-            and last.finish is None
-            and last.text is None
-            and out.text is None
-            and (last.logprobs is None) == (out.logprobs is None)
-        ):
-            last.token_ids.extend(out.token_ids)
-            if last.logprobs is not None and out.logprobs is not None:
-                last.logprobs.extend(out.logprobs)
-            last.finish, last.matched, last.error = out.finish, out.matched, out.error
-            if last.cached_tokens is None:
-                last.cached_tokens = out.cached_tokens
-            continue
-        merged.append(out)
-    return merged

@@ -150,19 +150,42 @@ def scale() -> None:
     for workers, frontends in ((1, 1), (2, 1), (4, 1), (4, 2)):
         c = Cluster(workers, frontends, worker_args=mocker)
         try:
-            print(f"{workers} worker(s), {frontends} frontend(s):")
-            for i, (url, _) in enumerate(c.frontends[:1]):
-                for line in summary(
-                    bench(
-                        url,
-                        c.pids,
-                        f"scale-{workers}w{frontends}f{i}",
+            print(f"{workers} worker(s), {frontends} frontend(s), 64 streams in all:")
+            # Each frontend gets its share of the streams, all at once.
+            per = str(64 // frontends)
+            runs = [
+                subprocess.Popen(
+                    [
+                        PY,
+                        "-m",
+                        "rotor.cli",
+                        "bench",
+                        "--url",
+                        url + "/v1",
+                        "--no-progress",
+                        "--output-dir",
+                        str(OUT / f"cluster-scale-{workers}w{frontends}f{i}"),
+                        "--server-pid",
+                        *map(str, c.pids),
                         "--concurrency",
-                        "64",
+                        per,
                         *LOAD,
-                    )
-                ):
-                    print(line)
+                    ],  # fmt: skip
+                    stdout=subprocess.DEVNULL,
+                )
+                for i, (url, _) in enumerate(c.frontends)
+            ]
+            for run in runs:
+                run.wait()
+            total = 0.0
+            for i in range(frontends):
+                results = json.loads(
+                    (OUT / f"cluster-scale-{workers}w{frontends}f{i}" / "results.json").read_text()
+                )
+                total += results["levels"][0]["summary"]["request_throughput"]
+                for line in summary(results):
+                    print(f"  frontend {i}:{line}")
+            print(f"  together: {total:.1f} req/s")
         finally:
             c.close()
 

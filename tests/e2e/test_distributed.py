@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +181,20 @@ def test_a_client_that_leaves_stops_the_work_on_the_worker(
 # -- faults ---------------------------------------------------------------------------------
 
 
+@contextmanager
+def two_workers(nats: Nats, frontend: Frontend, model: str) -> Iterator[dict[str, Worker]]:
+    """Two slow mocker workers of `model`, live in `frontend`, stopped after."""
+    workers = {
+        w.id: w for w in (start_worker(nats, *SLOW, "--model-name", model) for _ in range(2))
+    }
+    try:
+        frontend.wait_workers(model, set(workers))
+        yield workers
+    finally:
+        for w in workers.values():
+            w.proc.stop()
+
+
 @pytest.fixture
 def fault_pool(nats: Nats, request: pytest.FixtureRequest) -> Iterator[tuple[Frontend, str]]:
     """A model of the test's own (its workers get killed), and a frontend."""
@@ -195,11 +210,7 @@ def test_a_worker_killed_mid_stream_hands_over_without_a_seam(
     nats: Nats, fault_pool: tuple[Frontend, str]
 ) -> None:
     frontend, model = fault_pool
-    workers = {
-        w.id: w for w in (start_worker(nats, *SLOW, "--model-name", model) for _ in range(2))
-    }
-    try:
-        frontend.wait_workers(model, set(workers))
+    with two_workers(nats, frontend, model) as workers:
         killed: list[str] = []
 
         def kill_once(worker: str, text: str) -> None:
@@ -218,20 +229,13 @@ def test_a_worker_killed_mid_stream_hands_over_without_a_seam(
             )
         assert usage["completion_tokens"] == alone.usage.completion_tokens  # the whole answer
         assert frontend.metric("rotor_router_migrations_total") == 1
-    finally:
-        for w in workers.values():
-            w.proc.stop()
 
 
 def test_a_constrained_request_is_not_moved_and_says_why(
     nats: Nats, fault_pool: tuple[Frontend, str]
 ) -> None:
     frontend, model = fault_pool
-    workers = {
-        w.id: w for w in (start_worker(nats, *SLOW, "--model-name", model) for _ in range(2))
-    }
-    try:
-        frontend.wait_workers(model, set(workers))
+    with two_workers(nats, frontend, model) as workers:
         body = {
             "model": model,
             "messages": ASK,
@@ -252,9 +256,6 @@ def test_a_constrained_request_is_not_moved_and_says_why(
                     error = json.loads(line[6:])["error"]
         assert error is not None and error["code"] == 503
         assert "constraint cannot resume" in error["message"]
-    finally:
-        for w in workers.values():
-            w.proc.stop()
 
 
 def test_no_live_worker_is_a_503_until_one_comes_back(
@@ -288,11 +289,7 @@ def test_no_live_worker_is_a_503_until_one_comes_back(
 
 def test_sigterm_drains_a_worker(nats: Nats, fault_pool: tuple[Frontend, str]) -> None:
     frontend, model = fault_pool
-    workers = {
-        w.id: w for w in (start_worker(nats, *SLOW, "--model-name", model) for _ in range(2))
-    }
-    try:
-        frontend.wait_workers(model, set(workers))
+    with two_workers(nats, frontend, model) as workers:
         leaving: list[str] = []
 
         def terminate_once(worker: str, text: str) -> None:
@@ -313,9 +310,6 @@ def test_sigterm_drains_a_worker(nats: Nats, fault_pool: tuple[Frontend, str]) -
             timeout=10,
         )
         assert r.headers["x-rotor-worker"] == other
-    finally:
-        for w in workers.values():
-            w.proc.stop()
 
 
 def test_a_worker_whose_card_disagrees_is_refused(

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
+from rotor import __version__
 from rotor.admission import DEFAULT_MAX_QUEUED
 from rotor.config import (
     DEFAULT_NATS,
@@ -41,7 +42,7 @@ in=/out= ↔ ROTOR_IN/ROTOR_OUT. The echo engine's pace is ROTOR_ECHO_DELAY_MS
 
 HTTP_FLAGS = [
     Flag("--host", "address to bind (in=http)", str, "127.0.0.1"),
-    Flag("--port", "port to bind (in=http)", int, 8000),
+    Flag("--port", "port to bind (in=http)", int, 8000, minimum=0, maximum=65535),
     Flag("--api-key", "require 'Authorization: Bearer KEY' on /v1/*"),
     Flag("--reasoning-field", "name of the reasoning field in responses", str, "reasoning_content"),
     # reliability: admission control and the prompt-preparation budget
@@ -65,7 +66,7 @@ MODEL_FLAGS = [
     Flag("--tool-call-parser", "tool-call family (hermes, llama3_json, mistral, ...)"),
     Flag("--reasoning-parser", "reasoning parser (think, qwen3, deepseek_r1, mistral, ...)"),
     Flag("--chat-template", "a Jinja chat template file that replaces the model's"),
-    Flag("--max-model-len", "context length (at most the model's)", int),
+    Flag("--max-model-len", "context length (at most the model's)", int, minimum=1),
 ]
 LOG_FLAGS = [
     Flag(
@@ -95,9 +96,15 @@ FRONTEND_FLAGS = [
         "round_robin",
         choices=("round_robin", "random", "least_loaded", "kv"),
     ),
-    Flag("--migration-limit", "times one request may move to another worker", int, 3),
+    Flag("--migration-limit", "times one request may move to another worker", int, 3, minimum=0),
     Flag("--router-temperature", "kv router: sample among good workers (0 = best)", float, 0.0),
-    Flag("--request-timeout", "seconds without output before a worker counts as dead", float, 30.0),
+    Flag(
+        "--request-timeout",
+        "seconds without output before a worker counts as dead",
+        float,
+        30.0,
+        minimum=0.001,
+    ),
     Flag(
         "--kv-overlap-weight", "kv router: weight of prefill blocks against decode load", float, 4.0
     ),
@@ -111,8 +118,14 @@ FRONTEND_FLAGS = [
     Flag("--router-ttl", "kv router with --no-kv-events: seconds a decision counts", float, 120.0),
 ]
 WORKER_FLAGS = [
-    Flag("--system-port", "serve the worker's /health and /metrics on this port", int),
-    Flag("--grace-period", "seconds to finish running requests on SIGTERM", float, 30.0),
+    Flag(
+        "--system-port",
+        "serve the worker's /health and /metrics on this port",
+        int,
+        minimum=1,
+        maximum=65535,
+    ),
+    Flag("--grace-period", "seconds to finish running requests on SIGTERM", float, 30.0, minimum=0),
 ]
 FLAGS = HTTP_FLAGS + MODEL_FLAGS + LOG_FLAGS + RUN_FLAGS
 
@@ -128,11 +141,9 @@ def _env_default(flag: Flag) -> Any:
     if flag.action == "store_true":
         return raw.lower() in ("1", "true", "yes", "on")
     try:
-        value = flag.type(raw)
-    except ValueError:
-        raise SystemExit(
-            f"rotor: {env_name(flag.name)}={raw!r} is not a valid {flag.type.__name__}"
-        ) from None
+        value = flag.parse(raw)
+    except ValueError as e:
+        raise SystemExit(f"rotor: {env_name(flag.name)}: {e}") from None
     if flag.choices is not None and value not in flag.choices:
         raise SystemExit(
             f"rotor: {env_name(flag.name)}={raw!r} is not one of {', '.join(flag.choices)}"
@@ -140,26 +151,45 @@ def _env_default(flag: Flag) -> Any:
     return value
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: `rotor run: --port: must be at most 65535`."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
+def _checked(flag: Flag) -> Any:
+    def parse(raw: str) -> Any:
+        try:
+            return flag.parse(raw)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = flag.type.__name__  # what argparse names in its messages
+    return parse
+
+
 def _add_flags(parser: argparse.ArgumentParser, flags: list[Flag]) -> None:
     for flag in flags:
-        help_text = f"{flag.help} [{env_name(flag.name)}]"
+        default = _env_default(flag)
+        shown = "" if flag.action or default is None else f" (default: {default})"
+        help_text = f"{flag.help}{shown} [{env_name(flag.name)}]"
         if flag.action:
-            parser.add_argument(
-                flag.name, action=flag.action, default=_env_default(flag), help=help_text
-            )
+            parser.add_argument(flag.name, action=flag.action, default=default, help=help_text)
         else:
             parser.add_argument(
                 flag.name,
-                type=flag.type,
-                default=_env_default(flag),
+                type=_checked(flag),
+                default=default,
                 choices=flag.choices,
                 help=help_text,
             )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rotor", description="rotor: an LLM serving frontend")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="rotor", description="rotor: an LLM serving frontend")
+    parser.add_argument("--version", action="version", version=f"rotor {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=Parser)
     run = sub.add_parser(
         "run",
         help="run a whole system in one process",
@@ -308,7 +338,11 @@ def main(argv: list[str] | None = None) -> int:
     passthrough: list[str] = []
     if words[:1] in (["run"], ["worker"]):
         words, passthrough = split_passthrough(words)
-    args = build_parser().parse_args(words)
+    parser = build_parser()
+    args = parser.parse_args(words)
+    if args.command is None:  # `rotor` alone: what it can do
+        parser.print_help()
+        return 0
     if args.command == "run":
         kind, path, engine = parse_io(args.io)
         from rotor.inputs.interrupt import EXIT_INTERRUPTED

@@ -16,6 +16,21 @@ class Flag:
     default: Any = None
     action: str | None = None  # "store_true"
     choices: tuple[str, ...] | None = None
+    minimum: float | None = None  # numbers: the smallest value allowed
+    maximum: float | None = None
+
+    def parse(self, raw: str) -> Any:
+        """The flag's value from its text; ValueError saying what is wrong."""
+        try:
+            value = self.type(raw)
+        except ValueError:
+            kind = {int: "an integer", float: "a number"}.get(self.type, "a valid value")
+            raise ValueError(f"expected {kind}, got {raw!r}") from None
+        if self.minimum is not None and value < self.minimum:
+            raise ValueError(f"must be at least {self.minimum:g}, got {raw}")
+        if self.maximum is not None and value > self.maximum:
+            raise ValueError(f"must be at most {self.maximum:g}, got {raw}")
+        return value
 
     @property
     def dest(self) -> str:

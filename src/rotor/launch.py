@@ -134,15 +134,14 @@ def serve(system: System, http: HTTPConfig, log_level: str) -> int:
         max_queued=http.max_queued_requests,
     )
     names = ", ".join(repr(n) for n in system.frontend.registry.names())
-    print(
-        f"rotor: serving {names} on http://{http.host}:{http.port}/v1", file=sys.stderr, flush=True
-    )
-    http_server(app, http, log_level).run()
+    http_server(app, http, log_level, f"rotor: serving {names} on {{url}}").run()
     return 0
 
 
-def http_server(app: Any, http: HTTPConfig, log_level: str) -> Any:
-    """uvicorn for `app`, which ends the open streams when the SIGTERM grace is over."""
+def http_server(app: Any, http: HTTPConfig, log_level: str, announce: str = "") -> Any:
+    """uvicorn for `app`, which ends the open streams when the SIGTERM grace is over.
+    `announce` (with `{url}`) goes to stderr once the port is really bound,
+    naming the port the socket got."""
     import uvicorn
 
     config = uvicorn.Config(
@@ -157,6 +156,13 @@ def http_server(app: Any, http: HTTPConfig, log_level: str) -> Any:
     streams, grace = app.state.streams, http.shutdown_grace
 
     class Server(uvicorn.Server):
+        async def startup(self, sockets: list | None = None) -> None:
+            await super().startup(sockets)
+            if announce and self.started and self.servers:
+                host, port = self.servers[0].sockets[0].getsockname()[:2]
+                url = f"http://{host}:{port}/v1"
+                print(announce.format(url=url), file=sys.stderr, flush=True)
+
         async def shutdown(self, sockets: list | None = None) -> None:
             loop = asyncio.get_running_loop()
             timer = loop.call_later(grace, streams.end_all, grace)

@@ -141,10 +141,6 @@ def run_frontend(config: FrontendConfig) -> int:
         on_shutdown=[cluster.stop],
         max_queued=http.max_queued_requests,
     )
-    print(
-        f"rotor: frontend on http://{http.host}:{http.port}/v1, workers from {config.nats}",
-        file=sys.stderr,
-        flush=True,
-    )
-    http_server(app, http, config.log_level).run()
+    announce = f"rotor: frontend on {{url}}, workers from {config.nats}"
+    http_server(app, http, config.log_level, announce).run()
     return 0

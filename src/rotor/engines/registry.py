@@ -77,11 +77,13 @@ def _build_vllm(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any])
 
 
 MOCKER_FLAGS = (
-    Flag("--max-num-seqs", "mocker: most sequences running at once", int, 256),
-    Flag("--max-num-batched-tokens", "mocker: token budget of one step", int, 8192),
-    Flag("--block-size", "mocker: KV cache block size in tokens", int, 16),
-    Flag("--num-kv-blocks", "mocker: KV cache size in blocks", int, 8192),
-    Flag("--speedup-ratio", "mocker: divide simulated time (0 = never sleep)", float, 1.0),
+    Flag("--max-num-seqs", "mocker: most sequences running at once", int, 256, minimum=1),
+    Flag("--max-num-batched-tokens", "mocker: token budget of one step", int, 8192, minimum=1),
+    Flag("--block-size", "mocker: KV cache block size in tokens", int, 16, minimum=1),
+    Flag("--num-kv-blocks", "mocker: KV cache size in blocks", int, 8192, minimum=1),
+    Flag(
+        "--speedup-ratio", "mocker: divide simulated time (0 = never sleep)", float, 1.0, minimum=0
+    ),
     Flag(
         "--no-structural-tags",
         "mocker: do not accept structural-tag constraints",

@@ -166,7 +166,7 @@ async def _engine_process(system: System, engine_sock: socket.socket, pids: list
                     stop.set()
             try:
                 await asyncio.wait_for(stop.wait(), 0.5)
-            except TimeoutError:
+            except asyncio.TimeoutError:
                 pass
     finally:
         await _stop_processes(alive)

@@ -122,7 +122,7 @@ class ResponseRouter:
             while True:
                 try:
                     items = await stream.take(wire.SILENCE_S)
-                except TimeoutError:
+                except asyncio.TimeoutError:
                     raise EngineError(
                         f"worker {worker_id} stopped answering", "unavailable"
                     ) from None

@@ -299,7 +299,10 @@ def test_sigterm_ends_streams_longer_than_the_grace_with_an_error_then_the_end()
         readers = [threading.Thread(target=consume, args=(k,)) for k in received]
         for t in readers:
             t.start()
-        time.sleep(0.5)
+        deadline = time.monotonic() + 20
+        while not all(received.values()):  # both streams have begun
+            assert time.monotonic() < deadline, "the streams did not start"
+            time.sleep(0.01)
         srv.process.send_signal(signal.SIGTERM)
         for t in readers:
             t.join(20)

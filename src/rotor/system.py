@@ -29,10 +29,8 @@ class System:
         for engine in self.engines:
             if isinstance(engine, Lifecycle):
                 await engine.start()
-        self.frontend.ready = True
 
     async def stop(self) -> None:
-        self.frontend.ready = False
         for engine in reversed(self.engines):
             if isinstance(engine, Lifecycle):
                 await engine.stop()

@@ -348,7 +348,9 @@ def test_bad_requests_raise_bad_request_in_anthropics_envelope(
         "type": "image",
         "source": {"type": "base64", "media_type": "image/png", "data": "AA=="},
     }
-    with pytest.raises(anthropic.BadRequestError, match="image content is not supported"):
+    with pytest.raises(
+        anthropic.BadRequestError, match=r"messages\[0\]\.content\[0\] is an image block"
+    ):
         client.messages.create(
             model=MODEL, max_tokens=10, messages=[{"role": "user", "content": [image]}]
         )

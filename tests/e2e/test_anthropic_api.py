@@ -348,7 +348,9 @@ def test_bad_requests_raise_bad_request_in_anthropics_envelope(
         "type": "image",
         "source": {"type": "base64", "media_type": "image/png", "data": "AA=="},
     }
-    with pytest.raises(anthropic.BadRequestError, match="image content is not supported"):
+    with pytest.raises(
+        anthropic.BadRequestError, match=r"messages\[0\]\.content\[0\] is an image block"
+    ):
         client.messages.create(
             model=MODEL, max_tokens=10, messages=[{"role": "user", "content": [image]}]
         )
@@ -554,3 +556,27 @@ def test_beam_malformed_call_at_eos_is_an_api_error(beam_client: anthropic.Anthr
     ):
         seen.extend(stream)
     assert not [e for e in seen if e.type == "content_block_start"]
+
+
+def test_stream_start_and_delta_usage_agree_with_the_message(server: Server) -> None:
+    """message_start and message_delta report the same input counts, cache
+    reads included, and the non-streamed message the same again."""
+    prompt = ask("Tell me about the sea. " * 40)  # many KV blocks: a repeat reads them from cache
+    body = {"model": MODEL, "max_tokens": 8, "messages": prompt, "mock": {"output": "Waves."}}
+    headers = {"anthropic-version": "2023-06-01"}
+    httpx.post(server.v1 + "/messages", json=body, headers=headers).raise_for_status()  # warm
+    r = httpx.post(server.v1 + "/messages", json={**body, "stream": True}, headers=headers)
+    assert r.status_code == 200
+    data = {k: d for k, d in named_events(r)}
+    start, delta = data["message_start"]["message"]["usage"], data["message_delta"]["usage"]
+    keys = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    assert start["cache_read_input_tokens"] > 0  # the repeat did hit the cache
+    assert {k: start[k] for k in keys} == {k: delta[k] for k in keys}
+    assert start["output_tokens"] == 0 and delta["output_tokens"] > 0
+    whole = httpx.post(server.v1 + "/messages", json=body, headers=headers).json()["usage"]
+    assert whole == delta
+    count = {"model": MODEL, "messages": prompt}
+    counted = httpx.post(server.v1 + "/messages/count_tokens", json=count, headers=headers)
+    assert (
+        start["input_tokens"] + start["cache_read_input_tokens"] == counted.json()["input_tokens"]
+    )

@@ -391,7 +391,9 @@ def test_bad_requests_raise_bad_request(client: openai.OpenAI) -> None:
         client.responses.create(model=MODEL, input="hi", extra_body={"bogus": 1})
     assert e.value.body["message"] == "unknown field 'bogus'"
     image = {"type": "input_image", "image_url": "data:image/png;base64,AA=="}
-    with pytest.raises(openai.BadRequestError, match="input_image is not supported"):
+    with pytest.raises(
+        openai.BadRequestError, match=r"input\[0\]\.content\[0\] is an input_image part"
+    ):
         client.responses.create(model=MODEL, input=[{"role": "user", "content": [image]}])
     with pytest.raises(openai.BadRequestError, match="input must not be empty"):
         client.responses.create(model=MODEL, input=[])

@@ -147,6 +147,24 @@ def test_blank_lines_are_skipped_and_index_is_the_line_number(tmp_path: Path) ->
     ]
 
 
+def test_whitespace_only_lines_are_blank_and_crlf_ends_a_line(tmp_path: Path) -> None:
+    """The README's rule exactly: a line (split at "\\n", a "\\r" before it
+    dropped) that is empty or whitespace only — Python's str.strip, so tabs and
+    U+00A0 too — gets no request and no output line."""
+    file = tmp_path / "ws.jsonl"
+    text = '{"text": "a"}\r\n  \r\n\t\n\u00a0\n{"text": "b"}\n\n'
+    file.write_text(text, encoding="utf-8", newline="")
+    done = rotor_batch(file)
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "ws.out.jsonl"
+    assert [(r["index"], r["text"]) for r in read_out(out)] == [(0, "a"), (4, "b")]
+    only_blank = tmp_path / "blank.jsonl"
+    only_blank.write_text("\n \n\n", encoding="utf-8")
+    done = rotor_batch(only_blank)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "blank.out.jsonl").read_bytes() == b""
+
+
 @pytest.mark.parametrize(
     ("path", "output", "expected"),
     [

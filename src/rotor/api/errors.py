@@ -139,5 +139,7 @@ def describe_validation(error: ValidationError) -> tuple[str, str | None]:
             parts.append(f"missing required field {loc!r}")
         else:
             msg = e["msg"].removeprefix("Value error, ")
-            parts.append(f"{loc}: {msg}" if loc else msg)
+            # a message that begins with its own field (`messages[0]…`) needs no prefix
+            named = loc and msg.startswith(loc) and msg[len(loc) : len(loc) + 1] in ("[", ".", " ")
+            parts.append(f"{loc}: {msg}" if loc and not named else msg)
     return "; ".join(parts) or "invalid request", param

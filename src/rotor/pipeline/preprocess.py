@@ -22,6 +22,7 @@ from rotor.pipeline.bounds import check_prompt_size
 from rotor.pipeline.choice import ChoicePipeline
 from rotor.pipeline.decode import ChoiceDecoder
 from rotor.pipeline.errors import RequestError
+from rotor.pipeline.mock_calls import markup_choices
 from rotor.pipeline.params import engine_params, request_guided
 from rotor.pipeline.parse.base import ReasoningParser, Tools
 from rotor.pipeline.parse.message import MessageParser
@@ -31,7 +32,7 @@ from rotor.pipeline.prompt import last_user_text, render_chat, thinking_disabled
 from rotor.pipeline.tool_choice import check_tool_choice
 from rotor.pipeline.tool_plan import plan_tools
 from rotor.protocol.engine import EngineRequest, StopParams
-from rotor.protocol.mock import parse_mock
+from rotor.protocol.mock import MockScript, parse_mock
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 
 # Prompts longer than this are prepared off the event loop.
@@ -123,11 +124,25 @@ def prepare_chat(model: ServedModel, req: ChatCompletionRequest, request_id: str
         annotations=annotations,
     )
     retain = bool(plan.grammar_installed and family is not None and family.wants_eos_text)
+    make_parser = plan.make_parser
+    # A scripted answer may be written in the family's markup under a
+    # constraint: those choices are parsed by the family.
+    markup = [False] * req.n
+    if req.mock is not None and choice.mode in ("required", "named"):
+        markup = markup_choices(
+            _script(req.mock, req.n),
+            req.n,
+            choice,
+            tools,
+            make_parser,
+            family,
+            lambda: reasoning_cls(starts_inside) if reasoning_cls else None,
+        )
     choices = []
     for i in range(req.n):
         parser = MessageParser(
             reasoning=reasoning_cls(starts_inside) if reasoning_cls else None,
-            tools=plan.make_parser() if plan.make_parser else None,
+            tools=family(tools) if family and markup[i] else make_parser() if make_parser else None,
             parallel_tool_calls=req.parallel_tool_calls,
         )
         choices.append(
@@ -215,12 +230,7 @@ def prepare_completion(
 
 def _fan_out(base: EngineRequest, n: int, mock: dict[str, Any] | None) -> list[EngineRequest]:
     """One engine request per choice: its own id, seed and (scripted) output."""
-    script = None
-    if mock is not None:
-        try:
-            script = parse_mock(mock, n)
-        except ValueError as e:
-            raise RequestError(str(e), "mock") from None
+    script = _script(mock, n) if mock is not None else None
     requests = []
     for i in range(n):
         annotations = dict(base.annotations)
@@ -238,6 +248,13 @@ def _fan_out(base: EngineRequest, n: int, mock: dict[str, Any] | None) -> list[E
             )
         )
     return requests
+
+
+def _script(mock: dict[str, Any], n: int) -> MockScript:
+    try:
+        return parse_mock(mock, n)
+    except ValueError as e:
+        raise RequestError(str(e), "mock") from None
 
 
 def _decoder(

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from rotor.protocol.mock import MockField
 from rotor.protocol.openai import check_schema, stop_list
+from rotor.protocol.parts import ANTHROPIC_MEDIA, refuse_media
 
 
 class _Strict(BaseModel):
@@ -135,6 +136,12 @@ class CountTokensRequest(_Strict):
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
     thinking: ThinkingConfig | None = None
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _text_only(cls, v: Any) -> Any:
+        refuse_media(v, "messages", ANTHROPIC_MEDIA, "block")
+        return v
 
 
 class MessagesRequest(CountTokensRequest):

@@ -26,6 +26,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from rotor.protocol import ignored
 from rotor.protocol.mock import MockField
+from rotor.protocol.parts import check_chat_content
 
 MAX_N = 16
 MAX_STOP = 4
@@ -261,6 +262,7 @@ class ChatCompletionRequest(SamplingFields, _ChatIgnored):
             content = m.get("content")
             if content is not None and not isinstance(content, (str, list)):
                 raise ValueError(f"messages[{i}].content must be a string or a list of parts")
+        check_chat_content(v)
         return v
 
     @field_validator("tools")

@@ -22,6 +22,7 @@ from pydantic import (
 
 from rotor.protocol.mock import MockField
 from rotor.protocol.openai import check_schema
+from rotor.protocol.parts import RESPONSES_MEDIA, refuse_media
 
 
 class _Strict(BaseModel):
@@ -212,6 +213,12 @@ class ResponsesRequest(_Strict):
     # rotor extensions: stop strings (validated as chat validates them), the mocker's script
     stop: str | list[str] | None = None
     mock: MockField | None = None
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _text_only(cls, v: Any) -> Any:
+        refuse_media(v, "input", RESPONSES_MEDIA, "part")
+        return v
 
     @field_validator("input")
     @classmethod

@@ -44,8 +44,8 @@ class MessageStream:
             "role": "assistant",
             "model": resp.model,
         }
-        self._prompt_tokens = resp.prompt_tokens
         self._usage = resp.usage
+        self._input: dict[str, int] = {}  # the input side of usage, fixed at message_start
         self._index = -1  # the latest block's index
         self._open: str | None = None  # "text" or "thinking" while such a block is open
         self._calls = 0
@@ -53,17 +53,22 @@ class MessageStream:
         self._stop: Any = None
 
     def start(self) -> list[dict[str, Any]]:
+        # The response starts after its first engine output, which carries the
+        # prompt's cache hits: message_start and message_delta report the same
+        # input counts (Anthropic's `input_tokens` excludes cache reads).
+        u = self._usage
+        cached = u.cached_tokens or 0
+        self._input = {
+            "input_tokens": u.prompt_tokens - cached,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": cached,
+        }
         message = {
             **self._head,
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {
-                "input_tokens": self._prompt_tokens,
-                "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": 0,
-                "output_tokens": 0,
-            },
+            "usage": {**self._input, "output_tokens": 0},
         }
         return [{"type": "message_start", "message": message}, PING]
 
@@ -84,14 +89,7 @@ class MessageStream:
 
     def finish(self) -> list[dict[str, Any]]:
         stop_reason, stop_sequence = self._stop_reason()
-        u = self._usage
-        cached = u.cached_tokens or 0
-        usage = {
-            "input_tokens": u.prompt_tokens - cached,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": cached,
-            "output_tokens": u.completion_tokens,
-        }
+        usage = {**self._input, "output_tokens": self._usage.completion_tokens}
         return self._close() + [
             {
                 "type": "message_delta",

@@ -21,7 +21,6 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 from starlette.responses import PlainTextResponse
 
-from rotor.api import schemas as s
 from rotor.api.auth import guarded
 from rotor.protocol import ignored
 from rotor.protocol.anthropic import CountTokensRequest, MessagesRequest
@@ -48,8 +47,8 @@ class Doc:
 
     summary: str
     tag: str
-    answer: type[BaseModel] | tuple[type[BaseModel], ...] | None  # None: text/plain
-    request: type[BaseModel] | None = None
+    answer: str | tuple[str, ...] | None  # component names; None: text/plain
+    request: str | None = None
     example: dict[str, Any] | None = None
     stream: str | None = None  # what `"stream": true` answers, as text/event-stream
     errors: tuple[int, ...] = ()
@@ -62,8 +61,8 @@ DOCS: dict[str, Doc] = {
     "chat": Doc(
         "Chat completion",
         "OpenAI",
-        s.ChatCompletion,
-        ChatCompletionRequest,
+        "ChatCompletion",
+        "ChatCompletionRequest",
         {"messages": _HELLO},
         "server-sent events, each `data:` a ChatCompletionChunk, then `data: [DONE]`",
         _GENERATION_ERRORS,
@@ -71,8 +70,8 @@ DOCS: dict[str, Doc] = {
     "completions": Doc(
         "Text completion",
         "OpenAI",
-        s.Completion,
-        CompletionRequest,
+        "Completion",
+        "CompletionRequest",
         {"prompt": "Hello!", "max_tokens": 16},
         "server-sent events, each `data:` a CompletionChunk, then `data: [DONE]`",
         _GENERATION_ERRORS,
@@ -80,8 +79,8 @@ DOCS: dict[str, Doc] = {
     "responses": Doc(
         "Response (stateless)",
         "OpenAI",
-        s.ResponseObject,
-        ResponsesRequest,
+        "ResponseObject",
+        "ResponsesRequest",
         {"input": "Hello!"},
         "server-sent events named by their `type` (response.created, "
         "response.output_text.delta, ..., response.completed), each numbered "
@@ -91,20 +90,20 @@ DOCS: dict[str, Doc] = {
     "models": Doc(
         "Served models",
         "OpenAI",
-        (s.ModelList, s.AnthropicModelList),
+        ("ModelList", "AnthropicModelList"),
         errors=(401, 500),
     ),
     "model": Doc(
         "One served model",
         "OpenAI",
-        (s.ModelEntry, s.AnthropicModel),
+        ("ModelEntry", "AnthropicModel"),
         errors=(401, 404, 500),
     ),
     "messages": Doc(
         "Message",
         "Anthropic",
-        s.Message,
-        MessagesRequest,
+        "Message",
+        "MessagesRequest",
         {"max_tokens": 64, "messages": _HELLO},
         "server-sent events named by their `type` (message_start, "
         "content_block_start, content_block_delta, content_block_stop, "
@@ -115,8 +114,8 @@ DOCS: dict[str, Doc] = {
     "count_tokens": Doc(
         "Count a message's prompt tokens",
         "Anthropic",
-        s.TokenCount,
-        CountTokensRequest,
+        "TokenCount",
+        "CountTokensRequest",
         {"messages": _HELLO},
         errors=_TEXT_ERRORS,
         anthropic=True,
@@ -124,33 +123,33 @@ DOCS: dict[str, Doc] = {
     "tokenize": Doc(
         "Tokenize text or a chat prompt",
         "Tokens",
-        s.TokenizeResponse,
-        s.TokenizeRequest,
+        "TokenizeResponse",
+        "TokenizeRequest",
         {"prompt": "Hello!"},
         errors=_TEXT_ERRORS,
     ),
     "detokenize": Doc(
         "Token ids to text",
         "Tokens",
-        s.DetokenizeResponse,
-        s.DetokenizeRequest,
+        "DetokenizeResponse",
+        "DetokenizeRequest",
         {"tokens": [72, 105]},
         errors=_TEXT_ERRORS,
     ),
-    "health": Doc("Readiness: models and their engines", "Operations", s.Health, errors=(503,)),
-    "live": Doc("Liveness", "Operations", s.Live),
+    "health": Doc("Readiness: models and their engines", "Operations", "Health", errors=(503,)),
+    "live": Doc("Liveness", "Operations", "Live"),
     "metrics": Doc("Prometheus metrics (text exposition format)", "Operations", None),
 }
 
 # Schemas that no route names directly but the stream descriptions do.
-_EXTRA: tuple[type[BaseModel], ...] = (s.ChatCompletionChunk, s.CompletionChunk)
+_EXTRA = ("ChatCompletionChunk", "CompletionChunk", "OpenAIError", "AnthropicError")
 
 
-def _ref(model: type[BaseModel]) -> dict[str, str]:
-    return {"$ref": REF.format(model=model.__name__)}
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": REF.format(model=name)}
 
 
-def _answer_schema(answer: type[BaseModel] | tuple[type[BaseModel], ...]) -> dict[str, Any]:
+def _answer_schema(answer: str | tuple[str, ...]) -> dict[str, Any]:
     """One model's ref; a route that answers in two APIs' shapes, either."""
     if isinstance(answer, tuple):
         return {"anyOf": [_ref(m) for m in answer]}
@@ -171,12 +170,12 @@ def route(name: str) -> dict[str, Any]:
         ok["description"] = f'OK: JSON; with `"stream": true`, {doc.stream}'
         ok["content"]["text/event-stream"] = {"schema": {"type": "string"}}
     responses: dict[int | str, Any] = {200: ok}
-    envelope = s.AnthropicError if doc.anthropic else s.OpenAIError
+    envelope = "AnthropicError" if doc.anthropic else "OpenAIError"
     for status in doc.errors:
         if name == "health":
             responses[status] = {
                 "description": "starting, or a model has nothing to serve it",
-                "content": {"application/json": {"schema": _ref(s.Health)}},
+                "content": {"application/json": {"schema": _ref("Health")}},
             }
             continue
         err: dict[str, Any] = {
@@ -197,19 +196,39 @@ def route(name: str) -> dict[str, Any]:
     return kwargs
 
 
-def _models() -> list[type[BaseModel]]:
-    found: list[type[BaseModel]] = []
+def model(name: str) -> type[BaseModel]:
+    """The model behind component `name`: a request model (protocol/*) or an
+    answer's (api/schemas.py, imported only now: building the document is
+    the one thing that needs it)."""
+    from rotor.api import schemas
+
+    requests = (
+        ChatCompletionRequest,
+        CompletionRequest,
+        ResponsesRequest,
+        MessagesRequest,
+        CountTokensRequest,
+    )
+    found = {m.__name__: m for m in requests}.get(name) or getattr(schemas, name)
+    assert isinstance(found, type) and issubclass(found, BaseModel), name
+    return found
+
+
+def _names() -> list[str]:
+    found: list[str] = []
     for doc in DOCS.values():
         answers = doc.answer if isinstance(doc.answer, tuple) else (doc.answer,)
-        for model in (doc.request, *answers):
-            if model is not None and model not in found:
-                found.append(model)
-    return found + [m for m in _EXTRA if m not in found] + [s.OpenAIError, s.AnthropicError]
+        for name in (doc.request, *answers, *_EXTRA):
+            if name is not None and name not in found:
+                found.append(name)
+    return found
 
 
 def component_schemas() -> dict[str, Any]:
     """Every schema the routes refer to, by name, in JSON Schema 2020-12 (OpenAPI 3.1's)."""
-    _, top = models_json_schema([(m, "validation") for m in _models()], ref_template=REF)
+    _, top = models_json_schema(
+        [(model(name), "validation") for name in _names()], ref_template=REF
+    )
     defs: dict[str, Any] = top["$defs"]
     why = {**ignored.COMMON, **ignored.CHAT, **ignored.COMPLETIONS}
     for name in ("ChatCompletionRequest", "CompletionRequest"):

@@ -22,10 +22,12 @@ from rotor.admission import DEFAULT_MAX_QUEUED, Admission
 from rotor.api.anthropic import register_anthropic
 from rotor.api.auth import APIKeyMiddleware
 from rotor.api.body import DEFAULT_BODY_LIMIT, request_id
+from rotor.api.docs import register_docs
 from rotor.api.drain import OpenStreams
 from rotor.api.errors import INTERNAL_ERROR, APIError, error_response, is_anthropic
 from rotor.api.metrics import Metrics
 from rotor.api.openai.routes import register_openai
+from rotor.api.openapi import install as install_openapi
 from rotor.api.ops import register_ops
 from rotor.api.responses import register_responses
 from rotor.api.tokens import register_tokens
@@ -62,7 +64,9 @@ def create_app(
             for hook in on_shutdown or ():
                 await hook()
 
-    app = FastAPI(title="rotor", version=__version__, lifespan=lifespan)
+    app = FastAPI(
+        title="rotor", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None
+    )
     registry = frontend.registry
     admission = Admission(max_queued)
     metrics = Metrics(
@@ -84,6 +88,8 @@ def create_app(
     register_responses(app, frontend, metrics, body_limit)
     register_tokens(app, frontend, body_limit)
     register_ops(app, frontend, metrics)
+    register_docs(app)
+    install_openapi(app, api_key)
     return app
 
 

@@ -9,11 +9,12 @@ from fastapi import FastAPI
 from starlette.responses import JSONResponse, Response
 
 from rotor.api.metrics import Metrics
+from rotor.api.openapi import route
 from rotor.frontend import Frontend
 
 
 def register_ops(app: FastAPI, frontend: Frontend, metrics: Metrics) -> None:
-    @app.get("/health")
+    @app.get("/health", **route("health"))
     async def health() -> Response:
         """200 when ready and every model it has served has something to serve it."""
         entries = frontend.registry.entries()
@@ -33,10 +34,10 @@ def register_ops(app: FastAPI, frontend: Frontend, metrics: Metrics) -> None:
         ok = frontend.ready and not down
         return JSONResponse(body, status_code=200 if ok else 503)
 
-    @app.get("/live")
+    @app.get("/live", **route("live"))
     async def live() -> Response:
         return JSONResponse({"status": "live"})
 
-    @app.get("/metrics")
+    @app.get("/metrics", **route("metrics"))
     async def metrics_route() -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse, Response
 
 from rotor.api.body import chat_request, read_json
 from rotor.api.errors import APIError, from_request_error
+from rotor.api.openapi import route
 from rotor.frontend import Frontend, ModelNotFound
 from rotor.model.served import ServedModel
 from rotor.model.tokenizer import Tokenizer
@@ -19,7 +20,7 @@ from rotor.pipeline.preprocess import LONG_PROMPT_CHARS
 
 
 def register_tokens(app: FastAPI, frontend: Frontend, body_limit: int) -> None:
-    @app.post("/tokenize")
+    @app.post("/tokenize", **route("tokenize"))
     async def tokenize(request: Request) -> Response:
         data = await read_json(request, body_limit)
         served = _resolve(frontend, data.get("model"))
@@ -59,7 +60,7 @@ def register_tokens(app: FastAPI, frontend: Frontend, body_limit: int) -> None:
         context = served.card.context_length
         return JSONResponse({"count": len(ids), "max_model_len": context, "tokens": ids})
 
-    @app.post("/detokenize")
+    @app.post("/detokenize", **route("detokenize"))
     async def detokenize(request: Request) -> Response:
         data = await read_json(request, body_limit)
         tok = _tokenizer(_resolve(frontend, data.get("model")))

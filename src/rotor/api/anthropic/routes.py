@@ -12,6 +12,7 @@ from rotor.api.anthropic.stream import PING_INTERVAL_S, MessageStream, fold_mess
 from rotor.api.body import read_request, request_id
 from rotor.api.errors import APIError, from_request_error
 from rotor.api.metrics import Metrics
+from rotor.api.openapi import route
 from rotor.api.respond import APIView, respond
 from rotor.api.sse import NamedFraming
 from rotor.frontend import Frontend, ModelNotFound
@@ -26,12 +27,12 @@ def register_anthropic(app: FastAPI, frontend: Frontend, metrics: Metrics, body_
     def view(resp: ChatResponse, rid: str) -> APIView:
         return APIView(MessageStream(resp, rid), FRAMING, fold_message)
 
-    @app.post("/v1/messages")
+    @app.post("/v1/messages", **route("messages"))
     async def messages(request: Request) -> Response:
         req = await read_request(request, MessagesRequest, body_limit)
         return await respond(request, frontend, metrics, "messages", to_chat(req), view)
 
-    @app.post("/v1/messages/count_tokens")
+    @app.post("/v1/messages/count_tokens", **route("count_tokens"))
     async def count_tokens(request: Request) -> Response:
         req = await read_request(request, CountTokensRequest, body_limit)
         rid = request_id(request)

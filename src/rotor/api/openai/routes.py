@@ -13,6 +13,7 @@ from rotor.api.errors import APIError
 from rotor.api.metrics import Metrics
 from rotor.api.openai.chat import ChatShaper, fold_chat
 from rotor.api.openai.completions import CompletionShaper, fold_completion
+from rotor.api.openapi import route
 from rotor.api.respond import APIView, respond
 from rotor.api.sse import OPENAI
 from rotor.frontend import Frontend
@@ -22,7 +23,7 @@ from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 
 
 def register_openai(app: FastAPI, frontend: Frontend, metrics: Metrics, body_limit: int) -> None:
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", **route("chat"))
     async def chat_completions(request: Request) -> Response:
         req = await read_request(request, ChatCompletionRequest, body_limit)
         options = req.stream_options
@@ -38,7 +39,7 @@ def register_openai(app: FastAPI, frontend: Frontend, metrics: Metrics, body_lim
 
         return await respond(request, frontend, metrics, "chat", req, view)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", **route("completions"))
     async def completions(request: Request) -> Response:
         req = await read_request(request, CompletionRequest, body_limit)
         options = req.stream_options
@@ -57,14 +58,14 @@ def register_openai(app: FastAPI, frontend: Frontend, metrics: Metrics, body_lim
             request, frontend, metrics, "completions", req, view, call=frontend.completion
         )
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", **route("models"))
     async def list_models(request: Request) -> Response:
         models = [e.model for e in frontend.registry.entries() if e.live()]
         if "anthropic-version" in request.headers:
             return JSONResponse(anthropic_models(models))
         return JSONResponse({"object": "list", "data": [model_entry(m) for m in models]})
 
-    @app.get("/v1/models/{model_id:path}")
+    @app.get("/v1/models/{model_id:path}", **route("model"))
     async def get_model(request: Request, model_id: str) -> Response:
         if model_id not in frontend.registry.live_names():
             raise APIError(404, f"the model {model_id!r} does not exist", "model")

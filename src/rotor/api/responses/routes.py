@@ -8,6 +8,7 @@ from starlette.responses import Response
 
 from rotor.api.body import read_request
 from rotor.api.metrics import Metrics
+from rotor.api.openapi import route
 from rotor.api.respond import APIView, respond
 from rotor.api.responses.convert import PARAMS, to_chat
 from rotor.api.responses.stream import ResponseStream, fold_response
@@ -20,7 +21,7 @@ from rotor.protocol.responses import ResponsesRequest
 def register_responses(app: FastAPI, frontend: Frontend, metrics: Metrics, body_limit: int) -> None:
     """Adds `POST /v1/responses` to the app."""
 
-    @app.post("/v1/responses")
+    @app.post("/v1/responses", **route("responses"))
     async def responses(request: Request) -> Response:
         req = await read_request(request, ResponsesRequest, body_limit)
 

@@ -249,6 +249,19 @@ def test_a_killed_parent_leaves_no_children(nats: Nats, worker: Worker) -> None:
                 os.kill(p, signal.SIGKILL)
 
 
+def test_a_child_that_dies_stops_the_other_and_the_parent_exits_1(
+    nats: Nats, worker: Worker
+) -> None:
+    frontend = start_two(nats, worker)
+    first, second = children(frontend.process.pid)
+    try:
+        os.kill(first, signal.SIGKILL)
+        assert frontend.process.wait(30) == 1
+        assert not running(second)
+    finally:
+        frontend.proc.stop()
+
+
 @pytest.mark.parametrize(
     ("count", "message"),
     [("0", "must be at least 1, got 0"), ("two", "expected an integer, got 'two'")],

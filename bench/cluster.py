@@ -4,6 +4,7 @@ a nats-server, N mocker workers, one or two frontends, all real processes.
     python bench/cluster.py hop                # frontend+worker vs rotor run, CPU/token, TTFT
     python bench/cluster.py scale              # throughput with 1, 2, 4 workers (and 2 frontends)
     python bench/cluster.py kv                 # shared prefixes: kv vs round_robin routing
+    python bench/cluster.py http-workers       # frontend --http-workers 1 vs 2, interleaved
 
 Prints the `rotor bench` summaries it collected (results in bench-results/cluster-*).
 """
@@ -75,6 +76,10 @@ def summary(results: dict) -> list[str]:
     return lines
 
 
+def children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
 class Cluster:
     def __init__(
         self,
@@ -109,7 +114,9 @@ class Cluster:
 
     @property
     def pids(self) -> list[int]:
-        return [p.pid for p in self.workers] + [p.pid for _, p in self.frontends]
+        """Every server process: workers, frontends and their HTTP processes."""
+        fronts = [p.pid for _, p in self.frontends]
+        return [p.pid for p in self.workers] + fronts + [c for f in fronts for c in children(f)]
 
     def close(self) -> None:
         for p in reversed(self.procs):
@@ -215,5 +222,23 @@ def kv() -> None:
             c.close()
 
 
+def http_workers() -> None:
+    """One frontend with 1 or 2 HTTP processes, one mocker worker; rounds
+    interleaved (1, 2, 1, 2) so a busy machine spreads over both."""
+    mocker = ("out=mocker", "--speedup-ratio", "0")
+    for i, n in enumerate((1, 2, 1, 2)):
+        c = Cluster(1, worker_args=mocker, frontend_args=("--http-workers", str(n)))
+        try:
+            time.sleep(2)  # every HTTP process has found the worker
+            label = f"http-workers-{n}-round{i}"
+            results = bench(c.frontends[0][0], c.pids, label, "--concurrency", "32", "128", *LOAD)
+            print(f"--http-workers {n} (round {i}, {len(c.pids)} server processes):")
+            for line in summary(results):
+                print(line)
+        finally:
+            c.close()
+
+
 if __name__ == "__main__":
-    {"hop": hop, "scale": scale, "kv": kv}[sys.argv[1]]()
+    modes = {"hop": hop, "scale": scale, "kv": kv, "http-workers": http_workers}
+    modes[sys.argv[1]]()

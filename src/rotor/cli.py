@@ -59,6 +59,14 @@ HTTP_FLAGS = [
         DEFAULT_BUDGET_S,
     ),
     Flag("--shutdown-grace", "SIGTERM: seconds running streams may still finish", float, 10.0),
+    Flag(
+        "--http-workers",
+        "HTTP processes sharing the port (SO_REUSEPORT; rotor run: the engine stays in one)",
+        int,
+        1,
+        minimum=1,
+        maximum=256,
+    ),
 ]
 MODEL_FLAGS = [
     Flag("--model-path", "a Hugging Face style model directory"),
@@ -78,12 +86,6 @@ LOG_FLAGS = [
     ),
 ]
 RUN_FLAGS = [
-    Flag(
-        "--http-workers",
-        "HTTP processes sharing the port (in=http); the engine stays in one",
-        int,
-        1,
-    ),
     Flag("--output", "batch mode: where to write the answers (default FILE.out.jsonl)"),
     Flag("--max-tokens", "text/stdin/batch modes: max tokens per answer", int),
 ]
@@ -294,7 +296,7 @@ def _http_config(args: argparse.Namespace) -> HTTPConfig:
         reasoning_field=args.reasoning_field,
         max_queued_requests=args.max_queued_requests,
         shutdown_grace=args.shutdown_grace,
-        http_workers=getattr(args, "http_workers", 1),
+        http_workers=args.http_workers,
     )
 
 

@@ -5,7 +5,9 @@ when their first worker registers, and each is a pool routed by `--router`."""
 from __future__ import annotations
 
 import logging
+import socket
 import sys
+from typing import Any
 
 from rotor.config import FrontendConfig
 from rotor.frontend import Frontend
@@ -122,8 +124,6 @@ def make_router(config: FrontendConfig, pool: Pool) -> Router:
 
 
 def run_frontend(config: FrontendConfig) -> int:
-    from rotor.api.app import create_app
-
     logging.basicConfig(
         level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -131,6 +131,19 @@ def run_frontend(config: FrontendConfig) -> int:
     if http.api_key == "":
         print("rotor: --api-key is empty: give a key, or leave the flag out", file=sys.stderr)
         return 2
+    if http.http_workers != 1:
+        return run_frontends(config)
+    announce = f"rotor: frontend on {{url}}, workers from {config.nats}"
+    frontend_server(config, announce).run()
+    return 0
+
+
+def frontend_server(config: FrontendConfig, announce: str = "") -> Any:
+    """One whole frontend (its NATS connection, discovery, routers, inbox) as
+    a uvicorn server, not yet running."""
+    from rotor.api.app import create_app
+
+    http = config.http
     frontend = Frontend(reasoning_field=http.reasoning_field)
     frontend.pool = PreparePool(budget_s=config.template_timeout)
     cluster = Cluster(frontend, config)
@@ -141,6 +154,34 @@ def run_frontend(config: FrontendConfig) -> int:
         on_shutdown=[cluster.stop],
         max_queued=http.max_queued_requests,
     )
-    announce = f"rotor: frontend on {{url}}, workers from {config.nats}"
-    http_server(app, http, config.log_level, announce).run()
-    return 0
+    return http_server(app, http, config.log_level, announce)
+
+
+def run_frontends(config: FrontendConfig) -> int:
+    """`--http-workers N`: N whole frontends on one port (SO_REUSEPORT), as if
+    N `rotor frontend`s ran, under a parent that passes SIGTERM/SIGINT on
+    (each drains), exits when they do, and takes them with it if killed."""
+    from rotor.local.processes import WorkersError, fork_each, listen_all, supervise
+
+    http = config.http
+    try:
+        socks = listen_all(http.host, http.port, http.http_workers)
+    except WorkersError as e:
+        print(f"rotor: {e}", file=sys.stderr)
+        return 2
+    port = socks[0].getsockname()[1]
+
+    def serve(sock: socket.socket) -> int:
+        server = frontend_server(config)
+        server.run(sockets=[sock])
+        return 0 if server.started else 1
+
+    pids = fork_each(socks, serve)
+    print(
+        f"rotor: frontend on http://{http.host}:{port}/v1 with {len(pids)} HTTP processes, "
+        f"workers from {config.nats}",
+        file=sys.stderr,
+        flush=True,
+    )
+    # The children's own drain is --shutdown-grace plus uvicorn's 5 s; then more for NATS.
+    return supervise(pids, timeout=http.shutdown_grace + 15)

@@ -137,3 +137,24 @@ def test_a_port_in_use_stops_startup_with_a_message() -> None:
         )
     assert proc.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
+
+
+def running(pid: int) -> bool:
+    """The process exists and is not a zombie waiting for a reaper."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def test_a_killed_parent_takes_its_http_processes_with_it() -> None:
+    with rotor_server("--http-workers", "2") as server:
+        pids = children(server.process.pid)
+        assert len(pids) == 2 and all(running(p) for p in pids)
+        server.process.kill()
+        server.process.wait(10)
+        deadline = time.monotonic() + 30
+        while any(running(p) for p in pids):
+            assert time.monotonic() < deadline, f"orphans left: {[p for p in pids if running(p)]}"
+            time.sleep(0.05)

@@ -4,6 +4,7 @@ engines have started), `/live`, `/metrics`."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from fastapi import FastAPI
 from starlette.responses import JSONResponse, Response
@@ -25,6 +26,7 @@ def register_ops(app: FastAPI, frontend: Frontend, metrics: Metrics) -> None:
             else ("starting" if not frontend.ready else "degraded"),
             "models": [e.model.name for e in entries if e.live()],
             "engines": {e.model.name: dataclasses.asdict(e.engine.state()) for e in entries},
+            "pid": os.getpid(),  # which process answered (--http-workers: one of N)
         }
         workers = {e.model.name: e.workers() for e in entries if e.workers is not None}
         if workers:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -194,51 +194,45 @@ class Frontend:
         resp = Response(
             response_id, model.name, int(time.time()), n, Usage(), prepared, token_text, token_bytes
         )
-        resp.events = await _primed(_checked(run_all(entry.engine, prepared, resp.usage)))
+        resp.events = await _primed(run_all(entry.engine, prepared, resp.usage))
         resp.headers = entry.routed(prepared[0].requests[0].request_id)
         return resp
-
-
-async def _checked(events: AsyncIterator[ChoiceEvent]) -> AsyncGenerator[ChoiceEvent, None]:
-    """The events, ending in ResponseFailed when a choice failed."""
-    try:
-        async for event in events:
-            finished = event.finished
-            if finished is not None and finished.failure is not None:
-                raise ResponseFailed(finished.failure)
-            yield event
-    finally:
-        await events.aclose()  # type: ignore[attr-defined]
 
 
 async def _primed(
     events: AsyncGenerator[ChoiceEvent, None],
 ) -> AsyncGenerator[ChoiceEvent, None]:
     """Wait for the first event, so that an engine that refuses the request
-    (or is down) fails the call itself; then the whole stream, first included."""
+    (or is down) fails the call itself; then the whole stream, first included,
+    ending in ResponseFailed when a choice failed."""
     try:
         first = await events.__anext__()
     except StopAsyncIteration:
         first = None
-    except ResponseFailed as e:
-        await events.aclose()
-        if e.failure.kind == "malformed":  # the model's output: part of the stream
-            return _failing(e)
-        raise
     except BaseException:  # cancelled while waiting: the engine's work stops too
         await events.aclose()
         raise
-    return _chain(first, events)
+    if first is not None and first.finished is not None and first.finished.failure is not None:
+        await events.aclose()
+        error = ResponseFailed(first.finished.failure)
+        if error.failure.kind == "malformed":  # the model's output: part of the stream
+            return _failing(error)
+        raise error
+    return _checked(first, events)
 
 
-async def _chain(
+async def _checked(
     first: ChoiceEvent | None, rest: AsyncGenerator[ChoiceEvent, None]
 ) -> AsyncGenerator[ChoiceEvent, None]:
+    """`first`, then the rest of the events (one layer: every token passes it)."""
     try:
         if first is None:
             return
         yield first
         async for event in rest:
+            finished = event.finished
+            if finished is not None and finished.failure is not None:
+                raise ResponseFailed(finished.failure)
             yield event
     finally:
         await rest.aclose()

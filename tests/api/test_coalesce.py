@@ -120,7 +120,8 @@ async def test_cancelling_a_pull_cancels_the_source() -> None:
 
 
 async def test_sse_response_writes_a_burst_once_and_a_late_event_apart() -> None:
-    """Through the ASGI response: three ready events are one body message."""
+    """Through the ASGI response: three ready events are one body message, and
+    the last event ends the body in its own message (no empty write after it)."""
     loop = asyncio.get_running_loop()
 
     async def body() -> AsyncIterator[bytes]:
@@ -147,5 +148,5 @@ async def test_sse_response_writes_a_burst_once_and_a_late_event_apart() -> None
         sent.append(message)
 
     await asyncio.wait_for(SSEResponse(body())({"type": "http"}, receive, send), 5)
-    bodies = [m["body"] for m in sent if m["type"] == "http.response.body"]
-    assert bodies == [b"data: 1\n\ndata: 2\n\ndata: 3\n\n", b"data: 4\n\n", b""]
+    bodies = [(m["body"], m["more_body"]) for m in sent if m["type"] == "http.response.body"]
+    assert bodies == [(b"data: 1\n\ndata: 2\n\ndata: 3\n\n", True), (b"data: 4\n\n", False)]

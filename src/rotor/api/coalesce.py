@@ -78,6 +78,11 @@ class Coalescer:
         self._error: BaseException | None = None  # raised by the next pull
         self._done = False
 
+    @property
+    def done(self) -> bool:
+        """The source has ended: the last pull returned its last chunk."""
+        return self._done and self._error is None
+
     async def pull(self) -> bytes | None:
         """The next chunk and every chunk ready behind it, joined; None at the end."""
         if self._error is not None:

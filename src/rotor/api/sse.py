@@ -208,6 +208,10 @@ class SSEResponse(Response):
                     return
                 if chunk is None:
                     break
+                if batches.done:  # the last bytes: they end the body in the same write
+                    await send({"type": "http.response.body", "body": chunk, "more_body": False})
+                    self.complete = True
+                    return
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             self.complete = True

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Protocol
 
 from rotor.pipeline.choice import ChoicePipeline
@@ -39,7 +39,7 @@ async def run_choice(
     index: int,
     usage: Usage,
     take_cached: bool,
-) -> AsyncIterator[ChoiceEvent]:
+) -> AsyncGenerator[ChoiceEvent, None]:
     """One choice's events until it finishes. `take_cached`: this choice
     reports the prompt's cached tokens (one choice per prompt does)."""
     stream = engine.generate(request)
@@ -79,7 +79,7 @@ async def run_choice(
 
 def _streams(
     engine: EngineClient, prepared: list[Prepared], usage: Usage
-) -> list[AsyncIterator[ChoiceEvent]]:
+) -> list[AsyncGenerator[ChoiceEvent, None]]:
     streams = []
     for p in prepared:
         usage.prompt_tokens += p.prompt_tokens
@@ -88,26 +88,27 @@ def _streams(
     return streams
 
 
-async def run_all(
+def run_all(
     engine: EngineClient, prepared: list[Prepared], usage: Usage
-) -> AsyncIterator[ChoiceEvent]:
+) -> AsyncGenerator[ChoiceEvent, None]:
     """Every choice of a response (n choices of each prompt) merged into one
-    stream of events, in the order they happen."""
+    stream of events, in the order they happen. One choice is its own stream:
+    no layer between it and the reader (each costs every token a step)."""
     streams = _streams(engine, prepared, usage)
     if len(streams) == 1:
-        stream = streams[0]
-        try:
-            async for event in stream:
-                yield event
-        finally:
-            await stream.aclose()  # type: ignore[attr-defined]
-        return
+        return streams[0]
+    return _merged(streams)
+
+
+async def _merged(
+    streams: list[AsyncGenerator[ChoiceEvent, None]],
+) -> AsyncGenerator[ChoiceEvent, None]:
     queue: asyncio.Queue[ChoiceEvent | None] = asyncio.Queue()
     # Events taken from the choices but not yet read: bounded, so a slow
     # reader stops the choices (and their engine requests) instead of piling up.
     window = asyncio.Semaphore(2 * len(streams))
 
-    async def pump(stream: AsyncIterator[ChoiceEvent]) -> None:
+    async def pump(stream: AsyncGenerator[ChoiceEvent, None]) -> None:
         try:
             async for event in stream:
                 queue.put_nowait(event)

@@ -10,7 +10,6 @@ batching, prefix reuse and preemption a client sees come from the scheduler.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
 import logging
@@ -49,13 +48,18 @@ class _Outbox:
     """A request's outputs, read in batches: when the consumer falls behind, what
     piled up is handed over at once (and merged per choice), so a loaded server
     writes one chunk per batch of tokens instead of one per token. `tokens`
-    unread past OUTBOX_WINDOW make the engine hold the request (`full`)."""
+    unread past OUTBOX_WINDOW make the engine hold the request (`full`).
 
-    __slots__ = ("_items", "_ready", "tokens")
+    Per token it costs an append and, when the reader waits, one future made on
+    the loop it was given (no asyncio.Event: its wait looks the loop up, a
+    getpid() each time)."""
 
-    def __init__(self) -> None:
-        self._items: collections.deque[EngineOutput | _Closed] = collections.deque()
-        self._ready = asyncio.Event()
+    __slots__ = ("_items", "_waiter", "_loop", "tokens")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._items: list[EngineOutput | _Closed] = []
+        self._waiter: asyncio.Future[None] | None = None
+        self._loop = loop
         self.tokens = 0
 
     @property
@@ -66,14 +70,21 @@ class _Outbox:
         self._items.append(item)
         if isinstance(item, EngineOutput):
             self.tokens += len(item.token_ids)
-        self._ready.set()
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def get_all(self) -> list[EngineOutput | _Closed]:
         while not self._items:
-            self._ready.clear()
-            await self._ready.wait()
-        items = list(self._items)
-        self._items.clear()
+            waiter = self._waiter = self._loop.create_future()
+            try:
+                await waiter
+            finally:
+                if self._waiter is waiter:
+                    self._waiter = None
+        items, self._items = self._items, []
         self.tokens = 0
         return items
 
@@ -82,6 +93,8 @@ def _merge(items: list[EngineOutput | _Closed]) -> list[EngineOutput | _Closed]:
     """Each choice's outputs become one output carrying all their tokens (and its
     finish, if one came), in the place of the choice's first output; choices may
     interleave. A choice's `_Closed` stays after its output."""
+    if len(items) == 1:  # the reader kept up: nothing to merge
+        return items
     merged: list[EngineOutput | _Closed] = []
     pending: dict[int, EngineOutput] = {}  # per choice: the output still taking tokens
     for item in items:
@@ -111,7 +124,7 @@ def _merge(items: list[EngineOutput | _Closed]) -> list[EngineOutput | _Closed]:
 class _Request:
     seqs: list[Sequence]
     logprobs: list[LogprobMaker | None]
-    queue: _Outbox = field(default_factory=_Outbox)
+    queue: _Outbox
     aborted: set[int] = field(default_factory=set)
 
     @property
@@ -309,7 +322,7 @@ class MockerEngine:
                 if request.output.logprobs
                 else None
             )
-        req = _Request(seqs, makers)
+        req = _Request(seqs, makers, _Outbox(asyncio.get_running_loop()))
         self._requests[request.request_id] = req
         for seq in seqs:
             self.scheduler.add(seq)

@@ -3,6 +3,7 @@ body validated as an API's request model."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any, TypeVar
 
@@ -14,6 +15,10 @@ from rotor.api.errors import APIError, describe_validation
 from rotor.protocol.openai import ChatCompletionRequest
 
 DEFAULT_BODY_LIMIT = 32 * 1024 * 1024
+# Bodies past this are parsed and validated on a thread: a legal 10 MB body
+# takes the better part of a second to turn into a model, and the event loop
+# must keep serving every other stream (and /live) meanwhile.
+OFF_LOOP_BYTES = 1024 * 1024
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -34,6 +39,14 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
     """The JSON object body: 413 over `limit` bytes, 400 when it is not a JSON
     object or is declared as something else (`text/plain`, a form): like
     OpenAI, a body is read as JSON only when it says so, or says nothing."""
+    raw = await read_body(request, limit)
+    if len(raw) > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(parse_json, raw)
+    return parse_json(raw)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The raw body of a request declared as JSON (or undeclared), within `limit`."""
     kind = request.headers.get("content-type")
     if kind is not None and not is_json_type(kind):
         raise APIError(
@@ -50,8 +63,13 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
         if size > limit:
             raise APIError(413, f"request body is over the limit of {limit} bytes")
         chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    """`raw` as a JSON object, or the client's 400."""
     try:
-        data = orjson.loads(b"".join(chunks))
+        data = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise APIError(400, f"malformed JSON body: {e}") from None
     if not isinstance(data, dict):
@@ -81,7 +99,10 @@ def validated(model: type[M], data: dict[str, Any]) -> M:
 
 async def read_request(request: Request, model: type[M], limit: int) -> M:
     """The JSON body validated as `model`: 413 over `limit`, 400 naming bad fields."""
-    return validated(model, await read_json(request, limit))
+    raw = await read_body(request, limit)
+    if len(raw) > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(lambda: validated(model, parse_json(raw)))
+    return validated(model, parse_json(raw))
 
 
 def chat_request(fields: dict[str, Any]) -> ChatCompletionRequest:

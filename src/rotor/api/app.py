@@ -27,6 +27,7 @@ from rotor.api.errors import INTERNAL_ERROR, APIError, error_response, is_anthro
 from rotor.api.metrics import Metrics
 from rotor.api.openai.routes import register_openai
 from rotor.api.ops import register_ops
+from rotor.api.page import register_page
 from rotor.api.responses import register_responses
 from rotor.api.tokens import register_tokens
 from rotor.frontend import Frontend
@@ -84,6 +85,7 @@ def create_app(
     register_responses(app, frontend, metrics, body_limit)
     register_tokens(app, frontend, body_limit)
     register_ops(app, frontend, metrics)
+    register_page(app)
     return app
 
 

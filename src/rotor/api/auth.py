@@ -1,7 +1,8 @@
 """`--api-key`: /v1/*, /tokenize and /detokenize need `Authorization: Bearer KEY`
-(or `x-api-key: KEY`). The probes (/live, /health, /metrics) and the API's own
-description (/openapi.json, /docs) stay open: orchestrators and scrapers call
-them without credentials, and they do no work a client could make expensive."""
+(or `x-api-key: KEY`). The probes (/live, /health, /metrics), the API's own
+description (/openapi.json, /docs) and the chat page (/, which asks for the
+key itself) stay open: orchestrators and scrapers call them without
+credentials, and they do no work a client could make expensive."""
 
 from __future__ import annotations
 

@@ -136,6 +136,7 @@ def test_reasoning_is_shown_folded(server: Server, chat: ChatPage) -> None:
     assert expected["reasoning_content"] and expected["content"]
     details = answer.locator("details.reasoning")
     assert details.evaluate("d => d.open") is False
+    expect(details.locator("summary")).to_have_text(re.compile(r"^Reasoning · \d+\.\d s$"))
     reasoning = details.locator(".reasoning-text")
     assert reasoning.is_hidden()
     assert reasoning.text_content() == expected["reasoning_content"]

@@ -29,6 +29,7 @@ from rotor.api.metrics import Metrics
 from rotor.api.openai.routes import register_openai
 from rotor.api.openapi import install as install_openapi
 from rotor.api.ops import register_ops
+from rotor.api.page import register_page
 from rotor.api.responses import register_responses
 from rotor.api.tokens import register_tokens
 from rotor.frontend import Frontend
@@ -90,6 +91,7 @@ def create_app(
     register_ops(app, frontend, metrics)
     register_docs(app)
     install_openapi(app, api_key)
+    register_page(app)
     return app
 
 

@@ -1,7 +1,8 @@
 """`--api-key`: /v1/*, /tokenize and /detokenize need `Authorization: Bearer KEY`
-(or `x-api-key: KEY`). The probes (/live, /health, /metrics) and the API's own
+(or `x-api-key: KEY`). The probes (/live, /health, /metrics), the API's own
 description (/openapi.json, /docs, /redoc and their assets under /docs/assets,
-api/docs.py) stay open: orchestrators, scrapers and browsers call them without
+api/docs.py) and the chat page (/, which asks for the key itself) stay open:
+orchestrators, scrapers and browsers call them without
 credentials, and they do no work a client could make expensive."""
 
 from __future__ import annotations

@@ -529,7 +529,7 @@ def beam_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[anthropic.
 
 
 def test_beam_call_closed_by_eos_is_a_tool_use(beam_client: anthropic.Anthropic) -> None:
-    """specs/beam.md B3: a call ended by `<|return|>` under the turn grammar."""
+    """docs/beam.md B3: a call ended by `<|return|>` under the turn grammar."""
     kw = {"model": "beam-model", "max_tokens": 100, "messages": ask(), "tools": [WEATHER]}
     body = {"mock": {"output": BEAM_HEADER + PARIS, "end": "eos"}}
     message = beam_client.messages.create(**kw, extra_body=body)
@@ -543,7 +543,7 @@ def test_beam_call_closed_by_eos_is_a_tool_use(beam_client: anthropic.Anthropic)
 
 
 def test_beam_malformed_call_at_eos_is_an_api_error(beam_client: anthropic.Anthropic) -> None:
-    """specs/beam.md B8: a partial parameter at EOS is a request error, never a partial call."""
+    """docs/beam.md B8: a partial parameter at EOS is a request error, never a partial call."""
     kw = {"model": "beam-model", "max_tokens": 100, "messages": ask(), "tools": [WEATHER]}
     body = {"mock": {"output": BEAM_HEADER + '<rfl:parameter name="city">Par', "end": "eos"}}
     with pytest.raises(anthropic.InternalServerError) as e:

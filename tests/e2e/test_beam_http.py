@@ -1,4 +1,4 @@
-"""Beam end to end: every case B1–B25 of `specs/beam.md` through the HTTP API.
+"""Beam end to end: every case B1–B25 of `docs/beam.md` through the HTTP API.
 
 The mocker plays each case's model output (`mock` scripts); the End comes from
 the script's `end` (`eos` emits `<|return|>` as the last token), from a visible

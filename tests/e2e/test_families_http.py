@@ -242,7 +242,7 @@ def from_response(body: dict[str, Any]) -> Message:
 
 def fold(chunks: list[dict[str, Any]]) -> Message:
     """Streamed deltas folded into one message; each tool call must come whole,
-    in one delta, as tool-calling.md says."""
+    in one delta, as docs/tool-calling.md says."""
     content: list[str] = []
     reasoning: list[str] = []
     calls: dict[int, dict[str, Any]] = {}

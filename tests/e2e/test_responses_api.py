@@ -475,7 +475,7 @@ def beam_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.Ope
 
 
 def test_beam_call_closed_by_eos_is_a_function_call(beam_client: openai.OpenAI) -> None:
-    """specs/beam.md B3: a call ended by `<|return|>` under the turn grammar."""
+    """docs/beam.md B3: a call ended by `<|return|>` under the turn grammar."""
     kw = {
         "model": "beam-model",
         "input": "Weather?",
@@ -491,7 +491,7 @@ def test_beam_call_closed_by_eos_is_a_function_call(beam_client: openai.OpenAI) 
 
 
 def test_beam_malformed_call_at_eos_fails(beam_client: openai.OpenAI) -> None:
-    """specs/beam.md B8: a partial parameter at EOS is a request error, never a partial call."""
+    """docs/beam.md B8: a partial parameter at EOS is a request error, never a partial call."""
     kw = {
         "model": "beam-model",
         "input": "Weather?",

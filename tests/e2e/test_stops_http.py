@@ -1,4 +1,4 @@
-"""Every row of specs/stops-and-eos.md through the HTTP API, on scripted mocker output.
+"""Every row of docs/stops-and-eos.md through the HTTP API, on scripted mocker output.
 
 Each row runs streaming and non-streaming against one real `rotor run
 out=mocker --model-path DIR` (a ChatML model dir with EOS ids `<|im_end|>` and

@@ -1,6 +1,6 @@
 """tool_choice through HTTP (the mocker serving the built-in ChatML model,
 hermes tool calls): the 400 of an inconsistent `tool_choice`, and the
-`finish_reason` rules of tool-calling.md, streaming and not. What preprocess
+`finish_reason` rules of docs/tool-calling.md, streaming and not. What preprocess
 decides for each choice is tested in-process in tests/pipeline/test_preprocess_tools.py.
 """
 

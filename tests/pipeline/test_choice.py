@@ -1,6 +1,6 @@
 """ChoicePipeline: decode → MessageParser (hermes) → finish_reason, with the
-built-in ChatML model's real tokenizer and EOS ids (specs/stops-and-eos.md,
-"finish_reason and stop_reason"; specs/beam.md, "Ending a turn")."""
+built-in ChatML model's real tokenizer and EOS ids (docs/stops-and-eos.md,
+"finish_reason and stop_reason"; docs/beam.md, "Ending a turn")."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def test_plain_text_model_eos_is_stop() -> None:
 
 
 def test_unterminated_complete_call_at_transport_eof_is_recovered_as_tool_calls() -> None:
-    """Lenient finish (beam.md B5): a complete body without its end marker."""
+    """Lenient finish (docs/beam.md B5): a complete body without its end marker."""
     pipe = pipeline()
     ids = TOK.encode(CALL.removesuffix("</tool_call>"))
     pieces = drive(pipe, outputs(ids, per=4))
@@ -179,7 +179,7 @@ def test_named_tool_choice_is_stop_with_its_call() -> None:
 
 
 def test_stop_string_cutting_the_call_leaves_content_and_stop() -> None:
-    """beam.md B14 in hermes shape: the stop string cuts the call's text."""
+    """docs/beam.md B14 in hermes shape: the stop string cuts the call's text."""
     pipe = pipeline(stop=["Paris"])
     pieces = drive(pipe, outputs(TOK.encode(PREAMBLE + CALL), per=2))
     assert fold(pieces).calls == []

@@ -1,4 +1,4 @@
-"""ChoiceDecoder against specs/stops-and-eos.md, rule by rule, with a real tokenizer.
+"""ChoiceDecoder against docs/stops-and-eos.md, rule by rule, with a real tokenizer.
 
 Every test drives the decoder with EngineOutputs, the way an engine does, over
 a byte-level BPE built by `build_tokenizer` (special tokens included), and

@@ -1,5 +1,5 @@
 """ChoiceDecoder's result must not depend on how a stream is split, and must equal
-a plain, non-incremental reading of specs/stops-and-eos.md.
+a plain, non-incremental reading of docs/stops-and-eos.md.
 
 Token streams are real: text (ASCII, "é", "東", "🙂" and the characters of the
 special-token markers) tokenized at random over the real BPE vocabulary — so

@@ -136,7 +136,7 @@ def chatml_model(tmp: str | Path, name: str = "chatml-model") -> Path:
 
 
 def beam_model(tmp: str | Path, name: str = "beam-model") -> Path:
-    """Beam (specs/beam.md): Harmony-style special tokens, EOS `<|return|>` only."""
+    """Beam (docs/beam.md): Harmony-style special tokens, EOS `<|return|>` only."""
     return write_model_dir(
         Path(tmp) / name,
         special_tokens=BEAM_SPECIAL,

@@ -1,4 +1,4 @@
-"""Beam (specs/beam.md) against real vLLM: the turn grammar goes to vLLM as a
+"""Beam (docs/beam.md) against real vLLM: the turn grammar goes to vLLM as a
 structural tag and vLLM enforces it. A random model never writes a Beam call
 header by itself; under the grammar every call it makes is well formed, so
 the B-cases a real engine can run are the ones that end in calls (B2/B3/B11:

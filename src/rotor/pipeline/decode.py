@@ -2,7 +2,7 @@
 
 `ChoiceDecoder.push` takes one EngineOutput and returns the text the client
 may see now; once a stop fires, `end` is set and the choice is closed. The
-order of checks is `specs/stops-and-eos.md`, literally: count, token-id stops
+order of checks is `docs/stops-and-eos.md`, literally: count, token-id stops
 (visible, model EOS, user ids), detokenize + stop strings, max_tokens, then
 whatever the engine reported. Stop strings are matched on a held-back window,
 so a client never sees a character that a later match would have cut.

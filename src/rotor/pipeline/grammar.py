@@ -3,7 +3,7 @@
 Two shapes, both built from the request's declared tools and its `tool_choice`:
 
 - `beam_turn_grammar`: an xgrammar-style structural tag over a whole Beam turn
-  (`specs/beam.md`). `structures` lists every segment tag (analysis, final, and
+  (`docs/beam.md`). `structures` lists every segment tag (analysis, final, and
   one tool tag per declared tool whose body admits only that tool's parameter
   names); `triggers` are the strings that open them; `format` composes the tags
   into the turn in xgrammar's current structural-tag format (segments back to

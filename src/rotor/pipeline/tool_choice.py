@@ -1,4 +1,4 @@
-"""`tool_choice` checked once against the declared tools (tool-calling.md):
+"""`tool_choice` checked once against the declared tools (docs/tool-calling.md):
 what every later step (the parser plan, the grammars) reads instead of the
 raw request field."""
 

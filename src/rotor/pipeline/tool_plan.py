@@ -1,5 +1,5 @@
-"""How a chat request's tools are handled (tool-calling.md's tool_choice table,
-beam.md's turn grammar): the parser each choice gets, and the constraint — if
+"""How a chat request's tools are handled (docs/tool-calling.md's tool_choice table,
+docs/beam.md's turn grammar): the parser each choice gets, and the constraint — if
 any — the engine decodes under."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""beam, from `specs/beam.md`: every parser-visible B-case, lenient and strict.
+"""beam, from `docs/beam.md`: every parser-visible B-case, lenient and strict.
 
 `CASES` are the lenient path (`finish()`): every End except model EOS under an
 installed grammar, so the output is exactly the text the parser sees (a

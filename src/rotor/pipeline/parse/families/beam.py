@@ -6,7 +6,7 @@
         <rfl:parameter name="K">V</rfl:parameter>…  <|call|> (or <|end|>)    → call NAME
 
 The segment machine is Harmony's; this file adds the parameter body and the
-two endings of `specs/beam.md`. `finish()` is lenient: an unterminated complete
+two endings of `docs/beam.md`. `finish()` is lenient: an unterminated complete
 body is recovered, a broken one is dropped (markup never reaches the client).
 `finish_at_eos()` is strict, for confirmed model EOS under the grammar: every
 deviation from the grammar seen in the turn is a `ParseError`. Deviations are

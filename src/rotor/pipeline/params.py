@@ -28,8 +28,13 @@ def engine_params(
     defaults = card.generation_defaults
     max_tokens = req.output_limit()
     if max_tokens is None:
+        # as vLLM: the room left in the context, capped by the model's own
+        # generation_config `max_new_tokens` when it has one
         max_tokens = context - prompt_tokens
-        if max_tokens < 1:
+        cap = defaults.get("max_new_tokens")
+        if cap is not None and 0 < cap < max_tokens:
+            max_tokens = cap
+        elif max_tokens < 1:
             raise RequestError(
                 f"the prompt is {prompt_tokens} tokens, which leaves no room in the model's "
                 f"context length of {context} tokens",

@@ -20,6 +20,7 @@ from rotor.config import (
     WorkerConfig,
 )
 from rotor.engines.registry import ENGINES, engine_flags, engine_names, engine_spec
+from rotor.inputs.style import COLOR_MODES
 from rotor.pipeline.workers import DEFAULT_BUDGET_S
 
 USAGE = """\
@@ -88,6 +89,13 @@ LOG_FLAGS = [
 RUN_FLAGS = [
     Flag("--output", "batch mode: where to write the answers (default FILE.out.jsonl)"),
     Flag("--max-tokens", "text/stdin/batch modes: max tokens per answer", int),
+    Flag(
+        "--color",
+        "text/stdin modes: colours (auto: on a terminal, unless NO_COLOR is set or TERM=dumb)",
+        str.lower,
+        "auto",
+        choices=COLOR_MODES,
+    ),
 ]
 NATS_FLAGS = [Flag("--nats", "the NATS server (or cluster) URL", str, DEFAULT_NATS)]
 FRONTEND_FLAGS = [
@@ -316,6 +324,7 @@ def run_config(
         batch_file=path,
         output=args.output,
         max_tokens=args.max_tokens,
+        color=args.color,
         log_level=args.log_level,
     )
 

@@ -80,6 +80,7 @@ class RunConfig:
     batch_file: str | None = None
     output: str | None = None  # batch mode's output file
     max_tokens: int | None = None  # text/stdin/batch: cap each answer
+    color: str = "auto"  # text/stdin: auto | always | never (inputs/style.py)
     log_level: str = "warning"
 
 

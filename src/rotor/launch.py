@@ -101,11 +101,13 @@ def run(config: RunConfig) -> int:
     if config.input == "text":
         from rotor.inputs.text import run_text
 
-        return run_text(system, max_tokens=config.max_tokens)
+        return run_text(
+            system, max_tokens=config.max_tokens, color=config.color, engine=config.engine.name
+        )
     if config.input == "stdin":
         from rotor.inputs.stdin import run_stdin
 
-        return asyncio.run(run_stdin(system, max_tokens=config.max_tokens))
+        return asyncio.run(run_stdin(system, max_tokens=config.max_tokens, color=config.color))
     from rotor.inputs.batch import run_batch
 
     assert config.batch_file is not None

@@ -18,6 +18,7 @@ from rotor.frontend import ModelNotFound, ResponseFailed
 from rotor.inputs.interrupt import EXIT_INTERRUPTED, Interrupted, until_interrupted
 from rotor.inputs.render import Renderer
 from rotor.inputs.session import stream_chat
+from rotor.inputs.style import choose, reasoning_only
 from rotor.pipeline.errors import RequestError
 from rotor.protocol.openai import ChatCompletionRequest
 from rotor.system import System
@@ -36,8 +37,9 @@ def read_message() -> str:
     return data.decode("utf-8").rstrip("\r\n")
 
 
-async def run_stdin(system: System, max_tokens: int | None = None) -> int:
-    """0 on an answer, 1 on an error (message on stderr), 130 on Ctrl-C."""
+async def run_stdin(system: System, max_tokens: int | None = None, color: str = "auto") -> int:
+    """0 on an answer, 1 on an error (message on stderr), 130 on Ctrl-C. `color`
+    (`--color`) only dims the reasoning on stderr: stdout is always the bare answer."""
     try:
         text = read_message()
     except KeyboardInterrupt:
@@ -55,7 +57,8 @@ async def run_stdin(system: System, max_tokens: int | None = None) -> int:
     except ValidationError as e:
         print(f"rotor: {describe_validation(e)[0]}", file=sys.stderr)
         return 1
-    renderer = Renderer(sys.stdout, reasoning_out=sys.stderr, dim=sys.stderr.isatty())
+    style = reasoning_only(choose(color, sys.stderr))
+    renderer = Renderer(sys.stdout, reasoning_out=sys.stderr, style=style)
     await system.start()
     try:
         # Ctrl-C stops the answer cleanly (engine work closed), no traceback.

@@ -40,7 +40,10 @@ def tokenize(server: Server, **body: Any) -> dict[str, Any]:
 
 
 def chat_prompt_tokens(server: Server, **body: Any) -> int:
-    payload = {"messages": MESSAGES, "max_tokens": 5, "mock": {"output": "ok"}, **body}
+    # under `required` the script must make a call (anything else is a 400 naming `mock`)
+    calls = '[{"name": "get_weather", "parameters": {"city": "Paris"}}]'
+    script = calls if body.get("tool_choice") == "required" else "ok"
+    payload = {"messages": MESSAGES, "max_tokens": 50, "mock": {"output": script}, **body}
     r = httpx.post(server.v1 + "/chat/completions", json=payload, timeout=10)
     assert r.status_code == 200, r.text
     return r.json()["usage"]["prompt_tokens"]

@@ -20,6 +20,7 @@ from rotor.config import (
     WorkerConfig,
 )
 from rotor.engines.registry import ENGINES, engine_flags, engine_names, engine_spec
+from rotor.logs import FORMATS
 from rotor.pipeline.workers import DEFAULT_BUDGET_S
 
 USAGE = """\
@@ -75,6 +76,13 @@ LOG_FLAGS = [
         str.lower,
         "warning",
         choices=("debug", "info", "warning", "error"),
+    ),
+    Flag(
+        "--log-format",
+        "text for people, json for machines (one object per line)",
+        str.lower,
+        "text",
+        choices=FORMATS,
     ),
 ]
 RUN_FLAGS = [
@@ -315,6 +323,7 @@ def run_config(
         output=args.output,
         max_tokens=args.max_tokens,
         log_level=args.log_level,
+        log_format=args.log_format,
     )
 
 
@@ -372,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
                 router_ttl=args.router_ttl,
                 template_timeout=args.template_timeout,
                 log_level=args.log_level,
+                log_format=args.log_format,
             )
         )
     if args.command == "worker":
@@ -386,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
                 system_port=args.system_port,
                 grace_period=args.grace_period,
                 log_level=args.log_level,
+                log_format=args.log_format,
             )
         )
     if args.command == "bench":

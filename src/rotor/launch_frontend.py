@@ -5,8 +5,8 @@ when their first worker registers, and each is a pool routed by `--router`."""
 from __future__ import annotations
 
 import logging
-import sys
 
+from rotor import logs
 from rotor.config import FrontendConfig
 from rotor.frontend import Frontend
 from rotor.launch import StartupError, http_server
@@ -124,12 +124,10 @@ def make_router(config: FrontendConfig, pool: Pool) -> Router:
 def run_frontend(config: FrontendConfig) -> int:
     from rotor.api.app import create_app
 
-    logging.basicConfig(
-        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.setup(config.log_level, config.log_format)
     http = config.http
     if http.api_key == "":
-        print("rotor: --api-key is empty: give a key, or leave the flag out", file=sys.stderr)
+        logs.say("--api-key is empty: give a key, or leave the flag out", logging.ERROR)
         return 2
     frontend = Frontend(reasoning_field=http.reasoning_field)
     frontend.pool = PreparePool(budget_s=config.template_timeout)
@@ -141,6 +139,6 @@ def run_frontend(config: FrontendConfig) -> int:
         on_shutdown=[cluster.stop],
         max_queued=http.max_queued_requests,
     )
-    announce = f"rotor: frontend on {{url}}, workers from {config.nats}"
+    announce = f"frontend on {{url}}, workers from {config.nats}"
     http_server(app, http, config.log_level, announce).run()
     return 0

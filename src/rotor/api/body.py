@@ -56,6 +56,9 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
         raise APIError(400, f"malformed JSON body: {e}") from None
     if not isinstance(data, dict):
         raise APIError(400, "the request body must be a JSON object")
+    from rotor.api.access_log import note_model  # here: access_log needs request_id
+
+    note_model(request, data.get("model"))
     return data
 
 

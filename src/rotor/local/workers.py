@@ -24,8 +24,8 @@ import signal
 import socket
 import sys
 import tempfile
-import traceback
 
+from rotor import logs
 from rotor.config import HTTPConfig
 from rotor.frontend import ModelEntry
 from rotor.local.client import SocketEngine
@@ -92,7 +92,7 @@ def serve_workers(system: System, http: HTTPConfig, log_level: str) -> int:
                         s.close()
                 code = _http_process(entries[0], system, path, http_socks[i], http, log_level)
             except BaseException:
-                traceback.print_exc()
+                log.exception("HTTP process %d failed", os.getpid())
             finally:
                 sys.stdout.flush()
                 sys.stderr.flush()
@@ -100,12 +100,8 @@ def serve_workers(system: System, http: HTTPConfig, log_level: str) -> int:
         pids.append(pid)
     for s in http_socks:
         s.close()
-    print(
-        f"rotor: serving {entries[0].model.name!r} on http://{http.host}:{http.port}/v1 "
-        f"with {n} HTTP processes",
-        file=sys.stderr,
-        flush=True,
-    )
+    url = f"http://{http.host}:{http.port}/v1"
+    logs.say(f"serving {entries[0].model.name!r} on {url} with {n} HTTP processes", url=url)
     try:
         return asyncio.run(_engine_process(system, engine_sock, pids))
     finally:
@@ -138,9 +134,8 @@ def _http_process(
     )
     config = uvicorn.Config(
         app,
-        log_level=log_level.lower(),
-        access_log=False,
         timeout_graceful_shutdown=10,
+        **logs.uvicorn_options(log_level),
     )
     uvicorn.Server(config).run(sockets=[sock])
     return 0

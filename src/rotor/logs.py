@@ -11,6 +11,7 @@ through `say`, so they follow the format too.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from datetime import datetime, timezone
@@ -48,7 +49,10 @@ class JSONFormatter(logging.Formatter):
             out["exc"] = record.exc_text
         if record.stack_info:
             out["stack"] = self.formatStack(record.stack_info)
-        return orjson.dumps(out, default=str).decode()
+        try:
+            return orjson.dumps(out, default=str).decode()
+        except (TypeError, orjson.JSONEncodeError):  # a lone surrogate, an odd key
+            return json.dumps(out, default=str)
 
 
 def formatter(fmt: str) -> logging.Formatter:

@@ -13,11 +13,11 @@ Every response carries the `x-request-id` its line names.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from starlette.requests import Request
 
 from rotor.api.body import request_id
@@ -140,9 +140,9 @@ _POSITIONAL = ("method", "route", "status", "disconnected")
 
 
 def _word(text: str) -> str:
-    """`text` as one word of the line: quoted (JSON style) when it holds a
-    space, a quote or a control character, so no client-chosen path or model
-    name can split or forge a line."""
+    """`text` as one word of the line: a JSON string (ASCII) when it holds a
+    space, a quote or anything unprintable, so no client-chosen path or model
+    name can split a line or forge one."""
     if text and text.isprintable() and " " not in text and '"' not in text:
         return text
-    return orjson.dumps(text).decode()
+    return json.dumps(text)

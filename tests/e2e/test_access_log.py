@@ -264,3 +264,30 @@ def test_http_worker_processes_write_json_records_too() -> None:
             record = only_record(srv, r.headers["x-request-id"])
             check_usage(record, r.json()["usage"])
         assert [r for r in records(srv) if r["msg"].startswith("serving 'echo' on ")]
+
+
+def test_a_frontend_and_its_worker_write_json_records() -> None:
+    from support.cluster import nats_server, start_frontend, start_worker
+
+    json_args = ("--log-level", "info", "--log-format", "json")
+    with nats_server() as nats:
+        worker = start_worker(nats, "out=mocker", *json_args, system=True)
+        frontend = start_frontend(nats, *json_args)
+        try:
+            frontend.wait_workers("mock-model", {worker.id})
+            body = {"messages": CHAT["messages"], "mock": {"output": "from a worker"}}
+            r = httpx.post(frontend.v1 + "/chat/completions", json=body, timeout=TIMEOUT_S)
+            assert r.status_code == 200, r.text
+            record = only_record(frontend, r.headers["x-request-id"])
+            assert (record["model"], record["status"]) == ("mock-model", 200)
+            check_usage(record, r.json()["usage"])
+            assert httpx.get(worker.system_url + "/health", timeout=TIMEOUT_S).status_code == 200
+            worker.proc.terminate()
+            worker.proc.process.wait(TIMEOUT_S)
+            lines = worker.proc.text().splitlines()
+            said = [json.loads(line)["msg"] for line in lines]  # fails on a line not JSON
+            assert f"worker {worker.id} serves 'mock-model' on {nats.url}" in said
+            assert f"worker {worker.id} is leaving" in said
+        finally:
+            frontend.proc.stop()
+            worker.proc.stop()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -62,8 +63,9 @@ def note_response(request: Request, response: Response) -> None:
 
 
 class AccessLog:
-    """Plain ASGI, so that streams pass through untouched: per write it only
-    looks for the last one."""
+    """Plain ASGI, so that streams pass through untouched: a stream's writes go
+    straight to the server's send (no frame of ours); only the start and the
+    last write are looked at."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -79,7 +81,7 @@ class AccessLog:
         status = 0
         complete = False
 
-        async def tracked(message: dict) -> None:
+        async def edge(message: dict) -> None:  # the start, the last write, anything else
             nonlocal status, complete
             kind = message["type"]
             if kind == "http.response.start":
@@ -88,11 +90,16 @@ class AccessLog:
                 if not any(k.lower() == _RID_HEADER for k, _ in headers):
                     message["headers"] = [*headers, (_RID_HEADER, rid.encode())]
                 await send(message)
-            elif kind == "http.response.body" and not message.get("more_body", False):
+            elif kind == "http.response.body":
                 await send(message)
                 complete = True
             else:
                 await send(message)
+
+        def tracked(message: dict) -> Awaitable[None]:
+            if message.get("more_body") and message["type"] == "http.response.body":
+                return send(message)  # a stream's write: straight to the server's send
+            return edge(message)
 
         raised = False
         try:

@@ -21,6 +21,7 @@ from rotor.config import (
 )
 from rotor.engines.registry import ENGINES, engine_flags, engine_names, engine_spec
 from rotor.inputs.style import COLOR_MODES
+from rotor.logs import FORMATS
 from rotor.pipeline.workers import DEFAULT_BUDGET_S
 
 USAGE = """\
@@ -84,6 +85,13 @@ LOG_FLAGS = [
         str.lower,
         "warning",
         choices=("debug", "info", "warning", "error"),
+    ),
+    Flag(
+        "--log-format",
+        "text for people, json for machines (one object per line)",
+        str.lower,
+        "text",
+        choices=FORMATS,
     ),
 ]
 RUN_FLAGS = [
@@ -326,6 +334,7 @@ def run_config(
         max_tokens=args.max_tokens,
         color=args.color,
         log_level=args.log_level,
+        log_format=args.log_format,
     )
 
 
@@ -383,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
                 router_ttl=args.router_ttl,
                 template_timeout=args.template_timeout,
                 log_level=args.log_level,
+                log_format=args.log_format,
             )
         )
     if args.command == "worker":
@@ -397,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
                 system_port=args.system_port,
                 grace_period=args.grace_period,
                 log_level=args.log_level,
+                log_format=args.log_format,
             )
         )
     if args.command == "bench":

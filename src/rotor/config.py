@@ -82,6 +82,7 @@ class RunConfig:
     max_tokens: int | None = None  # text/stdin/batch: cap each answer
     color: str = "auto"  # text/stdin: auto | always | never (inputs/style.py)
     log_level: str = "warning"
+    log_format: str = "text"  # text | json (rotor.logs)
 
 
 DEFAULT_NATS = "nats://127.0.0.1:4222"
@@ -97,6 +98,7 @@ class WorkerConfig:
     system_port: int | None = None  # /health and /metrics of the worker
     grace_period: float = 30.0  # seconds to finish running requests on SIGTERM
     log_level: str = "warning"
+    log_format: str = "text"  # text | json (rotor.logs)
 
 
 @dataclass
@@ -114,3 +116,4 @@ class FrontendConfig:
     router_ttl: float = 120.0  # how long a recorded decision counts (--no-kv-events)
     template_timeout: float = 5.0  # seconds per prompt in the prepare pool
     log_level: str = "warning"
+    log_format: str = "text"  # text | json (rotor.logs)

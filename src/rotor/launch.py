@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from typing import Any
 
+from rotor import logs
 from rotor.config import HTTPConfig, ModelConfig, RunConfig
 from rotor.engines.base import Engine
 from rotor.engines.registry import EngineSpec
@@ -87,14 +87,12 @@ def check_limits(config: RunConfig) -> None:
 
 
 def run(config: RunConfig) -> int:
-    logging.basicConfig(
-        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.setup(config.log_level, config.log_format)
     try:
         check_limits(config)
         system = build_system(config)
     except StartupError as e:
-        print(f"rotor: {e}", file=sys.stderr)
+        logs.say(str(e), logging.ERROR)
         return 2
     if config.input == "http":
         return serve(system, config.http, config.log_level)
@@ -123,7 +121,7 @@ def serve(system: System, http: HTTPConfig, log_level: str) -> int:
         try:
             return serve_workers(system, http, log_level)
         except WorkersError as e:
-            print(f"rotor: {e}", file=sys.stderr)
+            logs.say(str(e), logging.ERROR)
             return 2
 
     from rotor.api.app import create_app
@@ -136,22 +134,21 @@ def serve(system: System, http: HTTPConfig, log_level: str) -> int:
         max_queued=http.max_queued_requests,
     )
     names = ", ".join(repr(n) for n in system.frontend.registry.names())
-    http_server(app, http, log_level, f"rotor: serving {names} on {{url}}").run()
+    http_server(app, http, log_level, f"serving {names} on {{url}}").run()
     return 0
 
 
 def http_server(app: Any, http: HTTPConfig, log_level: str, announce: str = "") -> Any:
     """uvicorn for `app`, which ends the open streams when the SIGTERM grace is over.
-    `announce` (with `{url}`) goes to stderr once the port is really bound,
-    naming the port the socket got."""
+    `announce` (with `{url}`) is said (`logs.say`) once the port is really
+    bound, naming the port the socket got."""
     import uvicorn
 
     config = uvicorn.Config(
         app,
         host=http.host,
         port=http.port,
-        log_level=log_level.lower(),
-        access_log=False,
+        **logs.uvicorn_options(log_level),
         # Streams are ended by rotor at the grace's end; uvicorn waits a little longer.
         timeout_graceful_shutdown=http.shutdown_grace + 5,
     )
@@ -163,7 +160,7 @@ def http_server(app: Any, http: HTTPConfig, log_level: str, announce: str = "") 
             if announce and self.started and self.servers:
                 host, port = self.servers[0].sockets[0].getsockname()[:2]
                 url = f"http://{host}:{port}/v1"
-                print(announce.format(url=url), file=sys.stderr, flush=True)
+                logs.say(announce.format(url=url), url=url)
 
         async def shutdown(self, sockets: list | None = None) -> None:
             loop = asyncio.get_running_loop()

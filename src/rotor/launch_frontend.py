@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import logging
 import socket
-import sys
 from typing import Any
 
+from rotor import logs
 from rotor.config import FrontendConfig
 from rotor.frontend import Frontend
 from rotor.launch import StartupError, http_server
@@ -124,16 +124,14 @@ def make_router(config: FrontendConfig, pool: Pool) -> Router:
 
 
 def run_frontend(config: FrontendConfig) -> int:
-    logging.basicConfig(
-        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.setup(config.log_level, config.log_format)
     http = config.http
     if http.api_key == "":
-        print("rotor: --api-key is empty: give a key, or leave the flag out", file=sys.stderr)
+        logs.say("--api-key is empty: give a key, or leave the flag out", logging.ERROR)
         return 2
     if http.http_workers != 1:
         return run_frontends(config)
-    announce = f"rotor: frontend on {{url}}, workers from {config.nats}"
+    announce = f"frontend on {{url}}, workers from {config.nats}"
     frontend_server(config, announce).run()
     return 0
 
@@ -167,7 +165,7 @@ def run_frontends(config: FrontendConfig) -> int:
     try:
         socks = listen_all(http.host, http.port, http.http_workers)
     except WorkersError as e:
-        print(f"rotor: {e}", file=sys.stderr)
+        logs.say(str(e), logging.ERROR)
         return 2
     port = socks[0].getsockname()[1]
 
@@ -177,11 +175,9 @@ def run_frontends(config: FrontendConfig) -> int:
         return 0 if server.started else 1
 
     pids = fork_each(socks, serve)
-    print(
-        f"rotor: frontend on http://{http.host}:{port}/v1 with {len(pids)} HTTP processes, "
-        f"workers from {config.nats}",
-        file=sys.stderr,
-        flush=True,
+    url = f"http://{http.host}:{port}/v1"
+    logs.say(
+        f"frontend on {url} with {len(pids)} HTTP processes, workers from {config.nats}", url=url
     )
     # The children's own drain is --shutdown-grace plus uvicorn's 5 s; then more for NATS.
     return supervise(pids, timeout=http.shutdown_grace + 15)

@@ -8,8 +8,8 @@ import contextlib
 import dataclasses
 import logging
 import signal
-import sys
 
+from rotor import logs
 from rotor.config import WorkerConfig
 from rotor.engines.base import Engine, Lifecycle
 from rotor.engines.registry import engine_spec
@@ -33,13 +33,11 @@ def build(config: WorkerConfig) -> tuple[Engine, Tokenizer | None]:
 
 
 def run_worker(config: WorkerConfig) -> int:
-    logging.basicConfig(
-        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.setup(config.log_level, config.log_format)
     try:
         engine, tok = build(config)
     except StartupError as e:
-        print(f"rotor: {e}", file=sys.stderr)
+        logs.say(str(e), logging.ERROR)
         return 2
     return asyncio.run(_serve(engine, tok, config))
 
@@ -62,19 +60,14 @@ async def _serve(engine: Engine, tok: Tokenizer | None, config: WorkerConfig) ->
     try:
         await service.start()
     except CardConflict as e:
-        print(f"rotor: {e}", file=sys.stderr, flush=True)
-        log.error("%s", e)
+        logs.say(str(e), logging.ERROR)
         await nc.close()
         return 2
     system = _system_server(service, config.system_port) if config.system_port else None
     served = asyncio.create_task(system.serve()) if system is not None else None
-    print(
-        f"rotor: worker {service.worker_id} serves {engine.card.name!r} on {config.nats}",
-        file=sys.stderr,
-        flush=True,
-    )
+    logs.say(f"worker {service.worker_id} serves {engine.card.name!r} on {config.nats}")
     await stop.wait()
-    print(f"rotor: worker {service.worker_id} is leaving", file=sys.stderr, flush=True)
+    logs.say(f"worker {service.worker_id} is leaving")
     await service.withdraw()
     await service.drain(config.grace_period)
     await service.stop()
@@ -119,5 +112,5 @@ def _system_server(service: WorkerService, port: int):  # noqa: ANN202
     async def metrics_route() -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, **logs.uvicorn_options("warning"))
     return EmbeddedServer(config)

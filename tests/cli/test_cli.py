@@ -55,6 +55,9 @@ def test_help_shows_defaults(capsys: pytest.CaptureFixture[str]) -> None:
         (["run", "out=mocker", "--block-size", "0"], "--block-size", "at least 1"),
         (["worker", "--migration-limit", "1"], "--migration-limit", "unrecognized"),
         (["frontend", "--migration-limit", "-1"], "--migration-limit", "at least 0"),
+        (["run", "--log-format", "xml"], "--log-format", "invalid choice: 'xml'"),
+        (["frontend", "--log-format", "yaml"], "--log-format", "invalid choice: 'yaml'"),
+        (["worker", "--log-format", ""], "--log-format", "invalid choice: ''"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_flag(args: list[str], flag: str, why: str) -> None:
@@ -70,6 +73,12 @@ def test_a_bad_environment_value_names_the_variable() -> None:
     done = rotor("run", env={"ROTOR_PORT": "70000"})
     assert done.returncode != 0
     assert done.stderr.strip() == "rotor: ROTOR_PORT: must be at most 65535, got 70000"
+
+
+def test_a_bad_log_format_in_the_environment_names_the_variable() -> None:
+    done = rotor("run", env={"ROTOR_LOG_FORMAT": "xml"})
+    assert done.returncode != 0
+    assert done.stderr.strip() == "rotor: ROTOR_LOG_FORMAT='xml' is not one of text, json"
 
 
 def test_serving_is_announced_once_bound_with_the_real_port() -> None:

@@ -22,7 +22,7 @@ from rotor.runtime.nats_server import command as nats_command
 
 from support.server import Server, free_port
 
-WORKER_LINE = re.compile(rb"rotor: worker ([0-9a-f]+) serves")
+WORKER_LINE = re.compile(rb"worker ([0-9a-f]+) serves")  # text or --log-format json
 
 
 def _text(log: IO[bytes]) -> str:

@@ -19,6 +19,7 @@ from starlette.responses import Response
 
 from rotor import __version__
 from rotor.admission import DEFAULT_MAX_QUEUED, Admission
+from rotor.api.access_log import AccessLog
 from rotor.api.anthropic import register_anthropic
 from rotor.api.auth import APIKeyMiddleware
 from rotor.api.body import DEFAULT_BODY_LIMIT, request_id
@@ -92,6 +93,7 @@ def create_app(
     register_docs(app)
     install_openapi(app, api_key)
     register_page(app)
+    app.add_middleware(AccessLog)  # last added: outermost, it sees every response
     return app
 
 

@@ -39,10 +39,20 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
     """The JSON object body: 413 over `limit` bytes, 400 when it is not a JSON
     object or is declared as something else (`text/plain`, a form): like
     OpenAI, a body is read as JSON only when it says so, or says nothing."""
+    data, _ = await _read_json(request, limit)
+    return data
+
+
+async def _read_json(request: Request, limit: int) -> tuple[dict[str, Any], int]:
+    """The JSON object body and its size in bytes (a big one parsed off the loop)."""
     raw = await read_body(request, limit)
-    if len(raw) > OFF_LOOP_BYTES:
-        return await asyncio.to_thread(parse_json, raw)
-    return parse_json(raw)
+    data = (
+        await asyncio.to_thread(parse_json, raw) if len(raw) > OFF_LOOP_BYTES else parse_json(raw)
+    )
+    from rotor.api.access_log import note_model  # here: access_log needs request_id
+
+    note_model(request, data.get("model"))
+    return data, len(raw)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -99,10 +109,10 @@ def validated(model: type[M], data: dict[str, Any]) -> M:
 
 async def read_request(request: Request, model: type[M], limit: int) -> M:
     """The JSON body validated as `model`: 413 over `limit`, 400 naming bad fields."""
-    raw = await read_body(request, limit)
-    if len(raw) > OFF_LOOP_BYTES:
-        return await asyncio.to_thread(lambda: validated(model, parse_json(raw)))
-    return validated(model, parse_json(raw))
+    data, size = await _read_json(request, limit)
+    if size > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(validated, model, data)
+    return validated(model, data)
 
 
 def chat_request(fields: dict[str, Any]) -> ChatCompletionRequest:

@@ -15,6 +15,7 @@ from fastapi import Request
 from starlette.responses import Response
 
 from rotor.admission import Admission, Overloaded
+from rotor.api.access_log import note_response
 from rotor.api.body import request_id
 from rotor.api.drain import SHUTTING_DOWN
 from rotor.api.errors import INTERNAL_ERROR, APIError, client_error, from_request_error
@@ -151,6 +152,7 @@ async def respond(
     label = _model_label(frontend, req.model)
     admission = getattr(request.app.state, "admission", None)
     resp = await start(call or frontend.chat, req, rid, metrics, endpoint, label, params, admission)
+    note_response(request, resp)
     headers.update(resp.headers)
     api = view(resp, rid)
     events = shaped(api.shaper, observed(resp, metrics, endpoint, req.stream, t0), req.stream)

@@ -19,7 +19,6 @@ import os
 import signal
 import socket
 import sys
-import traceback
 from collections.abc import Callable
 
 log = logging.getLogger("rotor.local")
@@ -85,7 +84,7 @@ def fork_each(socks: list[socket.socket], serve: Callable[[socket.socket], int])
             except SystemExit as e:  # a stop signal (below), or serve's own exit
                 code = e.code if isinstance(e.code, int) else 1
             except BaseException:
-                traceback.print_exc()
+                log.exception("HTTP process %d failed", os.getpid())
             finally:
                 sys.stdout.flush()
                 sys.stderr.flush()

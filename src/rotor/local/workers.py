@@ -20,9 +20,9 @@ import asyncio
 import os
 import shutil
 import socket
-import sys
 import tempfile
 
+from rotor import logs
 from rotor.config import HTTPConfig
 from rotor.frontend import ModelEntry
 from rotor.local.client import SocketEngine
@@ -63,12 +63,8 @@ def serve_workers(system: System, http: HTTPConfig, log_level: str) -> int:
 
     port = http_socks[0].getsockname()[1]
     pids = fork_each(http_socks, serve)
-    print(
-        f"rotor: serving {entries[0].model.name!r} on http://{http.host}:{port}/v1 "
-        f"with {len(pids)} HTTP processes",
-        file=sys.stderr,
-        flush=True,
-    )
+    url = f"http://{http.host}:{port}/v1"
+    logs.say(f"serving {entries[0].model.name!r} on {url} with {len(pids)} HTTP processes", url=url)
     try:
         return asyncio.run(_engine_process(system, engine_sock, pids))
     finally:
@@ -101,9 +97,8 @@ def _http_process(
     )
     config = uvicorn.Config(
         app,
-        log_level=log_level.lower(),
-        access_log=False,
         timeout_graceful_shutdown=10,
+        **logs.uvicorn_options(log_level),
     )
     uvicorn.Server(config).run(sockets=[sock])
     return 0

@@ -1,0 +1,155 @@
+"""One access line per HTTP request, written when the response is really over.
+
+An ASGI middleware, outermost, so that it sees every response (401s from auth,
+404s for unknown routes, 500s from the last-resort handler) and the moment a
+stream ends, whether it was sent whole or its client went away. What only the
+route knows arrives through the request's state: the model the body named
+(`note_model`, by body.read_json) and the started response (`note_response`,
+by respond), whose usage observe.py counts too — read once, at the end.
+
+Probes (/health, /live, /metrics) log at debug, everything else at info.
+Every response carries the `x-request-id` its line names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+
+from rotor.api.body import request_id
+
+if TYPE_CHECKING:
+    from rotor.frontend import Response
+
+log = logging.getLogger("rotor.access")
+
+PROBES = frozenset({"/health", "/live", "/metrics"})
+_KEY = "access"  # the request-state key of a request's Access
+_RID_HEADER = b"x-request-id"
+
+
+class Access:
+    """What the route learnt about one request."""
+
+    __slots__ = ("model", "response")
+
+    def __init__(self) -> None:
+        self.model: str | None = None  # as the body named it
+        self.response: Response | None = None  # the started response
+
+
+def _access(request: Request) -> Access | None:
+    state = request.scope.get("state")
+    return state.get(_KEY) if isinstance(state, dict) else None
+
+
+def note_model(request: Request, model: Any) -> None:
+    """The body's `model`, for the line of a request that never starts."""
+    access = _access(request)
+    if access is not None and isinstance(model, str):
+        access.model = model
+
+
+def note_response(request: Request, response: Response) -> None:
+    """The started response: its served model name and token counts."""
+    access = _access(request)
+    if access is not None:
+        access.response = response
+
+
+class AccessLog:
+    """Plain ASGI, so that streams pass through untouched: a stream's writes go
+    straight to the server's send (no frame of ours); only the start and the
+    last write are looked at."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        access = Access()
+        scope.setdefault("state", {})[_KEY] = access
+        rid = request_id(Request(scope))
+        status = 0
+        complete = False
+
+        async def edge(message: dict) -> None:  # the start, the last write, anything else
+            nonlocal status, complete
+            kind = message["type"]
+            if kind == "http.response.start":
+                status = message["status"]
+                headers = message.get("headers") or []
+                if not any(k.lower() == _RID_HEADER for k, _ in headers):
+                    message["headers"] = [*headers, (_RID_HEADER, rid.encode())]
+                await send(message)
+            elif kind == "http.response.body":
+                await send(message)
+                complete = True
+            else:
+                await send(message)
+
+        def tracked(message: dict) -> Awaitable[None]:
+            if message.get("more_body") and message["type"] == "http.response.body":
+                return send(message)  # a stream's write: straight to the server's send
+            return edge(message)
+
+        raised = False
+        try:
+            await self.app(scope, receive, tracked)
+        except BaseException:  # a bug below everything (the server answers 500), or cancelled
+            raised = True
+            status = status or 500
+            raise
+        finally:
+            level = logging.DEBUG if scope["path"] in PROBES else logging.INFO
+            if log.isEnabledFor(level):
+                gone = status == 499 or (not complete and not raised)
+                _write(level, scope, status, access, rid, t0, gone)
+
+
+def _write(
+    level: int, scope: dict, status: int, access: Access, rid: str, t0: float, gone: bool
+) -> None:
+    """The line: `POST /v1/chat/completions 200 model=m prompt_tokens=5
+    completion_tokens=7 duration_ms=12.3 request_id=abc` (+ `client disconnected`)."""
+    fields: dict[str, Any] = {
+        "method": scope["method"],
+        "route": scope["path"],
+        "status": status,
+    }
+    resp = access.response
+    if resp is not None:
+        fields["model"] = resp.model
+        fields["prompt_tokens"] = resp.prompt_tokens
+        fields["completion_tokens"] = resp.completion_tokens()
+    elif access.model is not None:
+        fields["model"] = access.model
+    fields["duration_ms"] = round((time.perf_counter() - t0) * 1000, 1)
+    fields["request_id"] = rid
+    if gone:
+        fields["disconnected"] = True
+    words = [_word(fields["method"]), _word(fields["route"]), str(status)]
+    words += [f"{k}={_word(str(v))}" for k, v in fields.items() if k not in _POSITIONAL]
+    if gone:
+        words.append("client disconnected")
+    log.log(level, " ".join(words), extra={"fields": fields})
+
+
+_POSITIONAL = ("method", "route", "status", "disconnected")
+
+
+def _word(text: str) -> str:
+    """`text` as one word of the line: a JSON string (ASCII) when it holds a
+    space, a quote or anything unprintable, so no client-chosen path or model
+    name can split a line or forge one."""
+    if text and text.isprintable() and " " not in text and '"' not in text:
+        return text
+    return json.dumps(text)

@@ -20,21 +20,25 @@ its scheduler returns the unscaled simulated time when the ratio is <= 0, so
 1, in ~3-6 ms at 1e6 and at 1e9). 1e6 makes every simulated sleep nanoseconds,
 which is what rotor's `--speedup-ratio 0` (never sleep) means.
 
-Why a replay trace: Dynamo's mocker draws each output token as a random u32
-(lib/mocker/src/common/sequence.rs, `random::<u32>()`), so with any real
-vocabulary nearly every id is out of range, decodes to nothing, and the
-frontend streams no text at all, which is what made the last comparison
-unfair (no per-token SSE events). Its `--response-replay-trace-path` makes it
-emit planned ids instead, for requests annotated `output_replay_id:KEY`
+Why a replay trace: Dynamo's mocker emits random token ids. With rotor's
+531-token built-in tokenizer (256 of them single bytes, half of those
+non-ASCII) its answers stream no text at all: 128 tokens, content "" (seen
+here; a random byte soon leaves incomplete UTF-8 that its incremental
+detokenizer holds back), so the last comparison had no per-token SSE events
+on Dynamo's side. Its `--response-replay-trace-path` makes it emit planned
+ids instead, for requests annotated `output_replay_id:KEY`
 (`nvext.annotations`). The trace holds 128 ids drawn with a seed from the
-same readable vocabulary rotor's mocker samples from, so both stacks stream
-the same kind of text. rotor bench gets that one extra body field for Dynamo
-only (rotor refuses unknown fields); nothing else about the load differs.
+same readable vocabulary rotor's mocker samples from (whole printable
+tokens), so both stacks stream the same kind of text, one event per token on
+Dynamo's side. rotor bench gets that one extra body field for Dynamo only
+(rotor refuses unknown fields); nothing else about the load differs.
 
-Frontend-added TTFT (`--ttft-split`): the same prompt's token ids go straight
-into rotor's mocker engine in this process (no HTTP, no template, no
-tokenizer), timed from generate() to its first output; the client-observed
-TTFT at 1 stream minus that is what the frontend and HTTP add.
+Frontend-added TTFT (`--split-requests N`, before the runs): the same kind of
+prompt's token ids go straight into rotor's mocker engine in this process (no
+HTTP, no template, no tokenizer), timed from generate() to its first output;
+the client-observed TTFT at 1 stream minus that is what the frontend and HTTP
+add. The preparation (template + tokenizer) and the in-process pipeline are
+timed on their own too. `--repeats 0 --systems rotor` runs only this split.
 
     DYNAMO_VENV=/path/to/dynamo-venv python bench/dynamo_compare.py --out /tmp/dyn-cmp
 

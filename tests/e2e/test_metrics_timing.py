@@ -63,3 +63,20 @@ def test_label_values_are_lowercase(server: Server) -> None:
     assert httpx.post(server.v1 + "/chat/completions", json=body, timeout=10).status_code == 200
     assert server.metric("rotor_requests_total", 'stream="true"') >= 1
     assert server.metric("rotor_requests_total", 'stream="True"') == 0
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_refused_requests_are_labelled_lowercase_too(server: Server, stream: bool) -> None:
+    """The error paths (unknown model, a 400) label `stream` as the served ones do."""
+    for body in (
+        {"model": "no-such-model-9c1d", "messages": [{"role": "user", "content": "x"}]},
+        {"messages": [{"role": "user", "content": "x"}], "max_tokens": 10**9},  # over the context
+    ):
+        r = httpx.post(server.v1 + "/chat/completions", json={**body, "stream": stream}, timeout=10)
+        assert r.status_code in (400, 404), r.text
+    text = httpx.get(server.url + "/metrics", timeout=5).text
+    assert 'stream="True"' not in text and 'stream="False"' not in text
+    value = "true" if stream else "false"
+    for status in ("404", "400"):  # labels are written in name order: status, then stream
+        labels = f'status="{status}",stream="{value}"'
+        assert server.metric("rotor_requests_total", labels) >= 1, labels

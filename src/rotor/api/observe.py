@@ -13,6 +13,11 @@ from rotor.frontend import Response
 from rotor.pipeline.events import ChoiceEvent
 
 
+def flag(value: bool) -> str:
+    """A boolean label value, lowercase as Prometheus users expect."""
+    return "true" if value else "false"
+
+
 async def observed(
     resp: Response, metrics: Metrics, endpoint: str, stream: bool, t0: float
 ) -> AsyncGenerator[ChoiceEvent, None]:
@@ -41,7 +46,7 @@ async def observed(
     finally:
         await resp.events.aclose()
         metrics.in_flight.labels(model).dec()
-        metrics.requests.labels(model, endpoint, "true" if stream else "false", status).inc()
+        metrics.requests.labels(model, endpoint, flag(stream), status).inc()
         metrics.prompt_tokens.labels(model).inc(resp.prompt_tokens)
         metrics.completion_tokens.labels(model).inc(resp.completion_tokens())
         metrics.duration.labels(model).observe(perf() - t0)

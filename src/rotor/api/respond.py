@@ -20,7 +20,7 @@ from rotor.api.body import request_id
 from rotor.api.drain import SHUTTING_DOWN
 from rotor.api.errors import INTERNAL_ERROR, APIError, client_error, from_request_error
 from rotor.api.metrics import Metrics
-from rotor.api.observe import observed
+from rotor.api.observe import flag, observed
 from rotor.api.sse import Framing, SSEResponse, race_disconnect
 from rotor.frontend import Frontend, ModelNotFound, ResponseFailed
 from rotor.frontend import Response as StartedResponse
@@ -101,13 +101,13 @@ async def start(
     except Overloaded as e:
         error = APIError(503, str(e), None, {"retry-after": str(e.retry_after)})
     except ModelNotFound as e:
-        metrics.requests.labels(UNKNOWN_MODEL, endpoint, str(req.stream), "404").inc()
+        metrics.requests.labels(UNKNOWN_MODEL, endpoint, flag(req.stream), "404").inc()
         raise APIError(404, str(e), "model") from None
     except RequestError as e:
         error = from_request_error(e, params)
     except ResponseFailed as e:
         error = client_error(e.failure, params)
-    metrics.requests.labels(label, endpoint, str(req.stream), str(error.status)).inc()
+    metrics.requests.labels(label, endpoint, flag(req.stream), str(error.status)).inc()
     raise error
 
 

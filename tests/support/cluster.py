@@ -20,14 +20,9 @@ import httpx
 
 from rotor.runtime.nats_server import command as nats_command
 
-from support.server import Server, free_port
+from support.server import ANNOUNCED, Server, free_port, log_text
 
 WORKER_LINE = re.compile(rb"worker ([0-9a-f]+) serves")  # text or --log-format json
-
-
-def _text(log: IO[bytes]) -> str:
-    log.seek(0)
-    return log.read().decode(errors="replace")
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 30) -> None:
@@ -45,7 +40,7 @@ class Proc:
     log: IO[bytes]
 
     def text(self) -> str:
-        return _text(self.log)
+        return log_text(self.log)
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
@@ -89,7 +84,7 @@ class Nats:
 
 def _start_nats(port: int, store: str) -> Proc:
     proc = _spawn(nats_command("127.0.0.1", port, store))
-    wait_for("nats-server", lambda: "Server is ready" in _text(proc.log), 15)
+    wait_for("nats-server", lambda: "Server is ready" in log_text(proc.log), 15)
     return proc
 
 
@@ -143,7 +138,7 @@ def start_worker(
     proc = _spawn(cmd + engine_words, env)
     deadline = time.monotonic() + timeout
     while True:
-        match = WORKER_LINE.search(_text(proc.log).encode())
+        match = WORKER_LINE.search(log_text(proc.log).encode())
         if match:
             return Worker(match.group(1).decode(), proc, system_url)
         if proc.process.poll() is not None:
@@ -169,24 +164,29 @@ class Frontend(Server):
 
 
 def start_frontend(nats: Nats, *args: str, timeout: float = 30) -> Frontend:
-    port = free_port()
+    # Port 0: the frontend binds a port the kernel picks and announces it (no race)
     cmd = [
         sys.executable, "-m", "rotor.cli", "frontend",
-        "--nats", nats.url, "--port", str(port), *args,
+        "--nats", nats.url, "--port", "0", *args,
     ]  # fmt: skip
     proc = _spawn(cmd)
-    url = f"http://127.0.0.1:{port}"
+    url: list[str] = []
 
     def up() -> bool:
         if proc.process.poll() is not None:
             raise RuntimeError(f"the frontend exited:\n{proc.text()}")
+        if not url:
+            found = ANNOUNCED.search(log_text(proc.log))
+            if found is None:
+                return False
+            url.append(found.group(1))
         try:
-            return httpx.get(url + "/live", timeout=1).status_code == 200
+            return httpx.get(url[0] + "/live", timeout=1).status_code == 200
         except httpx.HTTPError:
             return False
 
     wait_for("the frontend", up, timeout)
-    return Frontend(url, proc.process, proc.log, proc=proc)
+    return Frontend(url[0], proc.process, proc.log, proc=proc)
 
 
 @contextmanager

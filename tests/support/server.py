@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -34,8 +35,7 @@ class Server:
     def log(self) -> str:
         """Everything the server wrote to stdout and stderr so far."""
         assert self.log_file is not None
-        fd = self.log_file.fileno()  # pread: the server shares the file offset
-        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
+        return log_text(self.log_file)
 
     @property
     def v1(self) -> str:
@@ -85,38 +85,49 @@ class Server:
         return total
 
 
-def _log_text(log: IO[bytes]) -> str:
-    log.seek(0)
-    return log.read().decode(errors="replace")
+def log_text(log: IO[bytes]) -> str:
+    """All a process wrote to `log` so far. pread, never seek: the process
+    shares the file offset, and a seek would make it write over the start."""
+    fd = log.fileno()
+    return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
+
+
+# rotor says where it serves once the port is bound (the real port, text or JSON logs)
+ANNOUNCED = re.compile(r" on (http://127\.0\.0\.1:\d+)")
+
+
+def _announced_url(log: IO[bytes]) -> str | None:
+    found = ANNOUNCED.search(log_text(log))
+    return found.group(1) if found else None
 
 
 @contextmanager
 def rotor_server(
     *args: str, env: dict[str, str] | None = None, timeout: float = 30
 ) -> Iterator[Server]:
-    port = free_port()
     full_env = {**os.environ, "ROTOR_ECHO_DELAY_MS": "0", **(env or {})}
     # rotor's flags come before a `--`; what follows it is the engine's
     cut = args.index("--") if "--" in args else len(args)
     own, rest = list(args[:cut]), list(args[cut:])
-    cmd = [sys.executable, "-m", "rotor.cli", "run", *own, "--port", str(port), *rest]
+    # Port 0: the server binds a port the kernel picks and says which, so no
+    # other process can take a port between our choosing it and its binding.
+    cmd = [sys.executable, "-m", "rotor.cli", "run", *own, "--port", "0", *rest]
     log = tempfile.TemporaryFile()  # noqa: SIM115 - outlives this block; closed in finally
     proc = subprocess.Popen(cmd, env=full_env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    url: str | None = None
     deadline = time.monotonic() + timeout
     try:
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"rotor exited with {proc.returncode}:\n{_log_text(log)}")
+                raise RuntimeError(f"rotor exited with {proc.returncode}:\n{log_text(log)}")
+            url = url or _announced_url(log)
             try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                if url and httpx.get(url + "/health", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"rotor did not become healthy in {timeout} s:\n{_log_text(log)}"
-                )
+                raise RuntimeError(f"rotor did not become healthy in {timeout} s:\n{log_text(log)}")
             time.sleep(0.05)
         yield Server(url, proc, log)
     finally:

@@ -79,9 +79,8 @@ def _http_process(
     http: HTTPConfig,
     log_level: str,
 ) -> int:
-    import uvicorn
-
     from rotor.api.app import create_app
+    from rotor.launch import http_server
     from rotor.pipeline.workers import PreparePool
 
     engine = SocketEngine(entry.engine.card, path)
@@ -95,13 +94,10 @@ def _http_process(
         on_shutdown=[system.stop],
         max_queued=http.max_queued_requests,
     )
-    config = uvicorn.Config(
-        app,
-        timeout_graceful_shutdown=10,
-        **logs.uvicorn_options(log_level),
-    )
-    uvicorn.Server(config).run(sockets=[sock])
-    return 0
+    # the same server as one process's: --shutdown-grace ends its open streams
+    server = http_server(app, http, log_level)
+    server.run(sockets=[sock])
+    return 0 if server.started else 1
 
 
 async def _engine_process(system: System, engine_sock: socket.socket, pids: list[int]) -> int:

@@ -92,8 +92,9 @@ def log_text(log: IO[bytes]) -> str:
     return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
 
-# rotor says where it serves once the port is bound (the real port, text or JSON logs)
-ANNOUNCED = re.compile(r" on (http://127\.0\.0\.1:\d+)")
+# rotor's own line saying where it serves once the port is bound (the real
+# port, in text or JSON logs); uvicorn's "running on" names the port asked for
+ANNOUNCED = re.compile(r"(?:serving .*?|frontend) on (http://127\.0\.0\.1:\d+)")
 
 
 def _announced_url(log: IO[bytes]) -> str | None:

@@ -136,7 +136,7 @@ def hop() -> None:
     wait_health(url)
     try:
         print("rotor run (one process):")
-        for line in summary(bench(url, [single.pid], "run", "--concurrency", "1", "32", *LOAD)):
+        for line in summary(bench(url, [single.pid], "run", "--concurrency", "1", "32", "128", *LOAD)):
             print(line)
     finally:
         single.terminate()
@@ -145,7 +145,7 @@ def hop() -> None:
     try:
         print("frontend + worker over NATS:")
         for line in summary(
-            bench(c.frontends[0][0], c.pids, "hop", "--concurrency", "1", "32", *LOAD)
+            bench(c.frontends[0][0], c.pids, "hop", "--concurrency", "1", "32", "128", *LOAD)
         ):
             print(line)
     finally:

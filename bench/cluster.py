@@ -136,7 +136,9 @@ def hop() -> None:
     wait_health(url)
     try:
         print("rotor run (one process):")
-        for line in summary(bench(url, [single.pid], "run", "--concurrency", "1", "32", "128", *LOAD)):
+        for line in summary(
+            bench(url, [single.pid], "run", "--concurrency", "1", "32", "128", *LOAD)
+        ):
             print(line)
     finally:
         single.terminate()

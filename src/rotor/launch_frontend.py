@@ -159,7 +159,13 @@ def run_frontends(config: FrontendConfig) -> int:
     """`--http-workers N`: N whole frontends on one port (SO_REUSEPORT), as if
     N `rotor frontend`s ran, under a parent that passes SIGTERM/SIGINT on
     (each drains), exits when they do, and takes them with it if killed."""
-    from rotor.local.processes import WorkersError, fork_each, listen_all, supervise
+    from rotor.local.processes import (
+        WorkersError,
+        fork_each,
+        listen_all,
+        stop_timeout,
+        supervise,
+    )
 
     http = config.http
     try:
@@ -179,5 +185,4 @@ def run_frontends(config: FrontendConfig) -> int:
     logs.say(
         f"frontend on {url} with {len(pids)} HTTP processes, workers from {config.nats}", url=url
     )
-    # The children's own drain is --shutdown-grace plus uvicorn's 5 s; then more for NATS.
-    return supervise(pids, timeout=http.shutdown_grace + 15)
+    return supervise(pids, timeout=stop_timeout(http.shutdown_grace))

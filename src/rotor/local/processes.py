@@ -27,6 +27,12 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 STOP_TIMEOUT_S = 15.0
 
 
+def stop_timeout(shutdown_grace: float) -> float:
+    """How long the parent waits for its children to stop: their own drain
+    (--shutdown-grace, plus uvicorn's 5 s) and time to close their connections."""
+    return shutdown_grace + STOP_TIMEOUT_S
+
+
 class WorkersError(Exception):
     """The HTTP processes cannot start (a port in use, a bad count); the message says why."""
 

@@ -32,6 +32,7 @@ from rotor.local.processes import (
     listen_all,
     stop_all,
     stop_signals,
+    stop_timeout,
     watch,
 )
 from rotor.local.server import serve_engine
@@ -66,7 +67,8 @@ def serve_workers(system: System, http: HTTPConfig, log_level: str) -> int:
     url = f"http://{http.host}:{port}/v1"
     logs.say(f"serving {entries[0].model.name!r} on {url} with {len(pids)} HTTP processes", url=url)
     try:
-        return asyncio.run(_engine_process(system, engine_sock, pids))
+        timeout = stop_timeout(http.shutdown_grace)
+        return asyncio.run(_engine_process(system, engine_sock, pids, timeout))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -100,7 +102,9 @@ def _http_process(
     return 0 if server.started else 1
 
 
-async def _engine_process(system: System, engine_sock: socket.socket, pids: list[int]) -> int:
+async def _engine_process(
+    system: System, engine_sock: socket.socket, pids: list[int], timeout: float
+) -> int:
     stop = asyncio.Event()
     stop_signals(stop)
     await system.start()
@@ -110,7 +114,7 @@ async def _engine_process(system: System, engine_sock: socket.socket, pids: list
     try:
         status = await watch(alive, stop)
     finally:
-        await stop_all(alive)
+        await stop_all(alive, timeout)
         server.close()
         await system.stop()
     return status

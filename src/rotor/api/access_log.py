@@ -3,9 +3,9 @@
 An ASGI middleware, outermost, so that it sees every response (401s from auth,
 404s for unknown routes, 500s from the last-resort handler) and the moment a
 stream ends, whether it was sent whole or its client went away. What only the
-route knows arrives through the request's state: the model the body named
-(`note_model`, by body.read_json) and the started response (`note_response`,
-by respond), whose usage observe.py counts too — read once, at the end.
+route knows arrives through the request's state (api/access_state.py): the
+model the body named and the started response, whose usage observe.py counts
+too — read once, at the end.
 
 Probes (/health, /live, /metrics) log at debug, everything else at info.
 Every response carries the `x-request-id` its line names.
@@ -17,49 +17,17 @@ import json
 import logging
 import time
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 
+from rotor.api.access_state import KEY, Access
 from rotor.api.body import request_id
-
-if TYPE_CHECKING:
-    from rotor.frontend import Response
 
 log = logging.getLogger("rotor.access")
 
 PROBES = frozenset({"/health", "/live", "/metrics"})
-_KEY = "access"  # the request-state key of a request's Access
 _RID_HEADER = b"x-request-id"
-
-
-class Access:
-    """What the route learnt about one request."""
-
-    __slots__ = ("model", "response")
-
-    def __init__(self) -> None:
-        self.model: str | None = None  # as the body named it
-        self.response: Response | None = None  # the started response
-
-
-def _access(request: Request) -> Access | None:
-    state = request.scope.get("state")
-    return state.get(_KEY) if isinstance(state, dict) else None
-
-
-def note_model(request: Request, model: Any) -> None:
-    """The body's `model`, for the line of a request that never starts."""
-    access = _access(request)
-    if access is not None and isinstance(model, str):
-        access.model = model
-
-
-def note_response(request: Request, response: Response) -> None:
-    """The started response: its served model name and token counts."""
-    access = _access(request)
-    if access is not None:
-        access.response = response
 
 
 class AccessLog:
@@ -76,7 +44,7 @@ class AccessLog:
             return
         t0 = time.perf_counter()
         access = Access()
-        scope.setdefault("state", {})[_KEY] = access
+        scope.setdefault("state", {})[KEY] = access
         rid = request_id(Request(scope))
         status = 0
         complete = False

@@ -11,6 +11,7 @@ import orjson
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
+from rotor.api.access_state import note_model
 from rotor.api.errors import APIError, describe_validation
 from rotor.protocol.openai import ChatCompletionRequest
 
@@ -49,8 +50,6 @@ async def _read_json(request: Request, limit: int) -> tuple[dict[str, Any], int]
     data = (
         await asyncio.to_thread(parse_json, raw) if len(raw) > OFF_LOOP_BYTES else parse_json(raw)
     )
-    from rotor.api.access_log import note_model  # here: access_log needs request_id
-
     note_model(request, data.get("model"))
     return data, len(raw)
 

@@ -15,7 +15,7 @@ from fastapi import Request
 from starlette.responses import Response
 
 from rotor.admission import Admission, Overloaded
-from rotor.api.access_log import note_response
+from rotor.api.access_state import note_response
 from rotor.api.body import request_id
 from rotor.api.drain import SHUTTING_DOWN
 from rotor.api.errors import INTERNAL_ERROR, APIError, client_error, from_request_error

@@ -7,13 +7,16 @@ decode_stream, token_to_id) and not on the Rust binding's spelling.
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 import tokenizers
 from tokenizers.decoders import DecodeStream
 
-# Texts longer than this are encoded with the GIL released.
-_LONG_TEXT = 4096
+# rotor encodes one text per call, where the Rust thread pool only adds a hop
+# (a fifth of a short prompt's time); off, a forked HTTP process also has no
+# "parallelism has already been used" warning to print. A user's own setting wins.
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 class IncrementalDecoder:
@@ -62,6 +65,7 @@ class Tokenizer:
         self.special_ids: frozenset[int] = frozenset(
             i for i, t in tok.get_added_tokens_decoder().items() if t.special
         )
+        self._special_in: dict[tuple[str, ...], frozenset[int]] = {}  # per set of markers
 
     @classmethod
     def from_file(cls, path: str | Path) -> Tokenizer:
@@ -73,11 +77,10 @@ class Tokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Token ids of `text`; special tokens written literally become their ids.
-        Long texts go through `encode_batch`, which releases the GIL while it
-        works (`encode` holds it, stalling every other thread, the event loop's too)."""
-        if len(text) > _LONG_TEXT:
-            return self.raw.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
-        return self.raw.encode(text, add_special_tokens=add_special_tokens).ids
+        `encode_batch_fast` releases the GIL while it works (`encode` holds it,
+        stalling every other thread, the event loop's too) and skips the
+        character offsets nobody here reads: a third faster than `encode`."""
+        return self.raw.encode_batch_fast([text], add_special_tokens=add_special_tokens)[0].ids
 
     @functools.cached_property
     def max_token_chars(self) -> int:
@@ -98,11 +101,15 @@ class Tokenizer:
         return IncrementalDecoder(self.raw, skip_special_tokens)
 
     def special_ids_in(self, texts: tuple[str, ...]) -> frozenset[int]:
-        """The special tokens the given texts (markers) are written with."""
-        found: set[int] = set()
-        for text in texts:
-            found.update(i for i in self.encode(text) if i in self.special_ids)
-        return frozenset(found)
+        """The special tokens the given texts (markers) are written with
+        (asked per request, for a parser's few markers: remembered)."""
+        known = self._special_in.get(texts)
+        if known is None:
+            found: set[int] = set()
+            for text in texts:
+                found.update(i for i in self.encode(text) if i in self.special_ids)
+            known = self._special_in[texts] = frozenset(found)
+        return known
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes one token stands for, even when they are part of a UTF-8

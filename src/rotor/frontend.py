@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rotor.model.served import ServedModel
+from rotor.pipeline.bounds import text_size
 from rotor.pipeline.events import ChoiceEvent, Failure, Usage
 from rotor.pipeline.generate import EngineClient, run_all
 from rotor.pipeline.preprocess import (
@@ -150,7 +151,7 @@ class Frontend:
     registry: ModelRegistry = field(default_factory=ModelRegistry)
     reasoning_field: str = "reasoning_content"
     ready: bool = False  # the engines it was built with have started
-    # Where prompts are rendered and tokenized, within a time budget (never on the loop).
+    # Where prompts are rendered and tokenized, within a time budget.
     pool: PreparePool = field(default_factory=PreparePool)
 
     def resolve(self, name: str | None) -> ServedModel:
@@ -158,10 +159,15 @@ class Frontend:
 
     async def prepare_chat(self, req: ChatCompletionRequest) -> Prepared:
         """The chat request prepared as `chat` runs it (prompt, tokens, choices),
-        in the prepare pool: a chat template is untrusted code. Raises
+        in the prepare pool: a chat template is untrusted code. A short
+        conversation is tried on the loop first, under a CPU budget (the
+        thread hop was most of the time to first token). Raises
         ModelNotFound, RequestError."""
         model = self.resolve(req.model)
-        return await self.pool.run(prepare_chat, model, req, new_request_id())
+        short = text_size((req.messages, req.tools), LONG_PROMPT_CHARS) <= LONG_PROMPT_CHARS
+        return await self.pool.run(
+            prepare_chat, model, req, new_request_id(), inline=model.name if short else None
+        )
 
     async def chat(self, req: ChatCompletionRequest, request_id: str) -> Response:
         """Start a chat response named after `request_id` (the caller's id)."""

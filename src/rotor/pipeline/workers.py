@@ -1,84 +1,36 @@
 """The bounded pool where prompts are prepared (template rendering,
 tokenization), with a time budget per job.
 
-The event loop never renders: a chat template is untrusted code, and an
-endless loop in it on the loop thread would stop the server answering
-anything (`/live` included). Jobs run in a few worker threads; a job still
+A chat template is untrusted code, and an endless loop in it on the loop
+thread would stop the server answering anything (`/live` included). Jobs
+run in a few worker threads (short ones may run on the loop under a CPU
+alarm first: `inline.py`); a job still
 running when its budget is spent is interrupted — an exception is raised in
 its thread at the next bytecode it runs (`PyThreadState_SetAsyncExc`) — so a
 hostile template holds a worker for at most the budget and the pool cannot be
 exhausted for good. A job the caller stops waiting for (the client left) is
 interrupted the same way. Long C calls are not interruptible, so those the
 workers make are bounded before the job starts (the prompt size check) or
-release the GIL (tokenization uses `encode_batch`).
+release the GIL (tokenization uses `encode_batch_fast`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import threading
+import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from rotor.pipeline.errors import RequestError
+from rotor.pipeline.inline import InlineRunner
+from rotor.pipeline.jobs import BudgetExceeded, Job
 
 T = TypeVar("T")
 
 DEFAULT_BUDGET_S = 5.0  # --template-timeout
 DEFAULT_WORKERS = 4
-
-
-class BudgetExceeded(BaseException):
-    """Raised inside a worker whose job ran past its budget. A BaseException,
-    so the template sandbox's `except Exception` cannot swallow it."""
-
-
-def _raise_in(ident: int, exc: type[BaseException] | None) -> None:
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(ident), ctypes.py_object(exc) if exc is not None else None
-    )
-
-
-class _Job:
-    """One call, and the state that decides whether it may still be interrupted."""
-
-    __slots__ = ("fn", "args", "kwargs", "lock", "state", "ident", "started")
-
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict) -> None:
-        self.fn, self.args, self.kwargs = fn, args, kwargs
-        self.lock = threading.Lock()
-        self.state = "queued"  # queued → running → done, or → abandoned
-        self.ident = 0
-        self.started: float | None = None
-
-    def __call__(self) -> Any:
-        with self.lock:
-            if self.state == "abandoned":
-                raise BudgetExceeded
-            self.state, self.ident, self.started = (
-                "running",
-                threading.get_ident(),
-                time.monotonic(),
-            )
-        try:
-            return self.fn(*self.args, **self.kwargs)
-        finally:
-            with self.lock:
-                interrupted = self.state == "abandoned"
-                self.state = "done"
-            if interrupted:  # not delivered yet: it must not hit the worker's next job
-                _raise_in(self.ident, None)
-
-    def abandon(self) -> None:
-        """Stop the job: not started, it never runs; running, it is interrupted."""
-        with self.lock:
-            if self.state == "running":
-                _raise_in(self.ident, BudgetExceeded)
-            if self.state in ("queued", "running"):
-                self.state = "abandoned"
 
 
 class PreparePool:
@@ -91,9 +43,19 @@ class PreparePool:
         self.budget_s = budget_s
         self.timeouts = 0
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="rotor-prepare")
+        self.inline = InlineRunner()
 
-    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        job = _Job(fn, args, kwargs)
+    async def run(
+        self, fn: Callable[..., T], *args: Any, inline: str | None = None, **kwargs: Any
+    ) -> T:
+        """`inline`: a key (the model's name) under which this short job may run
+        on the loop first (`InlineRunner`); interrupted there, it runs here."""
+        if inline is not None and self.inline.allows(inline):
+            try:
+                return self.inline.call(inline, functools.partial(fn, *args, **kwargs))
+            except BudgetExceeded:
+                pass
+        job = Job(fn, args, kwargs)
         future = asyncio.get_running_loop().run_in_executor(self._executor, job)
         future.add_done_callback(_retrieve)  # an abandoned job's error is nobody's
         try:

@@ -22,6 +22,7 @@ from rotor.admission import DEFAULT_MAX_QUEUED, Admission
 from rotor.api.access_log import AccessLog
 from rotor.api.anthropic import register_anthropic
 from rotor.api.auth import APIKeyMiddleware
+from rotor.api.bare_route import BareRoute
 from rotor.api.body import DEFAULT_BODY_LIMIT, request_id
 from rotor.api.docs import register_docs
 from rotor.api.drain import OpenStreams
@@ -69,6 +70,7 @@ def create_app(
     app = FastAPI(
         title="rotor", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None
     )
+    app.router.route_class = BareRoute  # every route registered below
     registry = frontend.registry
     admission = Admission(max_queued)
     metrics = Metrics(

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rotor.api.coalesce import MAX_PARTS, Coalescer
+from rotor.api.coalesce import FIRST_PARTS, MAX_PARTS, Coalescer
 from rotor.api.sse import SSEResponse
 
 # A stream: chunks, each either ready at once or after the source waits.
@@ -33,11 +33,11 @@ async def source(items: list[tuple[bytes, bool]], log: list[str]) -> AsyncIterat
         log.append("closed")
 
 
-def bursts(items: list[tuple[bytes, bool]]) -> list[bytes]:
+def bursts(items: list[tuple[bytes, bool]], max_parts: int = MAX_PARTS) -> list[bytes]:
     """The writes expected: a new one wherever the source had to wait."""
     out: list[list[bytes]] = []
     for chunk, wait in items:
-        if wait or not out or len(out[-1]) >= MAX_PARTS:
+        if wait or not out or len(out[-1]) >= max_parts:
             out.append([])
         out[-1].append(chunk)
     return [b"".join(parts) for parts in out]
@@ -61,6 +61,25 @@ def test_same_bytes_one_write_per_burst(items: list[tuple[bytes, bool]]) -> None
     writes = asyncio.run(main())
     assert b"".join(writes) == b"".join(c for c, _ in items)
     assert writes == bursts(items)
+    assert log == ["closed"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(chunks, st.integers(min_value=1, max_value=6))
+def test_a_part_limit_splits_bursts_and_loses_nothing(
+    items: list[tuple[bytes, bool]], max_parts: int
+) -> None:
+    log: list[str] = []
+
+    async def main() -> list[bytes]:
+        c = Coalescer(source(items, log))
+        out = []
+        while (batch := await c.pull(max_parts)) is not None:
+            out.append(batch)
+        return out
+
+    writes = asyncio.run(main())
+    assert writes == bursts(items, max_parts)
     assert log == ["closed"]
 
 
@@ -150,3 +169,27 @@ async def test_sse_response_writes_a_burst_once_and_a_late_event_apart() -> None
     await asyncio.wait_for(SSEResponse(body())({"type": "http"}, receive, send), 5)
     bodies = [(m["body"], m["more_body"]) for m in sent if m["type"] == "http.response.body"]
     assert bodies == [(b"data: 1\n\ndata: 2\n\ndata: 3\n\n", True), (b"data: 4\n\n", False)]
+
+
+async def test_sse_response_sends_a_burst_at_the_start_in_a_short_first_write() -> None:
+    """An engine that answered at once: the first write stops after FIRST_PARTS
+    events (the rest would hold the first token back while they are
+    formatted); the rest follow at once, the same bytes in all."""
+    events = [f"data: {i}\n\n".encode() for i in range(30)]
+
+    async def body() -> AsyncIterator[bytes]:
+        for e in events:
+            yield e
+
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()
+        return {}  # pragma: no cover
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await asyncio.wait_for(SSEResponse(body())({"type": "http"}, receive, send), 5)
+    bodies = [m["body"] for m in sent if m["type"] == "http.response.body"]
+    assert bodies == [b"".join(events[:FIRST_PARTS]), b"".join(events[FIRST_PARTS:])]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from rotor.api.drain import OpenStreams
 from rotor.api.errors import INTERNAL_ERROR, error_body
 from rotor.api.metrics import Metrics
 from rotor.api.observe import observed
@@ -152,3 +153,65 @@ async def test_observed_counts_a_raising_stream_as_a_500_not_cancelled() -> None
             pass
     assert metrics.requests.labels("m", "chat", "true", "500")._value.get() == 1
     assert metrics.requests.labels("m", "chat", "true", "cancelled")._value.get() == 0
+
+
+async def test_the_ready_first_events_leave_in_one_write_from_the_calling_task() -> None:
+    """No task (no turn of the event loop) stands between the response and
+    its first write: the first token waits for nothing."""
+    client = Client()
+    more = asyncio.Event()
+    writers: list[asyncio.Task[Any] | None] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        writers.append(asyncio.current_task())
+        client.sent.append(message)
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"data: role\n\n"
+        yield b"data: first\n\n"
+        await more.wait()
+        yield b"data: second\n\n"
+
+    async def call() -> None:
+        response = SSEResponse(body(), None)
+        await asyncio.wait_for(response({"type": "http"}, client.receive, send), TIMEOUT_S)
+
+    task = asyncio.create_task(call())
+    while not client.bodies:
+        await asyncio.sleep(0)
+    assert [m["body"] for m in client.bodies] == [b"data: role\n\ndata: first\n\n"]
+    more.set()
+    await task
+    assert client.text == b"data: role\n\ndata: first\n\ndata: second\n\n"
+    assert client.bodies[-1]["more_body"] is False
+    start, first, *rest = writers
+    assert start is first  # headers and the first batch: the same task
+    assert rest and all(w is not first for w in rest)  # the rest: the watched pump
+
+
+async def test_shutdown_ends_an_open_stream_with_its_tail_and_closes_the_body() -> None:
+    gone, on_disconnect = counter()
+    client = Client()
+    streams = OpenStreams()
+    closed = asyncio.Event()
+
+    async def endless() -> AsyncIterator[bytes]:
+        try:
+            yield b"data: 1\n\n"
+            await asyncio.sleep(TIMEOUT_S * 2)
+            yield b"data: never\n\n"
+        finally:
+            closed.set()
+
+    async def stop_when_open() -> None:
+        while not client.bodies:
+            await asyncio.sleep(0)
+        assert streams.count == 1
+        streams.end_all(0)
+
+    response = SSEResponse(endless(), None, on_disconnect, None, streams, lambda: b"data: bye\n\n")
+    await asyncio.gather(serve(response, client), stop_when_open())
+    assert client.text == b"data: 1\n\ndata: bye\n\n"
+    assert client.bodies[-1]["more_body"] is False
+    assert closed.is_set() and streams.count == 0
+    assert gone == []  # the server ended it: not a client that left

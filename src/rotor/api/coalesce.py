@@ -26,6 +26,11 @@ from typing import Any
 # A joined write stops growing here, so one huge burst still streams in pieces.
 MAX_PARTS = 64
 MAX_BYTES = 64 * 1024
+# The first write of a stream stops sooner: the events behind it are formatted
+# before it is sent, and a whole burst (an engine that answered at once) would
+# hold the first token back by tens of events. Enough for every API's opening
+# events and the first token.
+FIRST_PARTS = 8
 
 
 @types.coroutine
@@ -83,8 +88,9 @@ class Coalescer:
         """The source has ended: the last pull returned its last chunk."""
         return self._done and self._error is None
 
-    async def pull(self) -> bytes | None:
-        """The next chunk and every chunk ready behind it, joined; None at the end."""
+    async def pull(self, max_parts: int = MAX_PARTS) -> bytes | None:
+        """The next chunk and every chunk ready behind it (up to `max_parts`),
+        joined; None at the end."""
         if self._error is not None:
             error, self._error = self._error, None
             raise error
@@ -101,7 +107,7 @@ class Coalescer:
             return None
         parts: list[bytes] | None = None
         size = len(first)
-        while size < MAX_BYTES and (parts is None or len(parts) < MAX_PARTS):
+        while size < MAX_BYTES and (1 if parts is None else len(parts)) < max_parts:
             coro = self._anext()
             try:
                 pending = coro.send(None)  # type: ignore[attr-defined]

@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 from starlette.responses import Response
 
-from rotor.api.coalesce import Coalescer
+from rotor.api.coalesce import FIRST_PARTS, MAX_PARTS, Coalescer
 from rotor.api.drain import OpenStreams
 
 log = logging.getLogger("rotor.api")
@@ -155,71 +155,93 @@ class SSEResponse(Response):
             (b"cache-control", b"no-cache"),
             (b"x-accel-buffering", b"no"),
         ] + [(k.lower().encode(), v.encode()) for k, v in self.extra_headers.items()]
-        await send({"type": "http.response.start", "status": 200, "headers": raw_headers})
-        if self.streams is None:
-            pump = await race_disconnect(self._pump(send), receive)
-        else:
-            self.streams.count += 1
-            try:
-                pump = await race_disconnect(self._stoppable(send, self.streams), receive)
-            finally:
-                self.streams.count -= 1
+        batches = Coalescer(self.body)
+        streams = self.streams
+        if streams is not None:
+            streams.count += 1
+        pump: asyncio.Future[None] | None = None
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": raw_headers})
+            # The response began on its first engine event, so the first batch
+            # is ready: it goes out before any task exists (each would cost the
+            # first token a turn of the event loop).
+            if await self._write_batch(batches, send, FIRST_PARTS):
+                pump = await self._watched(self._pump(batches, send), receive, streams, send)
+        except Exception:  # a write failed: the client is gone
+            pump = None
+        finally:
+            if streams is not None:
+                streams.count -= 1
+            await batches.aclose()
+            aclose = getattr(self.body, "aclose", None)
+            if aclose is not None:
+                await aclose()
         # The pump raises only when a write failed: the client is gone. A
         # client that closes once the whole stream was sent did not leave early.
         client_left = not self.complete and (pump is None or pump.exception() is not None)
         if client_left and self.on_disconnect is not None:
             self.on_disconnect()
 
-    async def _stoppable(self, send: Callable, streams: OpenStreams) -> None:
-        """The pump, unless the open streams are ended first: then the pump is
-        cancelled (closing the body aborts the engine's work) and the stream
-        ends with the shutdown bytes."""
-        pump = asyncio.ensure_future(self._pump(send))
-        stop = asyncio.ensure_future(streams.stopping.wait())
+    async def _watched(
+        self,
+        work: Coroutine[Any, Any, None],
+        receive: Callable,
+        streams: OpenStreams | None,
+        send: Callable,
+    ) -> asyncio.Future[None] | None:
+        """Run the rest of the stream (`work`) while watching the connection
+        and, with `streams`, the shutdown signal: the first to happen cancels
+        the others (cancelling the pump closes the body: the engine's work
+        stops). The finished pump, or None when it did not finish: the client
+        left, or the server is stopping (the stream then ends with the
+        shutdown bytes)."""
+        pump = asyncio.ensure_future(work)
+        watch = asyncio.ensure_future(wait_disconnect(receive))
+        waits: set[asyncio.Future[Any]] = {pump, watch}
+        stop = None
+        if streams is not None:
+            stop = asyncio.ensure_future(streams.stopping.wait())
+            waits.add(stop)
         try:
-            done, _ = await asyncio.wait({pump, stop}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            stop.cancel()
-            if not pump.done():
-                pump.cancel()
-                await asyncio.gather(pump, return_exceptions=True)
+            for t in waits:
+                if not t.done():
+                    t.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
         if pump in done:
-            pump.result()
-            return
-        tail = self.shutdown() if self.shutdown is not None else b""
-        await send({"type": "http.response.body", "body": tail, "more_body": False})
-        self.complete = True
-
-    async def _pump(self, send: Callable) -> None:
-        """Events that are ready together go out in one write (`Coalescer`):
-        the client reads the same bytes, in fewer socket writes."""
-        body = self.body
-        batches = Coalescer(body)
-        try:
-            while True:
-                try:
-                    chunk = await batches.pull()
-                except Exception:
-                    rid = self.extra_headers.get("x-request-id")
-                    log.exception("the stream of request %s failed", rid)
-                    tail = self._failure_bytes()
-                    await send({"type": "http.response.body", "body": tail, "more_body": False})
-                    self.complete = True
-                    return
-                if chunk is None:
-                    break
-                if batches.done:  # the last bytes: they end the body in the same write
-                    await send({"type": "http.response.body", "body": chunk, "more_body": False})
-                    self.complete = True
-                    return
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return pump
+        if stop is not None and stop in done and watch not in done:
+            tail = self.shutdown() if self.shutdown is not None else b""
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
             self.complete = True
-        finally:
-            await batches.aclose()
-            aclose = getattr(body, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        return None
+
+    async def _pump(self, batches: Coalescer, send: Callable) -> None:
+        while await self._write_batch(batches, send):
+            pass
+
+    async def _write_batch(
+        self, batches: Coalescer, send: Callable, max_parts: int = MAX_PARTS
+    ) -> bool:
+        """One write of every event ready now (`Coalescer`: the client reads the
+        same bytes, in fewer socket writes); False once the body has ended.
+        A body that raises (a bug) ends with the failure bytes, logged."""
+        try:
+            chunk = await batches.pull(max_parts)
+        except Exception:
+            rid = self.extra_headers.get("x-request-id")
+            log.exception("the stream of request %s failed", rid)
+            chunk, last = self._failure_bytes(), True
+        else:
+            if chunk is None:
+                chunk, last = b"", True
+            else:
+                last = batches.done  # the last bytes end the body in the same write
+        await send({"type": "http.response.body", "body": chunk, "more_body": not last})
+        if last:
+            self.complete = True
+        return not last
 
     def _failure_bytes(self) -> bytes:
         if self.failure is None:

@@ -14,7 +14,7 @@ from rotor.api.drain import OpenStreams
 from rotor.api.errors import INTERNAL_ERROR, error_body
 from rotor.api.metrics import Metrics
 from rotor.api.observe import observed
-from rotor.api.sse import OPENAI, SSEResponse
+from rotor.api.sse import OPENAI, SERVER_SEND, SSEResponse
 from rotor.frontend import Response
 from rotor.pipeline.events import ChoiceEvent, Usage
 
@@ -215,3 +215,31 @@ async def test_shutdown_ends_an_open_stream_with_its_tail_and_closes_the_body() 
     assert client.bodies[-1]["more_body"] is False
     assert closed.is_set() and streams.count == 0
     assert gone == []  # the server ended it: not a client that left
+
+
+async def test_middle_writes_go_to_the_servers_send_and_the_ends_through_the_layers() -> None:
+    """With the server's own send in the scope (api/app.py puts it there), a
+    stream's middle writes skip the middleware layers; its start and its last
+    write still pass through every layer."""
+    client = Client()
+    through: list[dict[str, Any]] = []
+
+    async def layered(message: dict[str, Any]) -> None:  # what the middleware chain would be
+        through.append(message)
+        await client.send(message)
+
+    loop = asyncio.get_running_loop()
+
+    async def body() -> AsyncIterator[bytes]:
+        for i in range(3):
+            fut = loop.create_future()
+            loop.call_soon(fut.set_result, None)
+            await fut  # one write per event
+            yield f"data: {i}\n\n".encode()
+
+    scope = {"type": "http", SERVER_SEND: client.send}
+    await asyncio.wait_for(SSEResponse(body())(scope, client.receive, layered), TIMEOUT_S)
+    assert client.text == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
+    assert [m["type"] for m in through] == ["http.response.start", "http.response.body"]
+    assert through[-1]["more_body"] is False
+    assert len(client.bodies) == 3  # the middle ones went to the server directly

@@ -33,6 +33,7 @@ from rotor.api.openapi import install as install_openapi
 from rotor.api.ops import register_ops
 from rotor.api.page import register_page
 from rotor.api.responses import register_responses
+from rotor.api.sse import SERVER_SEND
 from rotor.api.tokens import register_tokens
 from rotor.frontend import Frontend
 from rotor.router.pool import Pool
@@ -67,7 +68,7 @@ def create_app(
             for hook in on_shutdown or ():
                 await hook()
 
-    app = FastAPI(
+    app = _App(
         title="rotor", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None
     )
     app.router.route_class = BareRoute  # every route registered below
@@ -130,6 +131,16 @@ def _register_errors(app: FastAPI, metrics: Metrics) -> None:
         return Response(status_code=499)
 
     app.add_middleware(_CatchAll)
+
+
+class _App(FastAPI):
+    """FastAPI that leaves the server's own `send` in the scope, for the
+    middle writes of a stream (api/sse.py)."""
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            scope[SERVER_SEND] = send
+        await super().__call__(scope, receive, send)
 
 
 class _CatchAll:

@@ -24,6 +24,12 @@ log = logging.getLogger("rotor.api")
 
 DONE = b"data: [DONE]\n\n"
 
+# Where the app keeps the server's own `send` in the scope (api/app.py): a
+# stream's middle writes go there directly. The middleware between (error
+# handlers, body limits, the access log) look only at a response's start and
+# its last write, and each layer cost every token a coroutine call.
+SERVER_SEND = "rotor.server_send"
+
 T = TypeVar("T")
 
 
@@ -157,6 +163,7 @@ class SSEResponse(Response):
         ] + [(k.lower().encode(), v.encode()) for k, v in self.extra_headers.items()]
         batches = Coalescer(self.body)
         streams = self.streams
+        server_send = scope.get(SERVER_SEND, send)
         if streams is not None:
             streams.count += 1
         pump: asyncio.Future[None] | None = None
@@ -165,8 +172,10 @@ class SSEResponse(Response):
             # The response began on its first engine event, so the first batch
             # is ready: it goes out before any task exists (each would cost the
             # first token a turn of the event loop).
-            if await self._write_batch(batches, send, FIRST_PARTS):
-                pump = await self._watched(self._pump(batches, send), receive, streams, send)
+            if await self._write_batch(batches, send, server_send, FIRST_PARTS):
+                pump = await self._watched(
+                    self._pump(batches, send, server_send), receive, streams, send
+                )
         except Exception:  # a write failed: the client is gone
             pump = None
         finally:
@@ -217,16 +226,22 @@ class SSEResponse(Response):
             self.complete = True
         return None
 
-    async def _pump(self, batches: Coalescer, send: Callable) -> None:
-        while await self._write_batch(batches, send):
+    async def _pump(self, batches: Coalescer, send: Callable, server_send: Callable) -> None:
+        while await self._write_batch(batches, send, server_send):
             pass
 
     async def _write_batch(
-        self, batches: Coalescer, send: Callable, max_parts: int = MAX_PARTS
+        self,
+        batches: Coalescer,
+        send: Callable,
+        server_send: Callable,
+        max_parts: int = MAX_PARTS,
     ) -> bool:
         """One write of every event ready now (`Coalescer`: the client reads the
         same bytes, in fewer socket writes); False once the body has ended.
-        A body that raises (a bug) ends with the failure bytes, logged."""
+        A body that raises (a bug) ends with the failure bytes, logged. The
+        last write goes through `send` (every layer sees the end), the others
+        straight to `server_send`."""
         try:
             chunk = await batches.pull(max_parts)
         except Exception:
@@ -238,10 +253,12 @@ class SSEResponse(Response):
                 chunk, last = b"", True
             else:
                 last = batches.done  # the last bytes end the body in the same write
-        await send({"type": "http.response.body", "body": chunk, "more_body": not last})
         if last:
+            await send({"type": "http.response.body", "body": chunk, "more_body": False})
             self.complete = True
-        return not last
+            return False
+        await server_send({"type": "http.response.body", "body": chunk, "more_body": True})
+        return True
 
     def _failure_bytes(self) -> bytes:
         if self.failure is None:

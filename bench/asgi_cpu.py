@@ -1,0 +1,114 @@
+"""CPU per token of rotor's frontend and mocker with no sockets: the ASGI app
+driven directly by N concurrent streaming clients in this process.
+
+The kernel, uvicorn and a load generator on the same two cores make HTTP
+figures move by tens of percent between runs; this leaves only rotor's own
+Python (middleware, routes, pipeline, SSE framing, the mocker), so a change
+to the per-token path shows in a few alternating runs of two checkouts:
+
+    python bench/asgi_cpu.py                      # this checkout
+    PYTHONPATH=../other/src python bench/asgi_cpu.py
+
+Each "write" yields to the event loop once, as a socket write would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import time
+from typing import Any
+
+from rotor.api.app import create_app
+from rotor.bench.workload import words
+from rotor.engines.mocker import MockerConfig, MockerEngine
+from rotor.model.builtin import builtin_test_model
+from rotor.model.served import ServedModel
+from rotor.system import System
+
+
+def scope(payload: bytes) -> dict[str, Any]:
+    path = "/v1/chat/completions"
+    return {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "raw_path": path.encode(),
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(payload)).encode()),
+        ],
+        "query_string": b"",
+        "root_path": "",
+        "scheme": "http",
+        "server": ("127.0.0.1", 80),
+        "client": ("127.0.0.1", 1),
+        "http_version": "1.1",
+        "asgi": {"version": "3.0"},
+        "state": {},
+    }
+
+
+async def main(streams: int, per_stream: int, input_len: int, output_len: int) -> None:
+    card, tok = builtin_test_model()
+    engine = MockerEngine(card, tok, MockerConfig(speedup_ratio=0))
+    system = System.local(engine, ServedModel.build(card, tok))
+    app = create_app(system.frontend, on_startup=[system.start], on_shutdown=[system.stop])
+    rng = random.Random(0)
+    writes = 0
+
+    async def call(body: dict[str, Any]) -> None:
+        payload = json.dumps(body).encode()
+        read = False
+        done = asyncio.Event()
+
+        async def receive() -> dict[str, Any]:
+            nonlocal read
+            if not read:
+                read = True
+                return {"type": "http.request", "body": payload, "more_body": False}
+            await done.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal writes
+            if message["type"] == "http.response.body":
+                writes += 1
+                await asyncio.sleep(0)
+                if not message.get("more_body"):
+                    done.set()
+
+        await app(scope(payload), receive, send)
+
+    async def client(n: int) -> None:
+        for _ in range(n):
+            prompt = words(rng, input_len)
+            await call(
+                {
+                    "messages": [{"role": "user", "content": prompt}],
+                    "max_tokens": output_len,
+                    "ignore_eos": True,
+                    "stream": True,
+                }
+            )
+
+    async with app.router.lifespan_context(app):
+        await asyncio.gather(*(client(2) for _ in range(streams)))  # warm up
+        cpu0, writes0, tokens0 = time.process_time(), writes, engine.tokens_generated
+        await asyncio.gather(*(client(per_stream) for _ in range(streams)))
+        cpu = time.process_time() - cpu0
+        tokens = engine.tokens_generated - tokens0
+        per_response = (writes - writes0) / (streams * per_stream)
+        print(f"{1e6 * cpu / tokens:.1f} µs CPU per token, {per_response:.0f} writes per response")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--streams", type=int, default=32)
+    p.add_argument("--requests-per-stream", type=int, default=8)
+    p.add_argument("--input-len", type=int, default=150)
+    p.add_argument("--output-len", type=int, default=128)
+    a = p.parse_args()
+    asyncio.run(main(a.streams, a.requests_per_stream, a.input_len, a.output_len))

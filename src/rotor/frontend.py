@@ -160,8 +160,8 @@ class Frontend:
     async def prepare_chat(self, req: ChatCompletionRequest) -> Prepared:
         """The chat request prepared as `chat` runs it (prompt, tokens, choices),
         in the prepare pool: a chat template is untrusted code. A short
-        conversation is tried on the loop first, under a CPU budget (the
-        thread hop was most of the time to first token). Raises
+        conversation is tried on the loop first, under a CPU alarm (the thread
+        hop each way cost more than the work). Raises
         ModelNotFound, RequestError."""
         model = self.resolve(req.model)
         short = text_size((req.messages, req.tools), LONG_PROMPT_CHARS) <= LONG_PROMPT_CHARS

@@ -126,3 +126,18 @@ def test_an_alarm_after_the_job_is_ignored() -> None:
     signal.raise_signal(signal.SIGPROF)
     total = sum(range(1000))  # bytecode after the signal: nothing is raised here
     assert total == 499500
+
+
+def test_a_sigprof_handler_of_someone_else_is_left_alone() -> None:
+    """A sampling profiler that owns SIGPROF keeps it: jobs then go to the pool."""
+
+    def profiler(signum: int, frame: object) -> None:
+        pass
+
+    before = signal.signal(signal.SIGPROF, profiler)
+    try:
+        assert not InlineRunner().allows("m")
+        assert signal.getsignal(signal.SIGPROF) is profiler
+    finally:
+        signal.signal(signal.SIGPROF, before)
+    assert InlineRunner().allows("m")  # back to rotor's own (or the default): inline again

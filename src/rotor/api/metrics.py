@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -126,6 +127,20 @@ class _AdmissionCollector:
         )
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelSeries:
+    """One model's children of the per-response metrics. Looking a child up
+    (`labels(...)`) takes a lock and builds a key each time: a response
+    looks them up once, here, not per event."""
+
+    in_flight: Any
+    ttft: Any
+    itl: Any
+    duration: Any
+    prompt_tokens: Any
+    completion_tokens: Any
+
+
 class Metrics:
     def __init__(
         self,
@@ -176,12 +191,36 @@ class Metrics:
             "Clients that disconnected while sending their request body",
             registry=r,
         )
+        self._series: dict[str, ModelSeries] = {}
+        self._outcomes: dict[tuple[str, str, str, str], Any] = {}
         if engine_states is not None:
             r.register(_EngineCollector(engine_states))
         if pools is not None:
             r.register(_RouterCollector(pools))
         if admission is not None:
             r.register(_AdmissionCollector(admission))
+
+    def series(self, model: str) -> ModelSeries:
+        """The model's children (served model names only: a bounded set)."""
+        found = self._series.get(model)
+        if found is None:
+            found = self._series[model] = ModelSeries(
+                self.in_flight.labels(model),
+                self.ttft.labels(model),
+                self.itl.labels(model),
+                self.duration.labels(model),
+                self.prompt_tokens.labels(model),
+                self.completion_tokens.labels(model),
+            )
+        return found
+
+    def outcome(self, model: str, endpoint: str, stream: str, status: str) -> Any:
+        """The `rotor_requests` child for one outcome."""
+        key = (model, endpoint, stream, status)
+        found = self._outcomes.get(key)
+        if found is None:
+            found = self._outcomes[key] = self.requests.labels(*key)
+        return found
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

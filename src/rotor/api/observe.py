@@ -22,9 +22,10 @@ async def observed(
     resp: Response, metrics: Metrics, endpoint: str, stream: bool, t0: float
 ) -> AsyncGenerator[ChoiceEvent, None]:
     model = resp.model
-    metrics.in_flight.labels(model).inc()
+    series = metrics.series(model)
+    series.in_flight.inc()
     perf = time.perf_counter
-    ttft, itl = metrics.ttft.labels(model), metrics.itl.labels(model)
+    ttft, itl = series.ttft, series.itl
     last = 0.0
     status = "200"
     try:
@@ -45,8 +46,8 @@ async def observed(
         raise
     finally:
         await resp.events.aclose()
-        metrics.in_flight.labels(model).dec()
-        metrics.requests.labels(model, endpoint, flag(stream), status).inc()
-        metrics.prompt_tokens.labels(model).inc(resp.prompt_tokens)
-        metrics.completion_tokens.labels(model).inc(resp.completion_tokens())
-        metrics.duration.labels(model).observe(perf() - t0)
+        series.in_flight.dec()
+        metrics.outcome(model, endpoint, flag(stream), status).inc()
+        series.prompt_tokens.inc(resp.prompt_tokens)
+        series.completion_tokens.inc(resp.completion_tokens())
+        series.duration.observe(perf() - t0)

@@ -93,7 +93,14 @@ class KVCache:
     def allocate(self, seq: Sequence, num_tokens: int, hits: Seq[int] = ()) -> bool:
         """Give `seq` blocks for its first `num_tokens` tokens (after `hits`), or
         change nothing and return False when there are not enough."""
-        needed = -(-num_tokens // self.block_size) - len(seq.block_table) - len(hits)
+        bs = self.block_size
+        if (
+            not hits
+            and num_tokens <= len(seq.block_table) * bs
+            and min(num_tokens, seq.num_tokens) // bs <= seq.num_hashed_blocks
+        ):
+            return True  # a decode step inside its last block: nothing to take or to name
+        needed = -(-num_tokens // bs) - len(seq.block_table) - len(hits)
         reclaimed = sum(1 for b in hits if self.blocks[b].ref_count == 0)
         if needed > self.num_free - reclaimed:
             return False

@@ -68,9 +68,7 @@ def create_app(
             for hook in on_shutdown or ():
                 await hook()
 
-    app = _App(
-        title="rotor", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None
-    )
+    app = _App(title="rotor", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.router.route_class = BareRoute  # every route registered below
     registry = frontend.registry
     admission = Admission(max_queued)

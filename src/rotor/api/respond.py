@@ -101,13 +101,13 @@ async def start(
     except Overloaded as e:
         error = APIError(503, str(e), None, {"retry-after": str(e.retry_after)})
     except ModelNotFound as e:
-        metrics.requests.labels(UNKNOWN_MODEL, endpoint, flag(req.stream), "404").inc()
+        metrics.outcome(UNKNOWN_MODEL, endpoint, flag(req.stream), "404").inc()
         raise APIError(404, str(e), "model") from None
     except RequestError as e:
         error = from_request_error(e, params)
     except ResponseFailed as e:
         error = client_error(e.failure, params)
-    metrics.requests.labels(label, endpoint, flag(req.stream), str(error.status)).inc()
+    metrics.outcome(label, endpoint, flag(req.stream), str(error.status)).inc()
     raise error
 
 

@@ -107,20 +107,23 @@ async def wait_disconnect(receive: Callable) -> None:
 
 
 async def race_disconnect(
-    work: Coroutine[Any, Any, T], receive: Callable
+    work: Coroutine[Any, Any, T], receive: Callable, stop: asyncio.Event | None = None
 ) -> asyncio.Future[T] | None:
-    """Run `work` while watching the connection. The finished work (its
-    result or exception inside), or None when the client went away first —
-    the work is then cancelled, and done by the time this returns."""
+    """Run `work` while watching the connection (and `stop`, when given). The
+    finished work (its result or exception inside), or None when the client
+    went away or `stop` was set first — the work is then cancelled, and done
+    by the time this returns."""
     task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(wait_disconnect(receive))
+    waits: set[asyncio.Future[Any]] = {task, asyncio.ensure_future(wait_disconnect(receive))}
+    if stop is not None:
+        waits.add(asyncio.ensure_future(stop.wait()))
     try:
-        done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for t in (task, watch):
+        for t in waits:
             if not t.done():
                 t.cancel()
-        await asyncio.gather(task, watch, return_exceptions=True)
+        await asyncio.gather(*waits, return_exceptions=True)
     return task if task in done else None
 
 
@@ -173,9 +176,15 @@ class SSEResponse(Response):
             # is ready: it goes out before any task exists (each would cost the
             # first token a turn of the event loop).
             if await self._write_batch(batches, send, server_send, FIRST_PARTS):
-                pump = await self._watched(
-                    self._pump(batches, send, server_send), receive, streams, send
-                )
+                # The rest, while watching the connection and the shutdown
+                # signal: whichever comes first cancels the pump (closing the
+                # body stops the engine's work).
+                stop = streams.stopping if streams is not None else None
+                pump = await race_disconnect(self._pump(batches, send, server_send), receive, stop)
+                if pump is None and stop is not None and stop.is_set():
+                    tail = self.shutdown() if self.shutdown is not None else b""
+                    await send({"type": "http.response.body", "body": tail, "more_body": False})
+                    self.complete = True
         except Exception:  # a write failed: the client is gone
             pump = None
         finally:
@@ -190,41 +199,6 @@ class SSEResponse(Response):
         client_left = not self.complete and (pump is None or pump.exception() is not None)
         if client_left and self.on_disconnect is not None:
             self.on_disconnect()
-
-    async def _watched(
-        self,
-        work: Coroutine[Any, Any, None],
-        receive: Callable,
-        streams: OpenStreams | None,
-        send: Callable,
-    ) -> asyncio.Future[None] | None:
-        """Run the rest of the stream (`work`) while watching the connection
-        and, with `streams`, the shutdown signal: the first to happen cancels
-        the others (cancelling the pump closes the body: the engine's work
-        stops). The finished pump, or None when it did not finish: the client
-        left, or the server is stopping (the stream then ends with the
-        shutdown bytes)."""
-        pump = asyncio.ensure_future(work)
-        watch = asyncio.ensure_future(wait_disconnect(receive))
-        waits: set[asyncio.Future[Any]] = {pump, watch}
-        stop = None
-        if streams is not None:
-            stop = asyncio.ensure_future(streams.stopping.wait())
-            waits.add(stop)
-        try:
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in waits:
-                if not t.done():
-                    t.cancel()
-            await asyncio.gather(*waits, return_exceptions=True)
-        if pump in done:
-            return pump
-        if stop is not None and stop in done and watch not in done:
-            tail = self.shutdown() if self.shutdown is not None else b""
-            await send({"type": "http.response.body", "body": tail, "more_body": False})
-            self.complete = True
-        return None
 
     async def _pump(self, batches: Coalescer, send: Callable, server_send: Callable) -> None:
         while await self._write_batch(batches, send, server_send):

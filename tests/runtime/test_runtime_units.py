@@ -3,6 +3,8 @@ merge of piled-up outputs, resumed requests, routing modes, lease expiry."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -61,6 +63,34 @@ def test_sequence_numbers_catch_gaps_and_drop_repeats() -> None:
     with pytest.raises(EngineError, match="lost stream messages 2..3") as e:
         stream.check(4)
     assert e.value.kind == "unavailable"
+
+
+def test_a_waiting_stream_stays_cancelled_when_a_message_lands_in_the_same_turn() -> None:
+    """The client leaves (the frontend cancels the stream's reader) in the
+    turn a worker message arrives: the cancel must win, or the frontend goes
+    on streaming to nobody and the worker never hears of an abort."""
+
+    async def main() -> tuple[bool, bool]:
+        stream = RemoteStream()
+        reader = asyncio.ensure_future(stream.take(30))
+        await asyncio.sleep(0)  # the reader waits
+        stream.put(b"message")
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+        return reader.cancelled(), bool(await stream.take(30))
+
+    cancelled, kept = asyncio.run(main())
+    assert cancelled
+    assert kept  # the message stays for whoever reads next (nothing is lost)
+
+
+def test_a_silent_stream_times_out() -> None:
+    async def main() -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await RemoteStream().take(0.01)
+
+    asyncio.run(main())
 
 
 def test_piled_up_outputs_merge_per_run_of_one_choice() -> None:

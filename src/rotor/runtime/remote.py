@@ -49,10 +49,21 @@ class RemoteStream:
         self._ready.set()
 
     async def take(self, timeout: float) -> list[bytes | EngineError]:
-        """Everything that arrived; raises TimeoutError after `timeout` of nothing."""
-        while not self._items:
+        """Everything that arrived; raises TimeoutError after `timeout` of nothing.
+
+        Not `asyncio.wait_for`: before Python 3.12 it returns the result when
+        the wait ends in the same turn as a cancel, swallowing the cancel (a
+        client that left then kept its stream running to the end). A timer
+        that wakes the same event also costs no task per message."""
+        if not self._items:
             self._ready.clear()
-            await asyncio.wait_for(self._ready.wait(), timeout)
+            timer = asyncio.get_running_loop().call_later(timeout, self._ready.set)
+            try:
+                await self._ready.wait()
+            finally:
+                timer.cancel()
+            if not self._items:
+                raise asyncio.TimeoutError
         items = list(self._items)
         self._items.clear()
         return items

@@ -13,6 +13,8 @@ from pathlib import Path
 import tokenizers
 from tokenizers.decoders import DecodeStream
 
+from rotor.model.segments import SegmentCache
+
 # rotor encodes one text per call, where the Rust thread pool only adds a hop
 # (a fifth of a short prompt's time); off, a forked HTTP process also has no
 # "parallelism has already been used" warning to print. A user's own setting wins.
@@ -66,6 +68,9 @@ class Tokenizer:
             i for i, t in tok.get_added_tokens_decoder().items() if t.special
         )
         self._special_in: dict[tuple[str, ...], frozenset[int]] = {}  # per set of markers
+        self._segments = SegmentCache.build(
+            tok
+        )  # None: this tokenizer's pieces depend on each other
 
     @classmethod
     def from_file(cls, path: str | Path) -> Tokenizer:
@@ -81,6 +86,14 @@ class Tokenizer:
         stalling every other thread, the event loop's too) and skips the
         character offsets nobody here reads: a third faster than `encode`."""
         return self.raw.encode_batch_fast([text], add_special_tokens=add_special_tokens)[0].ids
+
+    def encode_chat(self, text: str) -> list[int]:
+        """Token ids of a rendered chat prompt, the same as `encode(text)`. A
+        conversation comes back every turn with one message more: the text
+        between its markers is tokenized once and remembered (SegmentCache)."""
+        if self._segments is None:
+            return self.encode(text)
+        return self._segments.encode(text)
 
     @functools.cached_property
     def max_token_chars(self) -> int:

@@ -79,7 +79,7 @@ def prepare_chat(model: ServedModel, req: ChatCompletionRequest, request_id: str
         prompt_tokens = len(echo_text)
     else:
         prompt_text = render_chat(model, req, choice.active)
-        token_ids = tok.encode(prompt_text)
+        token_ids = tok.encode_chat(prompt_text)
         prompt_tokens = len(token_ids)
 
     plan = plan_tools(model, family, tools, choice, request_guided(req), req.turn_grammar)

@@ -1,0 +1,163 @@
+"""Token ids of chat prompts, their pieces remembered between requests.
+
+A chat client sends the whole conversation every turn, so a frontend that
+tokenizes each prompt from scratch spends most of its time on text it has
+tokenized before: an agent's 40-turn conversation is re-read in full for
+every new call. Hugging Face tokenizers cut a text at its added tokens
+(`<|im_start|>`, `<|eot_id|>`, ...) first and tokenize every piece between
+them on its own, so a piece's ids do not depend on what surrounds it: each
+message's text, between the template's markers, can be remembered and the
+prompt put together from the pieces, exactly as one `encode` would.
+
+Exactly only holds for tokenizers whose pieces really are independent:
+`SegmentCache.build` says None (encode whole) for any other: added tokens
+that strip the whitespace next to them or match only single words, a
+pre-tokenizer that treats the first piece differently (Metaspace's
+`prepend_scheme: first`), a normalizer with added tokens matched after it,
+BPE dropout.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+import threading
+
+import tokenizers
+
+# Pre-tokenizers that split each piece on its own, with nothing kept from one
+# piece to the next (ByteLevel's prefix space is added to every piece alike).
+_PIECEWISE = {"ByteLevel", "Split", "Digits", "Punctuation", "Whitespace", "WhitespaceSplit"}
+
+# Ids remembered, all pieces together: about 40 MB of Python lists at most.
+DEFAULT_MAX_TOKENS = 1_000_000
+
+
+def _piecewise(pre_tokenizer: dict | None) -> bool:
+    if pre_tokenizer is None:
+        return True
+    kind = pre_tokenizer.get("type")
+    if kind == "Sequence":
+        return all(_piecewise(p) for p in pre_tokenizer.get("pretokenizers", []))
+    if kind == "Metaspace":
+        return pre_tokenizer.get("prepend_scheme") in ("always", "never")
+    return kind in _PIECEWISE
+
+
+def _splitter(contents: list[str]) -> re.Pattern[str] | None:
+    """Matches the leftmost, then longest, of `contents` (as the tokenizer's
+    own added-token matcher does): alternatives longest first."""
+    if not contents:
+        return None
+    ordered = sorted(set(contents), key=len, reverse=True)
+    return re.compile("|".join(re.escape(c) for c in ordered))
+
+
+class SegmentCache:
+    """Encodes a text piece by piece (see the module's docstring), the pieces'
+    ids remembered, least recently used forgotten first. Thread-safe: prompts
+    are encoded on the event loop and in the prepare pool."""
+
+    def __init__(
+        self,
+        tok: tokenizers.Tokenizer,
+        raw_tokens: dict[str, int],
+        normalized_tokens: dict[str, int],
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+    ) -> None:
+        self._tok = tok
+        self._ids = {**normalized_tokens, **raw_tokens}
+        # The tokenizer matches tokens that skip normalization first, on the
+        # raw text, then the others in what is left.
+        self._raw = _splitter(list(raw_tokens))
+        self._normalized = _splitter(list(normalized_tokens))
+        self._max_tokens = max_tokens
+        self._pieces: collections.OrderedDict[str, list[int]] = collections.OrderedDict()
+        self._held = 0  # ids remembered
+        self._lock = threading.Lock()
+
+    @classmethod
+    def build(
+        cls, tok: tokenizers.Tokenizer, max_tokens: int = DEFAULT_MAX_TOKENS
+    ) -> SegmentCache | None:
+        """A cache for `tok`, or None when its pieces are not independent."""
+        added = tok.get_added_tokens_decoder()
+        if not added or getattr(tok, "encode_special_tokens", False):
+            return None  # nothing to cut at, or special tokens are read as text
+        if any(t.lstrip or t.rstrip or t.single_word for t in added.values()):
+            return None
+        if getattr(tok.model, "dropout", None):
+            return None
+        state = json.loads(tok.pre_tokenizer.__getstate__()) if tok.pre_tokenizer else None
+        if not _piecewise(state):
+            return None
+        raw = {t.content: i for i, t in added.items() if not t.normalized}
+        normalized = {t.content: i for i, t in added.items() if t.normalized}
+        if normalized and tok.normalizer is not None:
+            return None  # they are matched in normalized text: not what a split here sees
+        return cls(tok, raw, normalized, max_tokens)
+
+    def encode(self, text: str) -> list[int]:
+        """The ids `tok.encode(text, add_special_tokens=False)` gives."""
+        pieces = self._split(text)
+        with self._lock:
+            known = {p: ids for p in pieces if isinstance(p, str) and (ids := self._recall(p))}
+        missing = list(dict.fromkeys(p for p in pieces if isinstance(p, str) and p not in known))
+        if missing:
+            encoded = self._tok.encode_batch_fast(missing, add_special_tokens=False)
+            with self._lock:
+                for piece, enc in zip(missing, encoded, strict=True):
+                    known[piece] = enc.ids
+                    self._remember(piece, enc.ids)
+        out: list[int] = []
+        for piece in pieces:
+            if isinstance(piece, int):
+                out.append(piece)
+            else:
+                out.extend(known[piece])
+        return out
+
+    @property
+    def held(self) -> int:
+        """Ids remembered now, all pieces together."""
+        return self._held
+
+    def _split(self, text: str) -> list[str | int]:
+        """`text` as pieces to tokenize (str) and added tokens (their ids)."""
+        pieces: list[str | int] = []
+        for part in self._cut(self._raw, text):
+            if isinstance(part, str):
+                pieces.extend(self._cut(self._normalized, part))
+            else:
+                pieces.append(part)
+        return pieces
+
+    def _cut(self, pattern: re.Pattern[str] | None, text: str) -> list[str | int]:
+        if pattern is None:
+            return [text]
+        out: list[str | int] = []
+        start = 0
+        for m in pattern.finditer(text):
+            if m.start() > start:
+                out.append(text[start : m.start()])
+            out.append(self._ids[m.group()])
+            start = m.end()
+        if start < len(text):
+            out.append(text[start:])
+        return out
+
+    def _recall(self, piece: str) -> list[int] | None:
+        ids = self._pieces.get(piece)
+        if ids is not None:
+            self._pieces.move_to_end(piece)
+        return ids
+
+    def _remember(self, piece: str, ids: list[int]) -> None:
+        if piece in self._pieces or len(ids) > self._max_tokens:
+            return
+        self._pieces[piece] = ids
+        self._held += len(ids)
+        while self._held > self._max_tokens:
+            _, old = self._pieces.popitem(last=False)
+            self._held -= len(old)

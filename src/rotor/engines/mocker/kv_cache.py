@@ -83,8 +83,15 @@ class KVCache:
         the next token.
         """
         hits: list[int] = []
-        for i in range((seq.num_tokens - 1) // self.block_size):
-            block_id = self.hash_to_block.get(self.block_hash(seq, i))
+        full = (seq.num_tokens - 1) // self.block_size
+        if not full:
+            return hits
+        # Every leading block hashed in one call, not one call per block: each
+        # is named (hashed) once computed anyway.
+        self.block_hash(seq, full - 1)
+        lookup = self.hash_to_block.get
+        for h in seq.block_hashes[:full]:
+            block_id = lookup(h)
             if block_id is None:
                 break
             hits.append(block_id)

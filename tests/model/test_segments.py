@@ -185,12 +185,16 @@ def test_a_growing_conversation_tokenizes_only_its_new_messages() -> None:
 
 def test_what_is_remembered_stays_within_its_bound() -> None:
     tok = chatml()
-    cache = SegmentCache.build(tok, max_tokens=50)
+    cache = SegmentCache.build(tok, max_tokens=50, max_chars=120)
     assert cache is not None
     for i in range(40):
-        text = f"<|im_start|>user\nhello {i} world fox {i * 7}<|im_end|>\n"
+        text = f"<|im_start|>user\nhello {i} world fox {i * 7}<|im_end|>\n" + " " * (i % 9)
         assert cache.encode(text) == tok.encode(text).ids
-        assert cache.held <= 50
+        ids, chars = cache.held
+        assert 0 < ids <= 50 and 0 < chars <= 120
+    long_piece = "hello " * 40  # more text than the whole cache may hold: not kept
+    assert cache.encode(long_piece) == tok.encode(long_piece).ids
+    assert cache.held[1] <= 120
 
 
 def test_the_built_in_model_encodes_chats_through_the_cache() -> None:

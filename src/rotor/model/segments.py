@@ -30,8 +30,10 @@ import tokenizers
 # piece to the next (ByteLevel's prefix space is added to every piece alike).
 _PIECEWISE = {"ByteLevel", "Split", "Digits", "Punctuation", "Whitespace", "WhitespaceSplit"}
 
-# Ids remembered, all pieces together: about 40 MB of Python lists at most.
+# What is remembered, all pieces together: ids (about 40 MB of Python lists at
+# most) and the pieces' own text (a piece of few long tokens is mostly text).
 DEFAULT_MAX_TOKENS = 1_000_000
+DEFAULT_MAX_CHARS = 8_000_000
 
 
 def _piecewise(pre_tokenizer: dict | None) -> bool:
@@ -65,6 +67,7 @@ class SegmentCache:
         raw_tokens: dict[str, int],
         normalized_tokens: dict[str, int],
         max_tokens: int = DEFAULT_MAX_TOKENS,
+        max_chars: int = DEFAULT_MAX_CHARS,
     ) -> None:
         self._tok = tok
         self._ids = {**normalized_tokens, **raw_tokens}
@@ -73,13 +76,18 @@ class SegmentCache:
         self._raw = _splitter(list(raw_tokens))
         self._normalized = _splitter(list(normalized_tokens))
         self._max_tokens = max_tokens
+        self._max_chars = max_chars
         self._pieces: collections.OrderedDict[str, list[int]] = collections.OrderedDict()
         self._held = 0  # ids remembered
+        self._held_chars = 0
         self._lock = threading.Lock()
 
     @classmethod
     def build(
-        cls, tok: tokenizers.Tokenizer, max_tokens: int = DEFAULT_MAX_TOKENS
+        cls,
+        tok: tokenizers.Tokenizer,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        max_chars: int = DEFAULT_MAX_CHARS,
     ) -> SegmentCache | None:
         """A cache for `tok`, or None when its pieces are not independent."""
         added = tok.get_added_tokens_decoder()
@@ -96,7 +104,7 @@ class SegmentCache:
         normalized = {t.content: i for i, t in added.items() if t.normalized}
         if normalized and tok.normalizer is not None:
             return None  # they are matched in normalized text: not what a split here sees
-        return cls(tok, raw, normalized, max_tokens)
+        return cls(tok, raw, normalized, max_tokens, max_chars)
 
     def encode(self, text: str) -> list[int]:
         """The ids `tok.encode(text, add_special_tokens=False)` gives."""
@@ -119,9 +127,9 @@ class SegmentCache:
         return out
 
     @property
-    def held(self) -> int:
-        """Ids remembered now, all pieces together."""
-        return self._held
+    def held(self) -> tuple[int, int]:
+        """(ids, characters) remembered now, all pieces together."""
+        return self._held, self._held_chars
 
     def _split(self, text: str) -> list[str | int]:
         """`text` as pieces to tokenize (str) and added tokens (their ids)."""
@@ -154,10 +162,12 @@ class SegmentCache:
         return ids
 
     def _remember(self, piece: str, ids: list[int]) -> None:
-        if piece in self._pieces or len(ids) > self._max_tokens:
+        if piece in self._pieces or len(ids) > self._max_tokens or len(piece) > self._max_chars:
             return
         self._pieces[piece] = ids
         self._held += len(ids)
-        while self._held > self._max_tokens:
-            _, old = self._pieces.popitem(last=False)
+        self._held_chars += len(piece)
+        while self._held > self._max_tokens or self._held_chars > self._max_chars:
+            old_piece, old = self._pieces.popitem(last=False)
             self._held -= len(old)
+            self._held_chars -= len(old_piece)

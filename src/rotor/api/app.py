@@ -136,9 +136,17 @@ class _App(FastAPI):
     middle writes of a stream (api/sse.py)."""
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            scope[SERVER_SEND] = send
-        await super().__call__(scope, receive, send)
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        # The server's send is bound to its request cycle, which holds this
+        # scope: taken out again at the end, or the cycle keeps the request's
+        # whole graph alive until a garbage collection (a gen-2 one, by then).
+        scope[SERVER_SEND] = send
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            del scope[SERVER_SEND]
 
 
 class _CatchAll:

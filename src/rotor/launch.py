@@ -12,7 +12,7 @@ import asyncio
 import logging
 from typing import Any
 
-from rotor import logs
+from rotor import heap, logs
 from rotor.config import HTTPConfig, ModelConfig, RunConfig
 from rotor.engines.base import Engine
 from rotor.engines.registry import EngineSpec
@@ -129,7 +129,7 @@ def serve(system: System, http: HTTPConfig, log_level: str) -> int:
     app = create_app(
         system.frontend,
         api_key=http.api_key,
-        on_startup=[system.start],
+        on_startup=[system.start, heap.settle_after_startup],
         on_shutdown=[system.stop],
         max_queued=http.max_queued_requests,
     )

@@ -8,7 +8,7 @@ import logging
 import socket
 from typing import Any
 
-from rotor import logs
+from rotor import heap, logs
 from rotor.config import FrontendConfig
 from rotor.frontend import Frontend
 from rotor.launch import StartupError, http_server
@@ -148,7 +148,7 @@ def frontend_server(config: FrontendConfig, announce: str = "") -> Any:
     app = create_app(
         frontend,
         api_key=http.api_key,
-        on_startup=[cluster.start],
+        on_startup=[cluster.start, heap.settle_after_startup],
         on_shutdown=[cluster.stop],
         max_queued=http.max_queued_requests,
     )

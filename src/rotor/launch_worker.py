@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import signal
 
-from rotor import logs
+from rotor import heap, logs
 from rotor.config import WorkerConfig
 from rotor.engines.base import Engine, Lifecycle
 from rotor.engines.registry import engine_spec
@@ -63,6 +63,7 @@ async def _serve(engine: Engine, tok: Tokenizer | None, config: WorkerConfig) ->
         logs.say(str(e), logging.ERROR)
         await nc.close()
         return 2
+    heap.settle()
     system = _system_server(service, config.system_port) if config.system_port else None
     served = asyncio.create_task(system.serve()) if system is not None else None
     logs.say(f"worker {service.worker_id} serves {engine.card.name!r} on {config.nats}")

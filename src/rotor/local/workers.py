@@ -22,7 +22,7 @@ import shutil
 import socket
 import tempfile
 
-from rotor import logs
+from rotor import heap, logs
 from rotor.config import HTTPConfig
 from rotor.frontend import ModelEntry
 from rotor.local.client import SocketEngine
@@ -92,7 +92,7 @@ def _http_process(
     app = create_app(
         system.frontend,
         api_key=http.api_key,
-        on_startup=[system.start],
+        on_startup=[system.start, heap.settle_after_startup],
         on_shutdown=[system.stop],
         max_queued=http.max_queued_requests,
     )
@@ -109,6 +109,7 @@ async def _engine_process(
     stop_signals(stop)
     await system.start()
     server = await serve_engine(system.engines[0], engine_sock)
+    heap.settle()
     alive = set(pids)
     status = 0
     try:

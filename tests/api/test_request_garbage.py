@@ -31,22 +31,14 @@ class ServerCycle:
     def __init__(self, path: str, body: dict[str, Any], leave_early: bool = False) -> None:
         self.leave_early = leave_early  # the client goes away after the first write
         self.body = json.dumps(body).encode()
+        length = str(len(self.body)).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", length)]
         self.scope: dict[str, Any] = {
             "type": "http",
             "method": "POST",
             "path": path,
-            "raw_path": path.encode(),
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(self.body)).encode()),
-            ],
+            "headers": headers,
             "query_string": b"",
-            "root_path": "",
-            "scheme": "http",
-            "server": ("127.0.0.1", 80),
-            "client": ("127.0.0.1", 1),
-            "http_version": "1.1",
-            "asgi": {"version": "3.0"},
         }
         self.read = False
         self.complete = asyncio.Event()

@@ -109,8 +109,13 @@ class SegmentCache:
     def encode(self, text: str) -> list[int]:
         """The ids `tok.encode(text, add_special_tokens=False)` gives."""
         pieces = self._split(text)
+        known: dict[str, list[int]] = {}
         with self._lock:
-            known = {p: ids for p in pieces if isinstance(p, str) and (ids := self._recall(p))}
+            for piece in pieces:
+                if isinstance(piece, str) and piece not in known:
+                    ids = self._recall(piece)
+                    if ids is not None:
+                        known[piece] = ids
         missing = list(dict.fromkeys(p for p in pieces if isinstance(p, str) and p not in known))
         if missing:
             encoded = self._tok.encode_batch_fast(missing, add_special_tokens=False)

@@ -68,9 +68,8 @@ class Tokenizer:
             i for i, t in tok.get_added_tokens_decoder().items() if t.special
         )
         self._special_in: dict[tuple[str, ...], frozenset[int]] = {}  # per set of markers
-        self._segments = SegmentCache.build(
-            tok
-        )  # None: this tokenizer's pieces depend on each other
+        # None: this tokenizer's pieces depend on each other (prompts encode whole)
+        self._segments = SegmentCache.build(tok)
 
     @classmethod
     def from_file(cls, path: str | Path) -> Tokenizer:

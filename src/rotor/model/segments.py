@@ -26,6 +26,8 @@ import threading
 
 import tokenizers
 
+from rotor.model.words import WordEncoder
+
 # Pre-tokenizers that split each piece on its own, with nothing kept from one
 # piece to the next (ByteLevel's prefix space is added to every piece alike).
 _PIECEWISE = {"ByteLevel", "Split", "Digits", "Punctuation", "Whitespace", "WhitespaceSplit"}
@@ -68,8 +70,10 @@ class SegmentCache:
         normalized_tokens: dict[str, int],
         max_tokens: int = DEFAULT_MAX_TOKENS,
         max_chars: int = DEFAULT_MAX_CHARS,
+        words: WordEncoder | None = None,
     ) -> None:
         self._tok = tok
+        self._words = words  # new ASCII pieces, without the tokenizer's regex
         self._ids = {**normalized_tokens, **raw_tokens}
         # The tokenizer matches tokens that skip normalization first, on the
         # raw text, then the others in what is left.
@@ -88,8 +92,11 @@ class SegmentCache:
         tok: tokenizers.Tokenizer,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         max_chars: int = DEFAULT_MAX_CHARS,
+        words: bool = True,
     ) -> SegmentCache | None:
-        """A cache for `tok`, or None when its pieces are not independent."""
+        """A cache for `tok`, or None when its pieces are not independent.
+        `words`: new ASCII pieces are cut by WordEncoder where it is exact
+        (off: every new piece goes to the tokenizer)."""
         added = tok.get_added_tokens_decoder()
         if not added or getattr(tok, "encode_special_tokens", False):
             return None  # nothing to cut at, or special tokens are read as text
@@ -104,7 +111,8 @@ class SegmentCache:
         normalized = {t.content: i for i, t in added.items() if t.normalized}
         if normalized and tok.normalizer is not None:
             return None  # they are matched in normalized text: not what a split here sees
-        return cls(tok, raw, normalized, max_tokens, max_chars)
+        encoder = WordEncoder.build(tok) if words else None
+        return cls(tok, raw, normalized, max_tokens, max_chars, encoder)
 
     def encode(self, text: str) -> list[int]:
         """The ids `tok.encode(text, add_special_tokens=False)` gives."""
@@ -118,11 +126,11 @@ class SegmentCache:
                         known[piece] = ids
         missing = list(dict.fromkeys(p for p in pieces if isinstance(p, str) and p not in known))
         if missing:
-            encoded = self._tok.encode_batch_fast(missing, add_special_tokens=False)
+            for piece, ids in zip(missing, self._encode(missing), strict=True):
+                known[piece] = ids
             with self._lock:
-                for piece, enc in zip(missing, encoded, strict=True):
-                    known[piece] = enc.ids
-                    self._remember(piece, enc.ids)
+                for piece in missing:
+                    self._remember(piece, known[piece])
         out: list[int] = []
         for piece in pieces:
             if isinstance(piece, int):
@@ -130,6 +138,17 @@ class SegmentCache:
             else:
                 out.extend(known[piece])
         return out
+
+    def _encode(self, pieces: list[str]) -> list[list[int]]:
+        """Each piece's ids: ASCII ones word by word (WordEncoder), the
+        others by the tokenizer, all of those in one call."""
+        words = self._words
+        out = [words.encode(p) if words is not None else None for p in pieces]
+        rest = [p for p, ids in zip(pieces, out, strict=True) if ids is None]
+        if rest:
+            encoded = iter(self._tok.encode_batch_fast(rest, add_special_tokens=False))
+            out = [next(encoded).ids if ids is None else ids for ids in out]
+        return out  # type: ignore[return-value]
 
     @property
     def held(self) -> tuple[int, int]:

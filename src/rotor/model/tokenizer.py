@@ -14,6 +14,7 @@ import tokenizers
 from tokenizers.decoders import DecodeStream
 
 from rotor.model.segments import SegmentCache
+from rotor.model.words import byte_alphabet
 
 # rotor encodes one text per call, where the Rust thread pool only adds a hop
 # (a fifth of a short prompt's time); off, a forked HTTP process also has no
@@ -49,16 +50,8 @@ class IncrementalDecoder:
 
 @functools.lru_cache(maxsize=1)
 def _unicode_to_byte() -> dict[str, int]:
-    """GPT-2's byte-level alphabet, inverted: printable bytes stand for
-    themselves, the other 68 are shifted to U+0100 and up, in byte order."""
-    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
-    table = {chr(b): b for b in printable}
-    shift = 0
-    for b in range(256):
-        if b not in table.values():
-            table[chr(256 + shift)] = b
-            shift += 1
-    return table
+    """GPT-2's byte-level alphabet, inverted: a token's characters to its bytes."""
+    return {c: b for b, c in byte_alphabet().items()}
 
 
 class Tokenizer:

@@ -64,7 +64,8 @@ class ServerCycle:
 @pytest.fixture
 async def app() -> AsyncIterator[Any]:
     card, tok = builtin_test_model()
-    engine = MockerEngine(card, tok, MockerConfig(speedup_ratio=0))
+    # a step at a time: a client that leaves after the first write leaves mid-answer
+    engine = MockerEngine(card, tok, MockerConfig(speedup_ratio=0, step_slice_ms=0))
     system = System.local(engine, ServedModel.build(card, tok))
     app = create_app(system.frontend, on_startup=[system.start], on_shutdown=[system.stop])
     async with app.router.lifespan_context(app):

@@ -62,7 +62,10 @@ ROUTES = {
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    with rotor_server("out=mocker", "--speedup-ratio", "0", "--api-key", KEY) as srv:
+    # a step at a time: every chunk shape of a stream is seen, not their sum
+    with rotor_server(
+        "out=mocker", "--speedup-ratio", "0", "--step-slice-ms", "0", "--api-key", KEY
+    ) as srv:
         yield srv
 
 

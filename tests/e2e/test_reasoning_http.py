@@ -19,7 +19,8 @@ from support.server import Server, free_port, rotor_server
 from support.sse import data_events
 
 MODEL = "mock-model"
-MOCKER = ("out=mocker", "--speedup-ratio", "0")
+# a step at a time: the tests read how reasoning streams, delta by delta
+MOCKER = ("out=mocker", "--speedup-ratio", "0", "--step-slice-ms", "0")
 USER = [{"role": "user", "content": "What is 2+2?"}]
 TOOLS = [
     {

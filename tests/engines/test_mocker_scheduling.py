@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -222,3 +223,50 @@ async def test_decode_cost_grows_mildly_with_batch() -> None:
     assert one == pytest.approx(10.0)
     assert one < many < 4 * one
     assert config.step_ms(1000, 0) > config.step_ms(10, 0) > 0
+
+
+# -- steps back to back at speedup 0 -----------------------------------------------
+
+
+def _ticking(seconds: float) -> Callable[[], float]:
+    """A clock that moves `seconds` on every reading."""
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += seconds
+        return now[0]
+
+    return clock
+
+
+async def _sizes(engine: MockerEngine, make_engine: MakeEngine, decode_steps: int) -> list[int]:
+    """How many tokens each output carried; the answer is the one a step at a
+    time gives."""
+    outs = await collect(engine, request(_script(decode_steps), "Hi"))
+    lockstep = await collect(await make_engine(), request(_script(decode_steps), "Hi"))
+    assert ids_of(outs) == ids_of(lockstep)
+    assert outs[-1].finish == lockstep[-1].finish == "eos"
+    return [len(o.token_ids) for o in outs]
+
+
+async def test_steps_run_back_to_back_for_a_slice_and_their_tokens_arrive_together(
+    make_engine: MakeEngine,
+) -> None:
+    engine = await make_engine(step_slice_ms=1.0)
+    engine._clock = _ticking(0.00025)  # a reading per step: 4 steps fill a slice
+    sizes = await _sizes(engine, make_engine, 20)
+    # The first token alone (a first token ends its slice), then 4 steps a slice.
+    assert sizes == [1, 4, 4, 4, 4, 4]
+
+
+async def test_a_first_token_is_sent_before_any_further_step(make_engine: MakeEngine) -> None:
+    engine = await make_engine(step_slice_ms=1.0)
+    engine._clock = lambda: 0.0  # the slice never runs out
+    for _ in range(2):  # the second starts inside the slice the first left
+        assert await _sizes(engine, make_engine, 30) == [1, 30]
+
+
+async def test_a_slice_of_zero_hands_the_loop_every_step(make_engine: MakeEngine) -> None:
+    engine = await make_engine(step_slice_ms=0)
+    engine._clock = lambda: 0.0
+    assert await _sizes(engine, make_engine, 12) == [1] * 13

@@ -49,11 +49,13 @@ def ids_of(outs: list[EngineOutput], index: int = 0) -> list[int]:
 
 @pytest.fixture
 async def make_engine() -> AsyncIterator[MakeEngine]:
-    """`await make_engine(**MockerConfig fields)`: speedup 0 unless given."""
+    """`await make_engine(**MockerConfig fields)`: speedup 0 and the loop's turn
+    after every step, unless given."""
     engines: list[MockerEngine] = []
 
     async def make(**config: Any) -> MockerEngine:
         config.setdefault("speedup_ratio", 0)
+        config.setdefault("step_slice_ms", 0)  # a step at a time, as the tests read them
         engine = MockerEngine(CARD, TOK, MockerConfig(**config))
         await engine.start()
         engines.append(engine)

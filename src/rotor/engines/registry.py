@@ -59,6 +59,7 @@ def _build_mocker(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any
         block_size=options["block_size"],
         num_kv_blocks=options["num_kv_blocks"],
         speedup_ratio=options["speedup_ratio"],
+        step_slice_ms=options["step_slice_ms"],
         structural_tags=not options["no_structural_tags"],
     )
     return MockerEngine(card, tok, config)
@@ -83,6 +84,14 @@ MOCKER_FLAGS = (
     Flag("--num-kv-blocks", "mocker: KV cache size in blocks", int, 8192, minimum=1),
     Flag(
         "--speedup-ratio", "mocker: divide simulated time (0 = never sleep)", float, 1.0, minimum=0
+    ),
+    Flag(
+        "--step-slice-ms",
+        "mocker, at speedup ratio 0: run steps back to back this long before serving"
+        " the frontend (0 = after every step)",
+        float,
+        1.0,
+        minimum=0,
     ),
     Flag(
         "--no-structural-tags",

@@ -17,6 +17,10 @@ class MockerConfig:
     num_kv_blocks: int = 8192
     # Simulated time is divided by this before sleeping; 0 = never sleep.
     speedup_ratio: float = 1.0
+    # At ratio 0: steps run back to back this long before the event loop's
+    # turn (their outputs reach a reader together); 0 = the loop's turn after
+    # every step, the engine then waiting for the frontend as it goes.
+    step_slice_ms: float = 1.0
     prefill_overhead_ms: float = 2.0  # fixed cost of a step that prefills anything
     prefill_ms_per_token: float = 0.05
     decode_ms_per_step: float = 10.0  # a decode step at batch 1
@@ -31,6 +35,8 @@ class MockerConfig:
                 raise ValueError(f"mocker {name} must be at least 1, got {getattr(self, name)}")
         if self.speedup_ratio < 0:
             raise ValueError(f"mocker speedup_ratio must be >= 0, got {self.speedup_ratio}")
+        if not self.step_slice_ms >= 0:
+            raise ValueError(f"mocker step_slice_ms must be >= 0, got {self.step_slice_ms}")
         if not 0.0 <= self.eos_probability <= 1.0:
             raise ValueError(
                 f"mocker eos_probability must be in [0, 1], got {self.eos_probability}"

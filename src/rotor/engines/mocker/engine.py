@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -165,6 +166,15 @@ class MockerEngine:
         self._task: asyncio.Task[None] | None = None
         # How the step loop waits out a step's simulated time (tests record it).
         self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+        # At speedup ratio 0 a step takes no simulated time, and an engine on
+        # its own device does not wait for the frontend between steps: steps
+        # run back to back for `step_slice_ms` before the event loop serves
+        # anyone else, and the outputs of those steps reach a reader together,
+        # as a real engine's do when the frontend is busy. A step that gave an
+        # answer its first token ends the slice: a first token never waits.
+        # The clock the slice is measured on:
+        self._clock: Callable[[], float] = time.perf_counter
+        self._slice_end = 0.0
 
     # -- lifecycle -------------------------------------------------------
 
@@ -353,12 +363,19 @@ class MockerEngine:
         ms = self.config.step_ms(batch.prefill_tokens, batch.decode_seqs)
         self.simulated_ms += ms
         ratio = self.config.speedup_ratio
-        await self._sleep(ms / 1000.0 / ratio if ratio > 0 else 0)
+        if ratio > 0:
+            await self._sleep(ms / 1000.0 / ratio)
         self.steps += 1
+        first = False
         for seq in list(self.scheduler.advance(batch)):
-            self._sample(seq)
+            first |= self._sample(seq)
+        if ratio == 0 and (first or self._clock() >= self._slice_end):
+            await self._sleep(0)  # the event loop's turn: readers, new requests
+            self._slice_end = self._clock() + self.config.step_slice_ms / 1000.0
 
-    def _sample(self, seq: Sequence) -> None:
+    def _sample(self, seq: Sequence) -> bool:
+        """Append the sequence's next tokens and send them; True when they are
+        its first."""
         req = self._requests[seq.request_id]
         first = seq.num_generated == 0  # every output carries tokens or the finish
         out = seq.source.next(seq.num_generated, self.max_seq_len - seq.num_tokens)
@@ -381,6 +398,7 @@ class MockerEngine:
             self.scheduler.finish(seq)
         if closed:
             req.queue.put_nowait(_Closed(seq.index))
+        return first
 
     def _fail_all(self, message: str) -> None:
         """End every unfinished choice with an error (engine stopped or broken)."""

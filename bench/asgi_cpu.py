@@ -53,7 +53,8 @@ def scope(payload: bytes) -> dict[str, Any]:
 
 async def main(streams: int, per_stream: int, input_len: int, output_len: int) -> None:
     card, tok = builtin_test_model()
-    engine = MockerEngine(card, tok, MockerConfig(speedup_ratio=0))
+    # a step at a time: every token pays the per-token path, the cost measured here
+    engine = MockerEngine(card, tok, MockerConfig(speedup_ratio=0, step_slice_ms=0))
     system = System.local(engine, ServedModel.build(card, tok))
     app = create_app(system.frontend, on_startup=[system.start], on_shutdown=[system.stop])
     rng = random.Random(0)

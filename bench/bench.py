@@ -41,6 +41,10 @@ class Scenario:
     env: dict[str, str] = field(default_factory=dict)
 
 
+# A step at a time: every token pays the per-token path, the cost measured here.
+MOCKER = ("out=mocker", "--speedup-ratio", "0", "--step-slice-ms", "0")
+
+
 def _plain_text(n: int) -> str:
     words = "the quick brown fox jumps over a lazy dog while rotor streams tokens ".split()
     out = []
@@ -69,7 +73,7 @@ def scenarios() -> dict[str, Scenario]:
         "echo": Scenario("echo", ["out=echo"], {"messages": msg}, {"ROTOR_ECHO_DELAY_MS": "0"}),
         "mocker": Scenario(
             "mocker",
-            ["out=mocker", "--speedup-ratio", "0"],
+            list(MOCKER),
             {
                 "messages": [{"role": "user", "content": "hello there"}],
                 "max_tokens": 128,
@@ -78,7 +82,7 @@ def scenarios() -> dict[str, Scenario]:
         ),
         "scripted": Scenario(
             "scripted",
-            ["out=mocker", "--speedup-ratio", "0", "--tool-call-parser", "hermes"],
+            [*MOCKER, "--tool-call-parser", "hermes"],
             {
                 "messages": [{"role": "user", "content": "hello there"}],
                 "max_tokens": 128,
@@ -87,7 +91,7 @@ def scenarios() -> dict[str, Scenario]:
         ),
         "tools-plain": Scenario(
             "tools-plain",
-            ["out=mocker", "--speedup-ratio", "0", "--tool-call-parser", "hermes"],
+            [*MOCKER, "--tool-call-parser", "hermes"],
             {
                 "messages": [{"role": "user", "content": "hello there"}],
                 "tools": TOOLS,
@@ -97,7 +101,7 @@ def scenarios() -> dict[str, Scenario]:
         ),
         "tools-calls": Scenario(
             "tools-calls",
-            ["out=mocker", "--speedup-ratio", "0", "--tool-call-parser", "hermes"],
+            [*MOCKER, "--tool-call-parser", "hermes"],
             {
                 "messages": [{"role": "user", "content": "hello there"}],
                 "tools": TOOLS,

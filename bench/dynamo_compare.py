@@ -8,6 +8,9 @@ answers, ignore_eos, seeded, a closed loop at 1, 32 and 128 streams):
              (file discovery, TCP request plane: no etcd, no NATS)
   rotor      rotor run out=mocker --speedup-ratio 0
   rotor-w2   rotor run out=mocker --speedup-ratio 0 --http-workers 2
+  rotor-step rotor run out=mocker --speedup-ratio 0 --step-slice-ms 0 (the
+             mocker hands the loop over after every step, so the frontend is
+             never behind it: one event and one socket write per token)
 
 CPU per output token counts every process of the system under test (each
 server and all its descendants, found once it answers) the same way for both,
@@ -64,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 REPLAY_KEY = "bench"
-SYSTEMS = ("dynamo", "rotor", "rotor-w2")
+SYSTEMS = ("dynamo", "rotor", "rotor-w2", "rotor-step")
 MODEL_NAME = "bench-model"
 
 
@@ -217,6 +220,8 @@ class System:
             )
         else:
             workers = ["--http-workers", "2"] if self.kind == "rotor-w2" else []
+            if self.kind == "rotor-step":  # the engine waits for the frontend every step
+                workers = ["--step-slice-ms", "0"]
             self._spawn(
                 "rotor",
                 [sys.executable, "-m", "rotor.cli", "run", "out=mocker"]

@@ -228,15 +228,9 @@ async def test_decode_cost_grows_mildly_with_batch() -> None:
 # -- steps back to back at speedup 0 -----------------------------------------------
 
 
-def _ticking(seconds: float) -> Callable[[], float]:
-    """A clock that moves `seconds` on every reading."""
-    now = [0.0]
-
-    def clock() -> float:
-        now[0] += seconds
-        return now[0]
-
-    return clock
+def _step_clock(engine: MockerEngine, seconds: float) -> Callable[[], float]:
+    """A clock on which every step of `engine` takes `seconds`."""
+    return lambda: engine.steps * seconds
 
 
 async def _sizes(engine: MockerEngine, make_engine: MakeEngine, decode_steps: int) -> list[int]:
@@ -249,14 +243,20 @@ async def _sizes(engine: MockerEngine, make_engine: MakeEngine, decode_steps: in
     return [len(o.token_ids) for o in outs]
 
 
+@pytest.mark.parametrize(
+    ("step_s", "sizes"),
+    [
+        (0.0002, [1, 5, 5, 5, 5]),  # 5 steps fill the 1 ms slice
+        (0.002, [1, 4, 4, 4, 4, 4]),  # steps longer than the slice: still 4 a slice
+    ],
+)
 async def test_steps_run_back_to_back_for_a_slice_and_their_tokens_arrive_together(
-    make_engine: MakeEngine,
+    make_engine: MakeEngine, step_s: float, sizes: list[int]
 ) -> None:
     engine = await make_engine(step_slice_ms=1.0)
-    engine._clock = _ticking(0.00025)  # a reading per step: 4 steps fill a slice
-    sizes = await _sizes(engine, make_engine, 20)
-    # The first token alone (a first token ends its slice), then 4 steps a slice.
-    assert sizes == [1, 4, 4, 4, 4, 4]
+    engine._clock = _step_clock(engine, step_s)
+    # The first token alone (it ends its slice early), then a slice's steps at a time.
+    assert await _sizes(engine, make_engine, 20) == sizes
 
 
 async def test_a_first_token_is_sent_before_any_further_step(make_engine: MakeEngine) -> None:
@@ -264,6 +264,27 @@ async def test_a_first_token_is_sent_before_any_further_step(make_engine: MakeEn
     engine._clock = lambda: 0.0  # the slice never runs out
     for _ in range(2):  # the second starts inside the slice the first left
         assert await _sizes(engine, make_engine, 30) == [1, 30]
+
+
+async def test_a_first_token_ends_a_slice_early_only_once_in_a_row(
+    make_engine: MakeEngine,
+) -> None:
+    """Under load nearly every step starts an answer: were each first token to
+    end its slice, the engine would be back to a step at a time."""
+    engine = await make_engine(step_slice_ms=1.0, max_num_batched_tokens=16)
+    engine._clock = lambda: 0.0  # the slice never runs out
+    short = request(_script(10), "Hi")  # prefilled in its first step
+    long = request(_script(10), "word " * 40)  # prefilled in chunks over 3 steps
+    got: dict[str, list[int]] = {}
+
+    async def read(req: EngineRequest) -> None:
+        got[req.request_id] = [len(o.token_ids) async for o in engine.generate(req)][:1]
+
+    await asyncio.gather(read(short), read(long))
+    # The short answer's first token ended the first slice; the long one's,
+    # two steps later, did not end the next: it came with the tokens after it.
+    assert got[short.request_id] == [1]
+    assert got[long.request_id][0] > 1
 
 
 async def test_a_slice_of_zero_hands_the_loop_every_step(make_engine: MakeEngine) -> None:

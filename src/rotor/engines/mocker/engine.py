@@ -32,6 +32,10 @@ from rotor.protocol.mock import MockScript
 
 logger = logging.getLogger(__name__)
 
+# At speedup ratio 0, the fewest steps a slice runs (a step of a large batch
+# can take longer than the whole `step_slice_ms`).
+MIN_SLICE_STEPS = 4
+
 
 @dataclass(frozen=True, slots=True)
 class _Closed:
@@ -171,10 +175,12 @@ class MockerEngine:
         # run back to back for `step_slice_ms` before the event loop serves
         # anyone else, and the outputs of those steps reach a reader together,
         # as a real engine's do when the frontend is busy. A step that gave an
-        # answer its first token ends the slice: a first token never waits.
-        # The clock the slice is measured on:
+        # answer its first token ends the slice early (once in a row: under
+        # load nearly every step starts an answer). The slice's clock:
         self._clock: Callable[[], float] = time.perf_counter
         self._slice_end = 0.0
+        self._cut_short = False  # the last slice ended early, at a first token
+        self._slice_steps = 0
 
     # -- lifecycle -------------------------------------------------------
 
@@ -346,6 +352,8 @@ class MockerEngine:
             if not self.scheduler.has_work():
                 self._wake.clear()
                 await self._wake.wait()
+                self._start_slice()
+                self._cut_short = False
                 continue
             try:
                 await self._step()
@@ -369,9 +377,25 @@ class MockerEngine:
         first = False
         for seq in list(self.scheduler.advance(batch)):
             first |= self._sample(seq)
-        if ratio == 0 and (first or self._clock() >= self._slice_end):
-            await self._sleep(0)  # the event loop's turn: readers, new requests
-            self._slice_end = self._clock() + self.config.step_slice_ms / 1000.0
+        if ratio == 0:
+            await self._hand_over(first)
+
+    async def _hand_over(self, first: bool) -> None:
+        """At ratio 0, after a step: the event loop's turn once the slice is
+        over (`step_slice_ms` and MIN_SLICE_STEPS both done), or at once when
+        the step gave an answer its first token, unless the last slice already
+        ended that way (under load nearly every step starts an answer)."""
+        self._slice_steps += 1
+        fewest = MIN_SLICE_STEPS if self.config.step_slice_ms > 0 else 1
+        over = self._slice_steps >= fewest and self._clock() >= self._slice_end
+        if over or (first and not self._cut_short):
+            self._cut_short = not over
+            await self._sleep(0)  # readers, new requests
+            self._start_slice()
+
+    def _start_slice(self) -> None:
+        self._slice_end = self._clock() + self.config.step_slice_ms / 1000.0
+        self._slice_steps = 0
 
     def _sample(self, seq: Sequence) -> bool:
         """Append the sequence's next tokens and send them; True when they are

@@ -129,29 +129,32 @@ LOAD = ("--input-len", "160", "--output-len", "128", "--num-requests", "256")
 
 
 def hop() -> None:
-    mocker = ("out=mocker", "--speedup-ratio", "0")
-    port = free_port()
-    single = spawn("run", *mocker, "--port", str(port))
-    url = f"http://127.0.0.1:{port}"
-    wait_health(url)
-    try:
-        print("rotor run (one process):")
-        for line in summary(
-            bench(url, [single.pid], "run", "--concurrency", "1", "32", "128", *LOAD)
-        ):
-            print(line)
-    finally:
-        single.terminate()
-        single.wait()
-    c = Cluster(1, worker_args=mocker)
-    try:
-        print("frontend + worker over NATS:")
-        for line in summary(
-            bench(c.frontends[0][0], c.pids, "hop", "--concurrency", "1", "32", "128", *LOAD)
-        ):
-            print(line)
-    finally:
-        c.close()
+    """One process and frontend + worker over NATS, with the mocker's default
+    slices and a step at a time (`--step-slice-ms 0`)."""
+    for slice_ms in ("1", "0"):
+        mocker = ("out=mocker", "--speedup-ratio", "0", "--step-slice-ms", slice_ms)
+        port = free_port()
+        single = spawn("run", *mocker, "--port", str(port))
+        url = f"http://127.0.0.1:{port}"
+        wait_health(url)
+        try:
+            print(f"rotor run (one process), --step-slice-ms {slice_ms}:")
+            for line in summary(
+                bench(url, [single.pid], "run", "--concurrency", "1", "32", "128", *LOAD)
+            ):
+                print(line)
+        finally:
+            single.terminate()
+            single.wait()
+        c = Cluster(1, worker_args=mocker)
+        try:
+            print(f"frontend + worker over NATS, --step-slice-ms {slice_ms}:")
+            for line in summary(
+                bench(c.frontends[0][0], c.pids, "hop", "--concurrency", "1", "32", "128", *LOAD)
+            ):
+                print(line)
+        finally:
+            c.close()
 
 
 def scale() -> None:

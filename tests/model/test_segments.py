@@ -9,10 +9,12 @@ import pytest
 import tokenizers
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import AddedToken, models, normalizers, pre_tokenizers
 
 from rotor.model.builtin import CHATML_ADDED, CHATML_SPECIAL, build_tokenizer, builtin_test_model
 from rotor.model.segments import SegmentCache
+
+from support.trained import trained_bpe
 
 CORPUS = ["hello world, the quick brown fox", "numbers 123 4567", "Zürich 東京 🙂 ok", "a b c"]
 
@@ -51,19 +53,7 @@ def chatml() -> tokenizers.Tokenizer:
 
 
 def bpe(pre_tokenizer: Any, normalizer: Any = None) -> tokenizers.Tokenizer:
-    tok = tokenizers.Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizer
-    if normalizer is not None:
-        tok.normalizer = normalizer
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(CORPUS, trainer)
-    return tok
+    return trained_bpe(pre_tokenizer, CORPUS, normalizer)
 
 
 def with_overlapping_tokens() -> tokenizers.Tokenizer:

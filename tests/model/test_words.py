@@ -11,10 +11,12 @@ import pytest
 import tokenizers
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import normalizers, pre_tokenizers
 
 from rotor.model.segments import SegmentCache
 from rotor.model.words import GPT2_PATTERN, WordEncoder, ascii_pattern
+
+from support.trained import trained_bpe
 
 # The patterns of Llama 3, Qwen2 and o200k (gpt-oss), as their tokenizer.json write them.
 LLAMA3 = (
@@ -49,19 +51,7 @@ CORPUS = [
 
 
 def bpe(pre_tokenizer: Any, normalizer: Any = None, **model: Any) -> tokenizers.Tokenizer:
-    tok = tokenizers.Tokenizer(models.BPE(**model))
-    tok.pre_tokenizer = pre_tokenizer
-    if normalizer is not None:
-        tok.normalizer = normalizer
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=500,
-        special_tokens=["<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(CORPUS, trainer)
-    return tok
+    return trained_bpe(pre_tokenizer, CORPUS, normalizer, vocab_size=500, **model)
 
 
 def split_then_bytes(*patterns: str, use_regex: bool = False) -> Any:

@@ -2,12 +2,11 @@
 
 A Hugging Face byte-level tokenizer cuts a text into words with an Oniguruma
 regex (GPT-2's, or a model's own `Split` pattern), maps each word's bytes to
-its byte alphabet and runs BPE on each word alone. On this machine the regex
-is most of the time: a 1000-character prompt spends ~200 µs in it and ~30 µs
-everywhere else. On ASCII text the same patterns mean something simple
-(`\\p{L}` is `[A-Za-z]`, `\\s` is six characters), so Python's `re` cuts the
-same words in a sixth of the time, and a word's ids (a function of the word
-alone) are remembered.
+its byte alphabet and runs BPE on each word alone. The regex is most of that
+time. On ASCII text the same patterns mean something simple (`\\p{L}` is
+`[A-Za-z]`, `\\s` is six characters), so Python's `re` cuts the same words far
+faster, and a word's ids (a function of the word alone) are remembered: a
+150-word prompt took 277 µs in the tokenizer and takes 73 µs here.
 
 Exactly only holds where the translation is exact: `WordEncoder.build` says
 None for anything it does not understand — a normalizer that changes ASCII,

@@ -14,7 +14,7 @@ from tokenizers import AddedToken, models, normalizers, pre_tokenizers
 from rotor.model.builtin import CHATML_ADDED, CHATML_SPECIAL, build_tokenizer, builtin_test_model
 from rotor.model.segments import SegmentCache
 
-from support.trained import trained_bpe
+from support.trained import Counting, trained_bpe
 
 CORPUS = ["hello world, the quick brown fox", "numbers 123 4567", "Zürich 東京 🙂 ok", "a b c"]
 
@@ -139,21 +139,6 @@ def test_a_tokenizer_whose_pieces_depend_on_each_other_gets_no_cache(make: Any) 
 def _added(tok: tokenizers.Tokenizer, token: AddedToken) -> tokenizers.Tokenizer:
     tok.add_tokens([token])
     return tok
-
-
-class Counting:
-    """The tokenizer, with every text it was asked to encode written down."""
-
-    def __init__(self, tok: tokenizers.Tokenizer) -> None:
-        self.tok = tok
-        self.asked: list[str] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.tok, name)
-
-    def encode_batch_fast(self, texts: list[str], add_special_tokens: bool) -> Any:
-        self.asked.extend(texts)
-        return self.tok.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
 
 
 def test_a_growing_conversation_tokenizes_only_its_new_messages() -> None:

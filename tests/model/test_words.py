@@ -13,10 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import normalizers, pre_tokenizers
 
+import rotor.model.words as words_module
 from rotor.model.segments import SegmentCache
 from rotor.model.words import GPT2_PATTERN, WordEncoder, ascii_pattern
 
-from support.trained import trained_bpe
+from support.trained import Counting, trained_bpe
 
 # The patterns of Llama 3, Qwen2 and o200k (gpt-oss), as their tokenizer.json write them.
 LLAMA3 = (
@@ -162,19 +163,15 @@ def test_a_tokenizer_it_cannot_follow_exactly_gets_no_encoder(make: Any) -> None
     assert WordEncoder.build(make()) is None
 
 
-def test_a_translation_that_disagrees_on_the_probes_is_not_used() -> None:
+def test_a_translation_that_disagrees_on_the_probes_is_not_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """`\\s` written as Python's own `\\s` (which also takes \\x1c-\\x1f):
     the probe texts catch it and the tokenizer is left to itself."""
     tok = SHAPES["llama 3 (ignore_merges)"]()
-    import rotor.model.words as words
-
-    wrong = dict(words._SETS, s=(r"\s", r"\s"))
-    original, words._SETS = words._SETS, wrong
-    try:
-        assert WordEncoder.build(tok) is None
-    finally:
-        words._SETS = original
     assert WordEncoder.build(tok) is not None
+    monkeypatch.setitem(words_module._SETS, "s", (r"\s", r"\s"))
+    assert WordEncoder.build(tok) is None
 
 
 @pytest.mark.parametrize(
@@ -203,18 +200,9 @@ def test_constructs_not_translated_are_refused(pattern: str) -> None:
 
 def test_a_conversation_of_ascii_pieces_never_reaches_the_tokenizer_and_stays_exact() -> None:
     tok = SHAPES["llama 3 (ignore_merges)"]()
-    asked: list[str] = []
-
-    class Counting:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(tok, name)
-
-        def encode_batch_fast(self, texts: list[str], add_special_tokens: bool) -> Any:
-            asked.extend(texts)
-            return tok.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
-
-    cache = SegmentCache.build(Counting())  # type: ignore[arg-type]
+    counting = Counting(tok)
+    cache = SegmentCache.build(counting)  # type: ignore[arg-type]
     assert cache is not None
     text = "<|im_start|>user\nWe'll see, 12345 times!<|im_end|>\n<|im_start|>assistant\nÜber"
     assert cache.encode(text) == tok.encode(text, add_special_tokens=False).ids
-    assert asked == ["assistant\nÜber"]
+    assert counting.asked == ["assistant\nÜber"]

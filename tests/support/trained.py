@@ -1,5 +1,6 @@
-"""Small BPE tokenizers trained here on a few lines, for the tokenizer tests:
-any pre-tokenizer and normalizer, ChatML's two markers as special tokens."""
+"""Small BPE tokenizers trained here on a few lines, for the tokenizer tests
+(any pre-tokenizer and normalizer, ChatML's two markers as special tokens),
+and a proxy that records what a tokenizer was asked to encode."""
 
 from __future__ import annotations
 
@@ -32,3 +33,18 @@ def trained_bpe(
     )
     tok.train_from_iterator(list(corpus), trainer)
     return tok
+
+
+class Counting:
+    """A tokenizer with every text it was asked to encode written down."""
+
+    def __init__(self, tok: tokenizers.Tokenizer) -> None:
+        self.tok = tok
+        self.asked: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tok, name)
+
+    def encode_batch_fast(self, texts: list[str], add_special_tokens: bool) -> Any:
+        self.asked.extend(texts)
+        return self.tok.encode_batch_fast(texts, add_special_tokens=add_special_tokens)

@@ -20,13 +20,12 @@ BPE dropout.
 from __future__ import annotations
 
 import collections
-import json
 import re
 import threading
 
 import tokenizers
 
-from rotor.model.words import WordEncoder
+from rotor.model.words import WordEncoder, component_state, cut_at
 
 # Pre-tokenizers that split each piece on its own, with nothing kept from one
 # piece to the next (ByteLevel's prefix space is added to every piece alike).
@@ -104,7 +103,7 @@ class SegmentCache:
             return None
         if getattr(tok.model, "dropout", None):
             return None
-        state = json.loads(tok.pre_tokenizer.__getstate__()) if tok.pre_tokenizer else None
+        state = component_state(tok.pre_tokenizer)
         if not _piecewise(state):
             return None
         raw = {t.content: i for i, t in added.items() if not t.normalized}
@@ -166,18 +165,7 @@ class SegmentCache:
         return pieces
 
     def _cut(self, pattern: re.Pattern[str] | None, text: str) -> list[str | int]:
-        if pattern is None:
-            return [text]
-        out: list[str | int] = []
-        start = 0
-        for m in pattern.finditer(text):
-            if m.start() > start:
-                out.append(text[start : m.start()])
-            out.append(self._ids[m.group()])
-            start = m.end()
-        if start < len(text):
-            out.append(text[start:])
-        return out
+        return [text] if pattern is None else cut_at(pattern, text, self._ids.__getitem__)
 
     def _recall(self, piece: str) -> list[int] | None:
         ids = self._pieces.get(piece)

@@ -21,9 +21,12 @@ import functools
 import json
 import re
 import unicodedata
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import tokenizers
+
+T = TypeVar("T")
 
 # The ByteLevel pre-tokenizer's own pattern, when `use_regex` is on.
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -194,8 +197,24 @@ def _patterns(state: dict[str, Any] | None) -> list[str] | None:
     return found
 
 
-def _state(component: Any) -> dict[str, Any] | None:
+def component_state(component: Any) -> dict[str, Any] | None:
+    """A tokenizer component's settings (normalizer, pre-tokenizer) as JSON."""
     return json.loads(component.__getstate__()) if component is not None else None
+
+
+def cut_at(pattern: re.Pattern[str], text: str, match: Callable[[str], T]) -> list[str | T]:
+    """`text` cut at `pattern`'s matches: the text between them as it is, each
+    match as `match` makes it."""
+    out: list[str | T] = []
+    start = 0
+    for m in pattern.finditer(text):
+        if m.start() > start:
+            out.append(text[start : m.start()])
+        out.append(match(m.group()))
+        start = m.end()
+    if start < len(text):
+        out.append(text[start:])
+    return out
 
 
 class WordEncoder:
@@ -219,9 +238,9 @@ class WordEncoder:
         """An encoder for `tok`, or None where it cannot be exact."""
         if type(tok.model).__name__ != "BPE" or getattr(tok.model, "dropout", None):
             return None
-        if not _normalizer_keeps_ascii(_state(tok.normalizer)):
+        if not _normalizer_keeps_ascii(component_state(tok.normalizer)):
             return None
-        sources = _patterns(_state(tok.pre_tokenizer))
+        sources = _patterns(component_state(tok.pre_tokenizer))
         if not sources:
             return None
         patterns: list[re.Pattern[str]] = []
@@ -269,7 +288,7 @@ class WordEncoder:
             for piece in pieces:
                 found = pattern.findall(piece)
                 if sum(map(len, found)) != len(piece):
-                    found = _isolated(pattern, piece)  # text between matches is a word too
+                    found = cut_at(pattern, piece, str)  # text between matches is a word too
                 cut += found
             pieces = cut
         return pieces
@@ -280,17 +299,3 @@ class WordEncoder:
             self._words.clear()
         self._words[word] = ids
         return ids
-
-
-def _isolated(pattern: re.Pattern[str], text: str) -> list[str]:
-    """`text` cut at `pattern`'s matches, keeping what lies between them."""
-    out: list[str] = []
-    start = 0
-    for m in pattern.finditer(text):
-        if m.start() > start:
-            out.append(text[start : m.start()])
-        out.append(m.group())
-        start = m.end()
-    if start < len(text):
-        out.append(text[start:])
-    return out

@@ -80,7 +80,7 @@ FAMILY_MARKERS: dict[str, tuple[str, ...]] = {
         "<｜DSML｜parameter",
         "</｜DSML｜parameter>",
     ),
-    "seed_oss": ("<seed:tool_call>", "</seed:tool_call>"),
+    "seed_oss": ("<seed:tool_call>", "</seed:tool_call>", "<seed:think>", "</seed:think>"),
     "step3": (
         "<｜tool_calls_begin｜>",
         "<｜tool_calls_end｜>",

@@ -47,6 +47,35 @@ CASES = [
         "Hi" + HEADER + '{"name": "f", "arguments": {oops}}',
         "Hi" + HEADER + '{"name": "f", "arguments": {oops}}',
     ),
+    # vLLM's and SGLang's parsers take an object as a call only when it has
+    # `arguments` and they are an object (gigachat3_tool_parser.py,
+    # gigachat3_detector.py); it stays the text the model wrote.
+    Case(
+        "missing_arguments_is_content",
+        "Let me check." + HEADER + '{"name": "get_weather"}',
+        "Let me check." + HEADER + '{"name": "get_weather"}',
+    ),
+    Case(
+        "missing_arguments_gigachat31_is_content_text_after_kept",
+        V31 + '{"name": "get_weather"} and more',
+        V31 + '{"name": "get_weather"} and more',
+    ),
+    Case(
+        "arguments_not_an_object_is_content",
+        V31 + '{"name": "f", "arguments": "{\\"a\\": 1}"}',
+        V31 + '{"name": "f", "arguments": "{\\"a\\": 1}"}',
+    ),
+    Case(
+        "null_arguments_is_content",
+        V31 + '{"name": "f", "arguments": null}',
+        V31 + '{"name": "f", "arguments": null}',
+    ),
+    Case(
+        "parameters_key_read_as_arguments",
+        V31 + '{"name": "f", "parameters": {"a": 1}}',
+        None,
+        [("f", {"a": 1})],
+    ),
     Case(
         "list_is_content",
         V31 + '[{"name": "f", "arguments": {}}]',

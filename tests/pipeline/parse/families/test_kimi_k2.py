@@ -92,6 +92,32 @@ CASES = [
         None,
         [("f", {})],
     ),
+    # vLLM skips a block whose id has no `:N` (test_invalid_funcall_id_skipped
+    # in tests/tool_parsers/test_kimi_k2_tool_parser.py); SGLang's id pattern
+    # turns it down too: `functions.invalid.0` does not name `invalid.0`.
+    Case(
+        "invalid_id_is_content_the_rest_kept",
+        "Help. "
+        + BEGIN
+        + block("functions.invalid.0", '{"city": "Beijing"}')
+        + block("functions.valid:1", '{"city": "Shanghai"}')
+        + END,
+        "Help. " + block("functions.invalid.0", '{"city": "Beijing"}'),
+        [("valid", {"city": "Shanghai"})],
+    ),
+    Case(
+        "invalid_id_alone_is_content",
+        BEGIN + block("functions.get_weather.0", '{"city": "Oslo"}') + END,
+        BEGIN + block("functions.get_weather.0", '{"city": "Oslo"}') + END,
+        tools={"get_weather": {}, "exec": {}},
+    ),
+    Case(
+        "invalid_id_name_inferred_from_the_schema",
+        BEGIN + block("functions.weather.0", '{"city": "Oslo", "days": 2}') + END,
+        None,
+        [("get_weather", {"city": "Oslo", "days": 2})],
+        tools=K25_TOOLS,
+    ),
     # Kimi-K2.5 ids that are not `functions.NAME:N` (defect 1 of issue 13).
     Case(
         "bare_counter_id_name_inferred_from_the_schema",

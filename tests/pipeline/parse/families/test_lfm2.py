@@ -1,5 +1,6 @@
-"""lfm2, from its format (LFM2's chat template and vLLM's parser): a Python
-list of calls between `<|tool_call_start|>` and `<|tool_call_end|>`."""
+"""lfm2, from its format (LFM2's chat template, vLLM's and SGLang's parsers): a
+Python list of calls between `<|tool_call_start|>` and `<|tool_call_end|>`, or
+JSON calls between the same markers."""
 
 from __future__ import annotations
 
@@ -54,6 +55,52 @@ CASES = [
         BEGIN + '[f(a="b")]' + "<|tool_call_e",
         None,
         [("f", {"a": "b"})],
+    ),
+    # LFM2 also writes JSON calls between the same markers (SGLang's
+    # lfm2_detector.py reads both forms): a list of objects, or one object.
+    Case(
+        "json_list",
+        "Checking. " + BEGIN + '[{"name": "get_weather", "arguments": {"city": "Berlin"}}]' + END,
+        "Checking. ",
+        [("get_weather", {"city": "Berlin"})],
+    ),
+    Case(
+        "json_parallel_with_json_literals",
+        BEGIN
+        + '[{"name": "a", "arguments": {"ok": true, "none": null}}, '
+        + '{"name": "b", "arguments": {"q": "東京 🙂"}}]'
+        + END
+        + "Done.",
+        "Done.",
+        [("a", {"ok": True, "none": None}), ("b", {"q": "東京 🙂"})],
+    ),
+    Case(
+        "json_parameters_key",
+        BEGIN + '[{"name": "get_weather", "parameters": {"city": "Madrid"}}]' + END,
+        None,
+        [("get_weather", {"city": "Madrid"})],
+    ),
+    Case(
+        "json_single_object",
+        BEGIN + ' {"name": "get_weather", "arguments": {"city": "Vienna"}} ' + END,
+        None,
+        [("get_weather", {"city": "Vienna"})],
+    ),
+    Case(
+        "json_cut_off_complete_body_recovered",
+        BEGIN + '[{"name": "f", "arguments": {}}]' + "<|tool_call_e",
+        None,
+        [("f", {})],
+    ),
+    Case(
+        "malformed_json_is_content",
+        "Hi " + BEGIN + '[{"name": "f", "arguments": {oops}}]' + END,
+        "Hi " + BEGIN + '[{"name": "f", "arguments": {oops}}]' + END,
+    ),
+    Case(
+        "json_without_a_name_is_content",
+        BEGIN + '[{"arguments": {"a": 1}}]' + END,
+        BEGIN + '[{"arguments": {"a": 1}}]' + END,
     ),
     Case("plain_text", "a [list] and f(x) and <|tool", "a [list] and f(x) and <|tool"),
     Case(

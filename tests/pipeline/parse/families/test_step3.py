@@ -25,6 +25,18 @@ SEARCH = {
     }
 }
 
+EDIT = {
+    "edit_file": {
+        "type": "object",
+        "properties": {
+            "old_string": {"type": "string"},
+            "new_string": {"type": "string"},
+            "indent": {"type": "integer"},
+            "enabled": {"type": "boolean"},
+        },
+    }
+}
+
 CASES = [
     Case(
         "one_call_typed_by_schema",
@@ -62,12 +74,61 @@ CASES = [
         None,
         [("f", {"n": "5"})],
     ),
+    # vLLM's common cases write the block without its `function<｜tool_sep｜>`
+    # header; its streaming parser reads them (tests/tool_parsers/test_step3_tool_parser.py).
     Case(
-        "malformed_missing_sep_is_content",
-        "Hi " + BEGIN + '<｜tool_call_begin｜><steptml:invoke name="f"></steptml:invoke>'
+        "simple_args_without_the_type_header",
+        BEGIN + '<｜tool_call_begin｜><steptml:invoke name="get_weather">'
+        '<steptml:parameter name="city">Tokyo</steptml:parameter>'
+        "</steptml:invoke><｜tool_call_end｜>" + END,
+        None,
+        [("get_weather", {"city": "Tokyo"})],
+    ),
+    Case(
+        "empty_args_without_the_type_header",
+        "Hi " + BEGIN + '<｜tool_call_begin｜><steptml:invoke name="refresh"></steptml:invoke>'
         "<｜tool_call_end｜>" + END,
-        "Hi " + BEGIN + '<｜tool_call_begin｜><steptml:invoke name="f"></steptml:invoke>'
-        "<｜tool_call_end｜>" + END,
+        "Hi ",
+        [("refresh", {})],
+    ),
+    # The value sits inline between the tags: its whitespace is data. The
+    # model may echo the function's name between the separator and the invoke.
+    Case(
+        "parameter_values_with_whitespace",
+        BEGIN + "<｜tool_call_begin｜>function<｜tool_sep｜>edit_file\n"
+        '<steptml:invoke name="edit_file">'
+        '<steptml:parameter name="old_string">    if x:\n        return 1\n</steptml:parameter>'
+        '<steptml:parameter name="new_string">hello\u00a0</steptml:parameter>'
+        '<steptml:parameter name="indent"> 4 </steptml:parameter>'
+        '<steptml:parameter name="enabled"> true </steptml:parameter>'
+        "</steptml:invoke><｜tool_call_end｜>" + END,
+        None,
+        [
+            (
+                "edit_file",
+                {
+                    "old_string": "    if x:\n        return 1\n",
+                    "new_string": "hello\u00a0",
+                    "indent": 4,
+                    "enabled": True,
+                },
+            )
+        ],
+        tools=EDIT,
+    ),
+    Case(
+        "malformed_prose_before_the_invoke_is_content",
+        "Hi " + BEGIN + "<｜tool_call_begin｜>function<｜tool_sep｜>I will edit it\n"
+        '<steptml:invoke name="f"></steptml:invoke><｜tool_call_end｜>' + END,
+        "Hi " + BEGIN + "<｜tool_call_begin｜>function<｜tool_sep｜>I will edit it\n"
+        '<steptml:invoke name="f"></steptml:invoke><｜tool_call_end｜>' + END,
+    ),
+    Case(
+        "malformed_two_invokes_in_one_block_is_content",
+        BEGIN + '<｜tool_call_begin｜><steptml:invoke name="f"></steptml:invoke>'
+        '<steptml:invoke name="g"></steptml:invoke><｜tool_call_end｜>' + END,
+        BEGIN + '<｜tool_call_begin｜><steptml:invoke name="f"></steptml:invoke>'
+        '<steptml:invoke name="g"></steptml:invoke><｜tool_call_end｜>' + END,
     ),
     Case(
         "cut_off_incomplete_is_content",

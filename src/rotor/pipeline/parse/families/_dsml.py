@@ -10,16 +10,19 @@
 Several invokes in one section are parallel calls. `string="true"` says the
 value is the raw string; `string="false"` that it is JSON (the template writes
 it with json.dumps): it is decoded, and when it does not decode, typed by the
-tool's schema or kept as text. The families differ only in the section name.
+tool's schema or kept as text. An invoke may instead hold its arguments as one
+JSON object, `<｜DSML｜invoke name="f">{"a": 1}</｜DSML｜invoke>` (SGLang reads
+that form too); an invoke body that opens with `{` and is not one JSON object is
+malformed. The families differ only in the section name.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from rotor.pipeline.parse.base import ToolCall, plain_name
+from rotor.pipeline.parse.base import ToolCall, plain_name, skip_space
 from rotor.pipeline.parse.families._xml import attr_name, elements
-from rotor.pipeline.parse.jsonutil import dumps_args, typed_value
+from rotor.pipeline.parse.jsonutil import args_object, dumps_args, typed_value
 from rotor.pipeline.parse.jsonutil import loads as json_loads
 from rotor.pipeline.parse.marker import MarkerToolParser
 
@@ -38,8 +41,16 @@ class DsmlParser(MarkerToolParser):
         calls: list[ToolCall] = []
         for head, inner in invokes:
             name = attr_name(head)
+            if name is None:
+                return None
+            if inner.startswith("{", skip_space(inner)):
+                args = args_object(inner)
+                if args is None:
+                    return None
+                calls.append(ToolCall(name=name, arguments=args))
+                continue
             params = elements(inner, PARAM, PARAM_END)
-            if name is None or params is None:
+            if params is None:
                 return None
             args: dict[str, Any] = {}
             for param_head, value in params:

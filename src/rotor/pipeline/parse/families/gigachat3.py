@@ -5,11 +5,17 @@ and no end marker:
     <|function_call|>{"name": "f", "arguments": {...}}                             (GigaChat 3.1)
 
 Text before the header is content; the message separator in front of the
-header belongs to it. The object ends the section; text after it is content."""
+header belongs to it. The object ends the section; text after it is content.
+As in vLLM's and SGLang's parsers, the object is a call only when its
+arguments are an object: one without them (or with a string, or null there) is
+released as content, as the model wrote it."""
 
 from __future__ import annotations
 
+from rotor.pipeline.parse.base import ToolCall
 from rotor.pipeline.parse.families._json_section import JsonValueSectionParser
+from rotor.pipeline.parse.jsonutil import call_from_obj
+from rotor.pipeline.parse.jsonutil import loads as json_loads
 
 
 class GigaChat3Parser(JsonValueSectionParser):
@@ -22,4 +28,15 @@ class GigaChat3Parser(JsonValueSectionParser):
         "<|function_call|>",
     )
     opens = "{"
-    single = True
+
+    def parse_section(self, body: str) -> list[ToolCall] | None:
+        try:
+            obj = json_loads(body)
+        except ValueError:
+            return None
+        if not isinstance(obj, dict):
+            return None
+        if not isinstance(obj.get("arguments", obj.get("parameters")), dict):
+            return None
+        call = call_from_obj(obj)
+        return [call] if call is not None else None

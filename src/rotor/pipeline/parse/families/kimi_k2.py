@@ -7,12 +7,15 @@ call's id. Some checkpoints spell the section markers in the singular
 (`<|tool_call_section_begin|>`); both spellings open and close a section.
 
 Kimi-K2.5 does not always write `functions.NAME:N`: it writes bare counters
-(`0`), `call00003`, `functionsexec5`. Such a block's name is read from the id
-when the id is `functions` + a declared tool's name + digits; otherwise it is
-inferred when exactly one declared tool's schema fits the argument keys (as
-vLLM and SGLang do). A block that still has no name, or whose arguments are
-not a JSON object, is released as content in its place; the section's other
-calls are kept, and so are the complete calls of a section cut off mid-way.
+(`0`), `call00003`, `functionsexec5`, `functions.NAME` without the index. Such
+a block's name is read from the id when it is `functions.NAME` or
+`functionsNAME<digits>` with NAME a declared tool; otherwise it is inferred
+when exactly one declared tool's schema fits the argument keys (as vLLM and
+SGLang do). Any other id (`functions.get_weather.0`) names nothing: vLLM and
+SGLang skip such a block. A block that still has no name, or whose arguments
+are not a JSON object, is released as content in its place (the peers drop
+it; here nothing the model wrote is lost); the section's other calls are
+kept, and so are the complete calls of a section cut off mid-way.
 """
 
 from __future__ import annotations
@@ -52,14 +55,15 @@ class KimiK2Parser(BlockSectionParser):
 
 
 def _name_in_id(call_id: str, tools: Tools) -> str | None:
-    """`functions.NAME[:N]` or `NAME:N` → NAME; `functionsNAME<digits>` → NAME
-    when NAME is declared; None for anything else (`0`, `call00003`)."""
+    """`functions.NAME:N` or `NAME:N` → NAME; `functions.NAME` and
+    `functionsNAME<digits>` → NAME when NAME is declared; None for anything
+    else (`0`, `call00003`, `functions.get_weather.0`: peers skip such ids)."""
     rest = call_id.removeprefix(PREFIX)
     name, colon, index = rest.rpartition(":")
     if colon and name and index.isdigit():
         return name
     if rest != call_id:
-        return rest if rest and ":" not in rest else None
+        return rest if rest in tools else None
     if call_id.startswith("functions"):
         squashed = call_id.removeprefix("functions").rstrip("0123456789")
         if squashed in tools:

@@ -7,12 +7,16 @@ header and one StepTML invoke,
     </steptml:invoke><｜tool_call_end｜>
     <｜tool_calls_end｜>
 
-The type before the separator is always `function` and is not checked. Values
-are text, typed by the tool's schema."""
+The type before the separator is always `function` and is not checked. The
+`function<｜tool_sep｜>` header may be missing (vLLM's streaming parser reads
+such blocks), and the model may echo the function's name between the header
+and the invoke (`function<｜tool_sep｜>f\n<steptml:invoke name="f">`); any
+other text there is malformed. Values are text, whitespace and all (it sits
+inline between the tags), typed by the tool's schema."""
 
 from __future__ import annotations
 
-from rotor.pipeline.parse.base import ToolCall
+from rotor.pipeline.parse.base import ToolCall, plain_name
 from rotor.pipeline.parse.families._json_section import BlockSectionParser
 from rotor.pipeline.parse.families._xml import attr_name, elements, typed_arguments
 
@@ -31,8 +35,15 @@ class Step3Parser(BlockSectionParser):
     call_end = "<｜tool_call_end｜>"
 
     def parse_call(self, block: str) -> ToolCall | None:
-        _type, sep, rest = block.partition(SEP)
-        invokes = elements(rest, _INVOKE, _INVOKE_END) if sep else None
+        start = block.find(_INVOKE)
+        if start < 0:
+            return None
+        # A separator inside the invoke (in a value) is no header.
+        sep = block.find(SEP, 0, start)
+        lead = block[sep + len(SEP) if sep >= 0 else 0 : start]
+        if lead.strip() and plain_name(lead) is None:
+            return None
+        invokes = elements(block[start:], _INVOKE, _INVOKE_END)
         if not invokes or len(invokes) != 1:
             return None
         head, inner = invokes[0]

@@ -259,6 +259,37 @@ LENIENT = [
     ),
 ]
 
+# Without active tools (`tool_choice: "none"`, or no tools) there is no grammar
+# and the parser has no tools declared: a call the model writes anyway is no
+# call. Its arguments, as a JSON object, are reasoning (its analysis segment);
+# no markup shows and the choice stops.
+NONE = {"tool_choice": "none"}
+NO_TOOLS = {"tools": None}
+PARIS_ARGS = '{"city": "Paris"}'
+UNCALLED = [
+    Case("B3-none", B3_TEXT, "eos", Message(reasoning=PARIS_ARGS), request=NONE),
+    Case("B3-no-tools", B3_TEXT, "eos", Message(reasoning=PARIS_ARGS), request=NO_TOOLS),
+    Case(
+        "B2-none",
+        B3_TEXT + "<|call|>" + LATER + "<|channel|>final<|message|>Hi",
+        "eos",
+        Message(content="Hi", reasoning=PARIS_ARGS),
+        request=NONE,
+    ),
+    Case(
+        "B13-none",
+        B13_TEXT,
+        "eos",
+        Message(
+            content="All ready.",
+            reasoning='Need the weather.{"city": "Paris"}{"city": "Rome"}',
+        ),
+        request=NONE,
+    ),
+    Case("B7-none", B7_TEXT, "length", B7, request=NONE),
+    Case("B9-none", HEADER + "junk " + P("city", "Paris"), "eos", Message(), request=NONE),
+]
+
 
 # -- servers -------------------------------------------------------------------------
 
@@ -456,7 +487,7 @@ def run_both(
     return whole
 
 
-@pytest.mark.parametrize("case", CASES + LENIENT, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", CASES + LENIENT + UNCALLED, ids=lambda c: c.id)
 def test_beam_case(
     case: Case, http: httpx.Client, grammar_server: Server, plain_server: Server
 ) -> None:
@@ -467,7 +498,9 @@ def test_beam_case(
 
 
 @pytest.mark.parametrize(
-    "case", [c for c in CASES if c.id in ("B3", "B11", "B13")], ids=lambda c: c.id
+    "case",
+    [c for c in CASES + UNCALLED if c.id in ("B3", "B11", "B13", "B13-none")],
+    ids=lambda c: c.id,
 )
 def test_any_chunking_gives_the_same_result(
     case: Case, http: httpx.Client, grammar_server: Server

@@ -178,6 +178,27 @@ def test_a_call_in_a_think_block_never_closed_ends_the_reasoning(server: Server)
             assert [c["function"]["name"] for c in message["tool_calls"]] == ["f"], message
 
 
+@pytest.mark.parametrize(
+    "extra", [{}, {"tools": TOOLS, "tool_choice": "none"}], ids=["no-tools", "none"]
+)
+def test_without_a_tool_parser_the_call_in_an_unclosed_block_is_content(
+    server: Server, extra: dict[str, Any]
+) -> None:
+    """No tool parser runs (no tools, or `none`): qwen3's own call start still ends
+    the reasoning, and the section is content as written, marker included."""
+    section = '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
+    output = "<think>I'll call f.\n" + section
+    for per_step in (1, 4):
+        payload = body(output, per_step, **extra)
+        for message in (
+            post(server, payload)["choices"][0]["message"],
+            fold(stream(server, payload)),
+        ):
+            assert message["reasoning_content"] == "I'll call f.\n", message
+            assert message["content"] == section, message
+            assert not message.get("tool_calls"), message
+
+
 @pytest.mark.parametrize("kwargs", [{"enable_thinking": False}, {"thinking": False}])
 def test_thinking_off_leaves_think_text_in_content(server: Server, kwargs: dict) -> None:
     output = f"<think>{THOUGHT}</think>{ANSWER}"

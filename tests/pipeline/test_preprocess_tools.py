@@ -180,6 +180,39 @@ def test_harmony_named_choice_gets_no_bare_json_constraint(tmp_path: Path) -> No
         assert prepared.requests[0].sampling.guided is None
 
 
+HARMONY_ANALYSIS = "<|channel|>analysis<|message|>Need the weather.<|end|>"
+HARMONY_CALL = (
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+    '<|message|>{"city": "Paris"}<|call|>'
+)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{}, {"tools": TOOLS, "tool_choice": "none"}, {"tools": TOOLS}],
+    ids=["no-tools", "none", "auto"],
+)
+def test_harmony_calls_only_with_active_tools(tmp_path: Path, fields: dict[str, Any]) -> None:
+    """Under `none` (or without tools) harmony still frames channels, with no tools
+    declared: the call segment's body is content, and no call is returned."""
+    card, tok = load_model(harmony_model(tmp_path))
+    model = ServedModel.build(card, tok, tool_parser_name="harmony")
+    prepared = prepare(model, **fields)
+    active = "tools" in fields and "tool_choice" not in fields
+    assert prepared.prompt_text is not None
+    assert ("get_weather" in prepared.prompt_text) is active
+    choice = prepared.choices[0]
+    msg = fold(play(model, choice, HARMONY_ANALYSIS + HARMONY_CALL))
+    assert msg.reasoning == "Need the weather."
+    assert choice.finished is not None
+    if active:
+        assert (msg.calls, msg.content) == ([("get_weather", {"city": "Paris"})], None)
+        assert choice.finished.finish_reason == "tool_calls"
+    else:
+        assert (msg.calls, msg.content) == ([], '{"city": "Paris"}')
+        assert choice.finished.finish_reason == "stop"
+
+
 @pytest.mark.parametrize("structural_tags", [True, False])
 def test_named_tool_choice_makes_the_output_one_call(structural_tags: bool) -> None:
     model = chatml(structural_tags=structural_tags)
@@ -281,6 +314,20 @@ def test_beam_without_active_tools_has_no_grammar_and_no_visible_stop(
     assert choice.decoder.end is not None and choice.decoder.end.kind is End.MODEL_EOS
     assert fold(pieces).reasoning == "r"
     assert fold(pieces).content == "Hi"
+
+
+@pytest.mark.parametrize(
+    "fields", [{}, {"tools": TOOLS, "tool_choice": "none"}], ids=["no-tools", "none"]
+)
+def test_beam_without_active_tools_returns_no_call(beam_dir: Path, fields: dict[str, Any]) -> None:
+    """A call written anyway is read with no tools declared: its arguments are text
+    of its analysis segment (reasoning), no markup shows, and the choice stops."""
+    model = beam(beam_dir)
+    choice = prepare(model, **fields).choices[0]
+    pieces = play(model, choice, BEAM_PARIS + "<|call|><|channel|>final<|message|>Hi")
+    msg = fold(pieces)
+    assert (msg.calls, msg.reasoning, msg.content) == ([], '{"city": "Paris"}', "Hi")
+    assert choice.finished is not None and choice.finished.finish_reason == "stop"
 
 
 @pytest.mark.parametrize("tool_choice", ["auto", "required", NAMED])

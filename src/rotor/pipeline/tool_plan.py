@@ -57,6 +57,8 @@ def plan_tools(
         make_parser = lambda: NamedToolParser(tools, named)  # noqa: E731
     elif make_parser is None and family is not None and (frames_output or choice.active):
         # harmony/beam frame reasoning themselves: they run even without tools.
+        # Under `none` they get no tools declared, so they read no calls: a
+        # segment addressed to a tool is text of its channel.
         active = tools if choice.active else Tools()
         make_parser = lambda: family(active)  # noqa: E731
     return ToolPlan(make_parser, guided, grammar_installed)

@@ -17,6 +17,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from rotor.pipeline.parse.base import Content, Reasoning, ToolCall, Tools
+from rotor.pipeline.parse.constrained import NamedToolParser
 from rotor.pipeline.parse.message import MessageParser
 from rotor.pipeline.parse.reasoning import REASONING_PARSERS, reasoning_parser
 from rotor.pipeline.parse.tools import tool_parser
@@ -44,6 +45,19 @@ EXTRAS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str, tuple[str, ...]]]
     "granite": (("Here's my thought process:",), ("Here's my response:",), "", ()),
     "hunyuan": ((), (), "", ("<answer>\n", "\n</answer>")),
     "gemma4": ((), (), "thought\n", ()),
+}
+# Where each family's tool calls begin, as its peers end reasoning there with no
+# tool parser set (vLLM: vllm/reasoning/kimi_k2_reasoning_parser.py and the
+# qwen3 / glm47_moe / nemotron_v3 / mistral / gemma4 parser configs; SGLang:
+# srt/parser/reasoning_parser.py's `tool_start_token`): the section goes to content.
+CALL_STARTS: dict[str, tuple[str, ...]] = {
+    "qwen3": ("<tool_call>",),
+    "glm45": ("<tool_call>",),
+    "nemotron3": ("<tool_call>",),
+    "kimi_k25": ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>"),
+    "mistral": ("[TOOL_CALLS]",),
+    "gemma4": ("<|tool_call>",),
+    "hunyuan": ("<tool_calls>",),
 }
 NAMES = sorted(FORMATS)
 
@@ -81,8 +95,11 @@ def every_way(name: str, output: str, inside: bool = False) -> tuple[str | None,
 
 
 def reference(name: str, output: str, inside: bool = False) -> tuple[str | None, str | None]:
-    """The format read over the whole text at once (what any split must fold to)."""
+    """The format read over the whole text at once (what any split must fold to),
+    no tool parser behind: inside a block, a call start with no end tag after it
+    ends the reasoning, and the rest is content from the marker on."""
     starts, ends, label, drops = tags(name)
+    exits = CALL_STARTS.get(name, ())
     inside = inside or FORMATS[name][2]
     reasoning: list[str] = []
     content: list[str] = []
@@ -95,7 +112,14 @@ def reference(name: str, output: str, inside: bool = False) -> tuple[str | None,
         if pending and label and output.startswith(label):
             output = output[len(label) :]
         pending = False
-        i, tag = first(output, ends if inside else (*starts, *drops))
+        i, tag = first(output, (*ends, *exits) if inside else (*starts, *drops))
+        if tag in exits and tag not in ends:
+            j, end = first(output[i + len(tag) :], ends)
+            if end is None:  # never closed: content from the call on
+                reasoning.append(output[:i])
+                content.append(output[i:])
+                break
+            i, tag = i + len(tag) + j, end  # closed later: all of it was reasoning
         (reasoning if inside else content).append(output if tag is None else output[:i])
         if tag is None:
             break
@@ -129,6 +153,7 @@ def test_tags_and_start_state_match_the_format(name: str) -> None:
     )
     assert cls(False).inside is starts_inside
     assert cls(True).inside is True
+    assert cls.call_starts == CALL_STARTS.get(name, ())
 
 
 def test_unknown_name_lists_the_valid_ones() -> None:
@@ -569,9 +594,144 @@ def test_reasoning_before_the_exit_streams_and_the_rest_waits_for_the_end() -> N
     assert [(type(p), getattr(p, "name", None)) for p in pieces] == [(ToolCall, "f")]
 
 
-def test_without_a_tool_parser_nothing_exits() -> None:
-    output = "<think>x " + qwen_call("f", a="1")
-    assert parse("qwen3", [output]) == ("x " + qwen_call("f", a="1"), None)
+# -- no tool parser set: the family's own call start ends an unclosed block ---------------
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in CALL_STARTS])
+def test_without_a_tool_parser_and_without_call_starts_nothing_exits(name: str) -> None:
+    """deepseek_r1, granite, kimi, think: their peers end reasoning at no call marker."""
+    s, _, _ = FORMATS[name]
+    output = f"{s}x " + qwen_call("f", a="1") + KIMI_CALL
+    assert every_way(name, output) == ("x " + qwen_call("f", a="1") + KIMI_CALL, None)
+
+
+# (reasoning parser, output, inside, reasoning, content): what the model wrote,
+# as the family writes its calls.
+ALONE = [
+    # Qwen3.5: `<tool_call>` before `</think>`; the section is content, marker included.
+    (
+        "qwen3",
+        "<think>The user wants the weather.\n" + qwen_call("get_weather", city="Paris"),
+        False,
+        "The user wants the weather.\n",
+        qwen_call("get_weather", city="Paris"),
+    ),
+    # Hermes-style body: any `<tool_call>` ends it (vLLM's engine and SGLang alike).
+    (
+        "qwen3",
+        '<think>ok\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>',
+        False,
+        "ok\n",
+        '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>',
+    ),
+    # The prompt opened the block; text after the call stays with the section.
+    (
+        "qwen3",
+        "Need it. " + qwen_call("f", a="1") + "\nDone.",
+        True,
+        "Need it. ",
+        qwen_call("f", a="1") + "\nDone.",
+    ),
+    # An end tag after the call: it was reasoning after all.
+    (
+        "qwen3",
+        "<think>draft " + qwen_call("f", a="1") + " no.</think>Answer.",
+        False,
+        "draft " + qwen_call("f", a="1") + " no.",
+        "Answer.",
+    ),
+    ("glm45", "<think>Checking Paris." + GLM_CALL, False, "Checking Paris.", GLM_CALL),
+    ("kimi_k25", "<think>Look it up." + KIMI_CALL, False, "Look it up.", KIMI_CALL),
+    (
+        "kimi_k25",
+        "<think>typo<|tool_call_section_begin|>x",
+        False,
+        "typo",
+        "<|tool_call_section_begin|>x",
+    ),
+    ("nemotron3", "plan\n" + qwen_call("f", a="1"), False, "plan\n", qwen_call("f", a="1")),
+    (
+        "mistral",
+        '[THINK]2+2?[TOOL_CALLS]add[ARGS]{"a": 2}',
+        False,
+        "2+2?",
+        '[TOOL_CALLS]add[ARGS]{"a": 2}',
+    ),
+    (
+        "gemma4",
+        "<|channel>thought\nweather<|tool_call>call:w{}<tool_call|>",
+        False,
+        "weather",
+        "<|tool_call>call:w{}<tool_call|>",
+    ),
+    (
+        "hunyuan",
+        '<think>\nneed it<tool_calls>[{"name": "f"}]</tool_calls>',
+        False,
+        "need it",
+        '<tool_calls>[{"name": "f"}]</tool_calls>',
+    ),
+    # Outside reasoning a call marker means nothing to the reasoning parser.
+    (
+        "qwen3",
+        "<think>r</think>a " + qwen_call("f", a="1"),
+        False,
+        "r",
+        "a " + qwen_call("f", a="1"),
+    ),
+    # Prose that names the marker in a block cut off still ends it there (as the peers do).
+    (
+        "qwen3",
+        "<think>I will emit a <tool_call> block",
+        False,
+        "I will emit a ",
+        "<tool_call> block",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,output,inside,thought,content", ALONE)
+def test_without_a_tool_parser_the_call_section_is_content(
+    name: str, output: str, inside: bool, thought: str, content: str
+) -> None:
+    assert every_way(name, output, inside) == (thought, content)
+    assert reference(name, output, inside) == (thought, content)
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), case=st.sampled_from(ALONE))
+def test_alone_any_split_gives_the_same_message(data: st.DataObject, case: tuple) -> None:
+    name, output, inside, thought, content = case
+    assert parse(name, data.draw(splits(output)), inside) == (thought, content)
+
+
+def test_alone_reasoning_streams_and_the_section_waits_for_the_end() -> None:
+    parser = MessageParser(reasoning_parser("kimi_k25")(False))
+    assert parser.feed("<think>plan") == [Reasoning("plan")]
+    assert parser.feed(" <|tool_calls_sec") == [Reasoning(" ")]  # could be the marker
+    assert parser.feed("tion_begin|><|tool_call_begin|>") == []  # held: `</think>` may follow
+    assert parser.feed("functions.f:0") == []
+    assert parser.finish() == [
+        Content("<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0")
+    ]
+
+
+def test_a_tool_parser_behind_replaces_the_family_call_starts() -> None:
+    """qwen3 alone exits at `<tool_call>`; with qwen3_coder behind only at its own
+    call starts (`<tool_call>` then `<function=`), and a parser with none (a named
+    tool_choice's arguments reader) disables them."""
+    prose = "<think>I will emit a <tool_call> block next"
+    assert parse("qwen3", [prose]) == ("I will emit a ", "<tool_call> block next")
+    with_coder = parse_chunks("qwen3_coder", [prose], Tools({"f": {}}), "qwen3")
+    assert (with_coder.reasoning, with_coder.content) == (
+        "I will emit a <tool_call> block next",
+        None,
+    )
+    named = MessageParser(reasoning_parser("qwen3")(False), NamedToolParser(Tools({"f": {}}), "f"))
+    pieces = named.feed(prose + qwen_call("f", a="1")) + named.finish()
+    assert "".join(p.text for p in pieces if isinstance(p, Reasoning)) == prose[7:] + qwen_call(
+        "f", a="1"
+    )
 
 
 # -- families: granite's two spellings, gemma4's channel label, hunyuan's frame ----------
@@ -617,14 +777,17 @@ def test_nemotron3_starts_inside() -> None:
 
 
 def outputs(name: str) -> st.SearchStrategy[str]:
-    """Outputs built from the format's tags, their prefixes and tricky text."""
+    """Outputs built from the format's tags and call starts, their prefixes and tricky text."""
     s, e, _ = FORMATS[name]
     starts, ends, label, drops = tags(name)
-    extra = [t for t in (*starts, *ends, *drops, label) if t and t not in (s, e)]
+    exits = CALL_STARTS.get(name, ())
+    extra = [t for t in (*starts, *ends, *drops, label, *exits) if t and t not in (s, e)]
+    partial_exits = [x[:n] for x in exits for n in range(1, len(x))]
     pieces = st.one_of(
         st.sampled_from([s, e, s, e, " ", "\n", "\n\n", *extra]),
         st.integers(1, len(s) - 1).map(lambda n: s[:n]),
         st.integers(1, len(e) - 1).map(lambda n: e[:n]),
+        st.sampled_from(partial_exits or [" "]),
         st.text(alphabet=st.sampled_from(sorted(set(s + e + label + "ab é東🙂\n"))), max_size=8),
     )
     return st.lists(pieces, max_size=8).map("".join)

@@ -7,11 +7,15 @@ start tag (Gemma 4's `thought\\n`) and markers that frame the answer and are
 dropped from content (Hunyuan's `</answer>`). The prompt decides too: when the
 rendered prompt ends with the start tag, parsing starts inside.
 
-With a tool parser behind it, the family's call-start markers are *exits*: a
-model that starts a call while still thinking, never closing the block, has
-the rest of its output handed to the tool parser instead of left as reasoning.
-Text from an exit on is held (not streamed) until the end tag proves it was
-reasoning after all, or the output ends without one.
+Where a call begins is an *exit*: a model that starts a call while still
+thinking, never closing the block, has the rest of its output handed on as
+content instead of left as reasoning. A family declares its own exits
+(`call_starts`: the tool-call marker its model writes, where vLLM's and SGLang's
+reasoning parsers for it end reasoning too); with no tool parser behind, the
+section goes out as content, marker included. A tool parser behind replaces
+them with its own call-start markers (`exit_at`) and gets the section. Either
+way, text from an exit on is held (not streamed) until the end tag proves it
+was reasoning after all, or the output ends without one.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ class TagReasoningParser(ReasoningParser):
     label: ClassVar[str] = ""
     # Markers outside reasoning that frame the answer: dropped from content.
     content_drops: ClassVar[tuple[str, ...]] = ()
+    # Where the family's tool calls begin: the exits while no tool parser is behind.
+    call_starts: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -50,7 +56,7 @@ class TagReasoningParser(ReasoningParser):
         # (models whose template opened the block sometimes repeat it).
         self._at_start = True
         self._label_pending = bool(self.label) and self.inside
-        self._exits: tuple[str, ...] = ()
+        self._exits: tuple[str, ...] = self.call_starts
         self._exited = False  # inside, past an exit: held until an end tag or the end
         self._scan = 0  # where to resume looking for an end tag while exited
         self._set_tags()
@@ -60,7 +66,8 @@ class TagReasoningParser(ReasoningParser):
         return (*cls.start_tags, *cls.end_tags, *cls.content_drops)
 
     def exit_at(self, markers: tuple[str, ...]) -> None:
-        """Tool-call start markers that end an unclosed block (see the module doc)."""
+        """The tool parser's call-start markers: they replace the family's own
+        exits (`call_starts`), and what follows one is the tool parser's."""
         self._exits = tuple(m for m in markers if m)
         self._set_tags()
 
@@ -123,7 +130,7 @@ class TagReasoningParser(ReasoningParser):
             if i:
                 out.append(self._piece(buf[:i]))
             if self.inside and tag in self._exits and tag not in self.end_tags:
-                self._buf = buf[i:]  # the exit marker stays: it is the tool parser's
+                self._buf = buf[i:]  # the exit marker stays: it begins the section
                 self._exited, self._scan = True, len(tag)
                 continue
             self._buf = buf[i + len(tag) :]
@@ -144,7 +151,8 @@ class TagReasoningParser(ReasoningParser):
     def finish(self) -> list[Piece]:
         out = self._drain()
         if self._buf:
-            # Past an exit and never closed: the rest is the tool parser's.
+            # Past an exit and never closed: the rest is content (a tool
+            # parser behind reads its call there).
             out.append(Content(self._buf) if self._exited else self._piece(self._buf))
             self._buf = ""
         self._exited = False
@@ -167,15 +175,22 @@ def _family(
     )
 
 
+# The exits (`call_starts`) are the families' tool-call markers where vLLM's
+# reasoning parsers (vllm/reasoning/, vllm/parser/) or SGLang's
+# (srt/parser/reasoning_parser.py, `tool_start_token`) end reasoning for them.
+_TOOL_CALL = ("<tool_call>",)  # Qwen3 / Qwen3.5, GLM 4.5-4.7, Nemotron 3
+_KIMI_SECTION = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>")
+
 REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
     p.name: p
     for p in (
         _family("think", "<think>", "</think>"),
-        _family("qwen3", "<think>", "</think>"),
+        _family("qwen3", "<think>", "</think>", call_starts=_TOOL_CALL),
         _family("deepseek_r1", "<think>", "</think>", inside=True),
-        _family("glm45", "<think>", "</think>"),
-        _family("kimi_k25", "<think>", "</think>"),
-        _family("mistral", "[THINK]", "[/THINK]"),
+        _family("glm45", "<think>", "</think>", call_starts=_TOOL_CALL),
+        # Kimi K2.5: the section marker, in both spellings the kimi_k2 family reads.
+        _family("kimi_k25", "<think>", "</think>", call_starts=_KIMI_SECTION),
+        _family("mistral", "[THINK]", "[/THINK]", call_starts=("[TOOL_CALLS]",)),
         # Granite writes "Here's" as well as "Here is", mixed within one answer.
         _family(
             "granite",
@@ -184,7 +199,7 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         ),
         _family("kimi", "◁think▷", "◁/think▷"),
         # Nemotron 3: the template opens the block (`<think>\n` ends the prompt).
-        _family("nemotron3", "<think>", "</think>", inside=True),
+        _family("nemotron3", "<think>", "</think>", inside=True, call_starts=_TOOL_CALL),
         # Hunyuan A13B: `<think>\n…\n</think>\n<answer>\n…\n</answer>`; the
         # newlines are part of its markers, the answer's frame is dropped.
         _family(
@@ -192,10 +207,13 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
             "<think>\n",
             "\n</think>\n<answer>\n",
             content_drops=("<answer>\n", "\n</answer>"),
+            call_starts=("<tool_calls>",),
         ),
         # Gemma 4: `<|channel>thought\n…<channel|>`; `thought\n` is the channel's
         # name, not reasoning.
-        _family("gemma4", "<|channel>", "<channel|>", label="thought\n"),
+        _family(
+            "gemma4", "<|channel>", "<channel|>", label="thought\n", call_starts=("<|tool_call>",)
+        ),
     )
 }
 

@@ -222,6 +222,68 @@ CASES = [
     beam_case("plain_text_without_framing", "Hello there", "Hello there"),
 ]
 
+# No tools declared (`tool_choice: "none"`, or none sent): nothing is called. A
+# call written anyway is read, and its arguments (as the JSON object the call
+# would have carried, untyped: no schema) are text of its analysis segment, so
+# reasoning; broken markup is dropped as ever. Markup never reaches the client.
+NO_TOOLS: dict[str, dict] = {}
+UNCALLED = [
+    Case(
+        "none_call_is_reasoning_as_its_arguments",
+        HEADER + P("city", "Paris") + "<|call|>",
+        None,
+        reasoning='{"city": "Paris"}',
+        tools=NO_TOOLS,
+    ),
+    Case(
+        "none_analysis_call_and_final_in_order",
+        ANALYSIS
+        + header(later=True)
+        + P("city", "Paris")
+        + P("days", "2")
+        + "<|end|>"
+        + FINAL
+        + "Hi",
+        "Hi",
+        reasoning='Need the weather.{"city": "Paris", "days": "2"}',
+        tools=NO_TOOLS,
+    ),
+    Case(
+        "none_unterminated_complete_body",
+        HEADER + P("city", " Montréal "),
+        None,
+        reasoning='{"city": " Montréal "}',
+        tools=NO_TOOLS,
+    ),
+    Case(
+        "none_two_calls",
+        HEADER + P("city", "Paris") + "<|end|>" + header(later=True) + P("city", "Rome"),
+        None,
+        reasoning='{"city": "Paris"}{"city": "Rome"}',
+        tools=NO_TOOLS,
+    ),
+    Case(
+        "none_partial_parameter_dropped",
+        ANALYSIS + header(later=True) + '<rfl:parameter name="city">Par',
+        None,
+        reasoning="Need the weather.",
+        tools=NO_TOOLS,
+    ),
+    Case(
+        "none_broken_body_dropped",
+        HEADER + "junk " + P("city", "Paris") + "<|call|>" + FINAL + "ok",
+        "ok",
+        tools=NO_TOOLS,
+    ),
+    Case(
+        "none_empty_call_is_an_empty_object",
+        header("ping") + "<|call|>",
+        None,
+        reasoning="{}",
+        tools=NO_TOOLS,
+    ),
+]
+
 
 @dataclass
 class EosCase:
@@ -336,7 +398,7 @@ def check_eos(item: EosCase, chunks: list[str]) -> None:
     assert "<|" not in message and "rfl:" not in message, message  # it may reach the client
 
 
-globals().update(family_tests(FAMILY, CASES, examples=80))
+globals().update(family_tests(FAMILY, CASES + UNCALLED, examples=80))
 
 
 @pytest.mark.parametrize("item", EOS_CASES, ids=lambda c: c.case.id)
@@ -428,3 +490,12 @@ def test_no_marker_ever_reaches_content_or_reasoning() -> None:
             for marker in ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", EOS):
                 assert marker not in text, (case.id, text)
             assert "<rfl:parameter name=" not in text, (case.id, text)
+
+
+def test_with_no_tools_declared_nothing_is_called_and_nothing_is_held() -> None:
+    """`tool_choice: "none"`: the call goes out as reasoning when it closes, even
+    after a deviation (which would hold a call back), never as a call."""
+    parser = make_parser(FAMILY, Tools())
+    assert parser.feed("stray" + HEADER + P("city", "Paris")) == [Content("stray")]
+    assert parser.feed("<|end|>") == [Reasoning('{"city": "Paris"}')]
+    assert parser.finish() == []

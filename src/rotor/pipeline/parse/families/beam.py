@@ -12,6 +12,11 @@ body is recovered, a broken one is dropped (markup never reaches the client).
 deviation from the grammar seen in the turn is a `ParseError`. Deviations are
 noted as they happen; once one is noted, later calls are held back until the
 end so that no call goes out ahead of the error.
+
+With no tools declared (`tool_choice: "none"`, or no tools) nothing is called:
+a call the model writes anyway is read as before, and its arguments, as the
+JSON object the call would have carried, are text of the segment's channel
+(analysis: reasoning). Its markup never reaches the client.
 """
 
 from __future__ import annotations
@@ -114,7 +119,7 @@ class BeamParser(HarmonyParser):
             bare = name.removeprefix("functions.")
             if bare in self.tools:
                 name = bare
-        return False, name
+        return channel == "analysis", name
 
     def call(self, name: str, body: str, closed: bool) -> ToolCall | None:
         if not closed and not body.strip():
@@ -147,6 +152,8 @@ class BeamParser(HarmonyParser):
             self._fault("final ended by the call marker")
 
     def emit(self, call: ToolCall) -> list[Piece]:
+        if not self.tools:  # nothing may be called: the arguments are the segment's text
+            return [self._text(call.arguments)]
         if call.name not in self.tools:
             self._fault(f"a call to the undeclared tool {shown(call.name)}")
         if self._faults:

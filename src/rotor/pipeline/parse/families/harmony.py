@@ -10,6 +10,11 @@ its body to `<|end|>`, `<|call|>` or `<|return|>`:
     <|start|>assistant to=functions.f<|channel|>commentary json<|message|>{…}<|call|>
     <|start|>assistant<|channel|>final<|message|>…<|return|>    → content
 
+With no tools declared (`tool_choice: "none"`, or a request without tools) a
+recipient makes no call: the segment is text of its channel, so a
+`commentary to=functions.f` body is content, as written, and no call is
+returned (docs/tool-calling.md, tool_choice).
+
 `HarmonyParser` is also the machine Beam (`beam.py`) builds on: the segment
 framing is the same, only the call body and the rules at the end differ, and
 those are the hooks below.
@@ -88,9 +93,10 @@ class HarmonyParser(ToolParser):
     # -- the hooks a Harmony-framed family may change --------------------------
 
     def segment(self, header: str) -> tuple[bool, str | None]:
-        """(is reasoning, called name or None) for a complete header."""
+        """(is reasoning, called name or None) for a complete header. With no
+        tools declared there is nothing to call: the segment is its channel's text."""
         channel, name = header_parts(header)
-        if name is not None:
+        if name is not None and self.tools:
             return False, name.removeprefix("functions.")
         return channel == "analysis", None
 
@@ -178,8 +184,9 @@ class HarmonyParser(ToolParser):
             self._head = buf[: j + len(MESSAGE)]
             self._buf = buf[j + len(MESSAGE) :]
             reasoning, name = self.segment(buf[:j])
+            self._reasoning = reasoning  # the segment's channel, for a call body too
             if name is None:
-                self._mode, self._reasoning = TEXT, reasoning
+                self._mode = TEXT
             else:
                 self._mode, self._recipient, self._scan = BODY, name, 0
             return True

@@ -25,8 +25,8 @@ from rotor.api.app import create_app
 from rotor.bench.workload import words
 from rotor.engines.mocker import MockerConfig, MockerEngine
 from rotor.model.builtin import builtin_test_model
-from rotor.model.served import ServedModel
-from rotor.system import System
+from rotor.pipeline.served import ServedModel
+from rotor.serve.system import System
 
 
 def scope(payload: bytes) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from rotor.runtime.nats_server import command as nats_command
+from rotor.runtime.nats.server import command as nats_command
 
 PY = sys.executable
 OUT = Path("bench-results")

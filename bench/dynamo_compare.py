@@ -400,18 +400,19 @@ async def ttft_split(model_dir: Path, input_len: int, output_len: int, n: int, s
     """Time to first token inside rotor's process at 1 stream, with no HTTP:
     the mocker engine alone (prompt token ids in, first output out), the
     prompt's preparation alone (chat template and tokenizer) as the frontend
-    runs it (a short prompt: on the loop under the CPU alarm), in the prepare
-    pool, and called directly, and the whole
+    runs it (a short prompt: on the loop under the CPU alarm), in the
+    preparer's threads, and called directly, and the whole
     frontend pipeline (chat request in, first text event
     out: preparation, engine, detokenizer). p50, p90 and mean in ms."""
-    from rotor.api.body import chat_request
+    from rotor.api.body import validated
     from rotor.bench.workload import words
     from rotor.engines.mocker import MockerConfig, MockerEngine
     from rotor.model.loader import load_model
-    from rotor.model.served import ServedModel
     from rotor.pipeline.preprocess import new_request_id, prepare_chat
+    from rotor.pipeline.served import ServedModel
     from rotor.protocol.engine import EngineRequest, StopParams
-    from rotor.system import System as RotorSystem
+    from rotor.protocol.openai import ChatCompletionRequest
+    from rotor.serve.system import System as RotorSystem
 
     card, tok = load_model(model_dir, model_name=MODEL_NAME)
     engine = MockerEngine(card, tok, MockerConfig(speedup_ratio=0))
@@ -422,7 +423,12 @@ async def ttft_split(model_dir: Path, input_len: int, output_len: int, n: int, s
     rng = random.Random(seed)
     perf = time.perf_counter
     engine_ms, prepare_ms, pool_ms, inline_ms, frontend_ms, prompt_tokens = [], [], [], [], [], []
-    served = frontend.resolve(MODEL_NAME)
+    entry = frontend.model(MODEL_NAME)
+    served = entry.model
+
+    def chat_request(body: dict) -> ChatCompletionRequest:
+        return validated(ChatCompletionRequest, body)
+
     ways = ["frontend", "pool", "direct"]
     try:
         for i in range(n + n // 10):  # the first tenth warms up
@@ -439,9 +445,9 @@ async def ttft_split(model_dir: Path, input_len: int, output_len: int, n: int, s
             for way in ways[i % 3 :] + ways[: i % 3]:
                 t0 = perf()
                 if way == "frontend":  # as chat() does: inline under the alarm when short
-                    prepared = await frontend.prepare_chat(chat_request(body))
+                    prepared = await frontend.prepare_chat(served, chat_request(body))
                 elif way == "pool":
-                    await frontend.pool.run(
+                    await frontend.preparer.run(
                         prepare_chat, served, chat_request(body), new_request_id()
                     )
                 else:
@@ -458,7 +464,7 @@ async def ttft_split(model_dir: Path, input_len: int, output_len: int, n: int, s
                 pass
 
             t0 = perf()
-            resp = await frontend.chat(chat_request(body), f"split-{i}")
+            resp = await frontend.chat(entry, chat_request(body), f"split-{i}")
             t_frontend = None
             async for event in resp.events:
                 if t_frontend is None and event.pieces:

@@ -13,12 +13,15 @@ import time
 
 from rotor.api.anthropic.stream import MessageStream
 from rotor.api.openai.chat import ChatShaper
+from rotor.api.responses.items import response_head
 from rotor.api.responses.stream import ResponseStream
 from rotor.api.sse import named_event, sse_event
-from rotor.frontend import Response
+from rotor.frontend import StartedResponse
+from rotor.model.card import ModelCard
 from rotor.pipeline.decode import End
 from rotor.pipeline.events import ChoiceEvent, Finished, Usage
 from rotor.pipeline.parse.base import Content
+from rotor.pipeline.served import ServedModel
 from rotor.protocol.responses import ResponsesRequest
 
 TOKENS = 128
@@ -27,14 +30,17 @@ ROUNDS = 400
 
 def events() -> list[ChoiceEvent]:
     out = [ChoiceEvent(0, [Content(f"tok{i} ")]) for i in range(TOKENS - 1)]
-    out.append(ChoiceEvent(0, [Content("end")], [], Finished("stop", None, TOKENS, End.MODEL_EOS)))
+    out.append(ChoiceEvent(0, [Content("end")], [], Finished("stop", None, End.MODEL_EOS)))
     return out
 
 
-def response() -> Response:
-    usage = Usage()
-    usage.prompt_tokens, usage.completion_tokens = 20, TOKENS
-    return Response("chatcmpl-x", "m", 0, 1, usage, [], None)
+class _Counted:
+    tokens = TOKENS
+
+
+def response() -> StartedResponse:
+    usage = Usage(20, [_Counted()])  # type: ignore[list-item]
+    return StartedResponse("chatcmpl-x", ServedModel(ModelCard("m")), 0, 1, usage, None)
 
 
 def run(name: str, make, encode) -> float:  # noqa: ANN001
@@ -60,7 +66,8 @@ def main() -> None:
     req = ResponsesRequest(model="m", input="hi")
     openai = run("openai", lambda: ChatShaper(response()), sse_event)
     anthropic = run("anthropic", lambda: MessageStream(response(), "r"), named_event)
-    responses = run("responses", lambda: ResponseStream(req, response(), "r"), named_event)
+    head = response_head(req, response(), "r")
+    responses = run("responses", lambda: ResponseStream(head, response(), "r"), named_event)
     print(
         f"anthropic / openai = {anthropic / openai:.2f}, responses / openai = {responses / openai:.2f}"
     )

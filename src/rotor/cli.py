@@ -1,4 +1,4 @@
-"""The `rotor` command. Parsing only: what runs lives in rotor.launch."""
+"""The `rotor` command. Parsing only: what runs lives in rotor.serve."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from typing import Any, NoReturn
 
 from rotor import __version__
-from rotor.admission import DEFAULT_MAX_QUEUED
+from rotor.api.admission import DEFAULT_MAX_QUEUED
 from rotor.config import (
     DEFAULT_NATS,
     EngineConfig,
@@ -22,7 +22,7 @@ from rotor.config import (
 from rotor.engines.registry import ENGINES, engine_flags, engine_names, engine_spec
 from rotor.inputs.style import COLOR_MODES
 from rotor.logs import FORMATS
-from rotor.pipeline.workers import DEFAULT_BUDGET_S
+from rotor.pipeline.preparer import DEFAULT_BUDGET_S
 
 USAGE = """\
 rotor run [in=INPUT] [out=ENGINE] [flags] [-- ENGINE_ARGS...]
@@ -366,18 +366,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         kind, path, engine = parse_io(args.io)
         from rotor.inputs.interrupt import EXIT_INTERRUPTED
-        from rotor.launch import run
+        from rotor.serve.run import run
 
         try:
             return run(run_config(args, kind, path, engine, passthrough))
         except KeyboardInterrupt:  # Ctrl-C before a mode installed its own handling
             return EXIT_INTERRUPTED
     if args.command == "nats":
-        from rotor.runtime.nats_server import run as run_nats
+        from rotor.runtime.nats.server import run as run_nats
 
         return run_nats(args.host, args.port, args.store)
     if args.command == "frontend":
-        from rotor.launch_frontend import run_frontend
+        from rotor.serve.frontend import run_frontend
 
         return run_frontend(
             FrontendConfig(
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     if args.command == "worker":
-        from rotor.launch_worker import run_worker
+        from rotor.serve.worker import run_worker
 
         engine = _worker_engine(args.io)
         return run_worker(

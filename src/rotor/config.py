@@ -56,7 +56,7 @@ class HTTPConfig:
     port: int = 8000
     api_key: str | None = None
     reasoning_field: str = "reasoning_content"
-    max_queued_requests: int = 1024  # admission control (rotor.admission)
+    max_queued_requests: int = 1024  # admission control (rotor.api.admission)
     shutdown_grace: float = 10.0  # SIGTERM: then open streams end with an error event
     http_workers: int = 1  # HTTP processes; >1: the engine is reached over a unix socket
 

@@ -3,6 +3,9 @@ and one request from a validated body to its stream of internal events.
 HTTP (api/) and the terminal inputs (inputs/) drive requests through here,
 so they behave the same; each shapes the events in its own way.
 
+A request's model is looked up once (`Frontend.model`), by whoever takes the
+request, and the entry is what every later step is given.
+
 Request ids: the id a caller passes (the client's `x-request-id`, or one made
 for it) names the response (`chatcmpl-<id>`) and the logs; the engine never
 sees it. Every engine request gets an id of its own, unique in this process,
@@ -20,12 +23,12 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-from rotor.model.served import ServedModel
 from rotor.pipeline.bounds import text_size
 from rotor.pipeline.events import ChoiceEvent, Failure, Usage
 from rotor.pipeline.generate import EngineClient, run_all
+from rotor.pipeline.preparer import Preparer
 from rotor.pipeline.preprocess import (
     LONG_PROMPT_CHARS,
     Prepared,
@@ -33,7 +36,7 @@ from rotor.pipeline.preprocess import (
     prepare_chat,
     prepare_completion,
 )
-from rotor.pipeline.workers import PreparePool
+from rotor.pipeline.served import ServedModel
 from rotor.protocol.engine import EngineState
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 
@@ -61,39 +64,49 @@ class ServingEngine(EngineClient, Protocol):
     def state(self) -> EngineState: ...
 
 
+@runtime_checkable
+class RemoteEngine(Protocol):
+    """An engine client over remote workers (a router's pool): which workers
+    are live, and where a request was routed."""
+
+    def describe(self) -> list[dict[str, Any]]:
+        """The live workers, for /health (none: the model cannot be served now)."""
+        ...
+
+    def routed(self, request_id: str) -> dict[str, str]:
+        """The response headers that explain where a request was routed."""
+        ...
+
+
 @dataclass
 class ModelEntry:
     model: ServedModel
     engine: ServingEngine
-    # The workers behind a pool of remote engines (for /health); None for an
-    # in-process engine, which is always there.
-    workers: Callable[[], list[dict[str, Any]]] | None = None
+    # The engine when it is a pool of remote workers; None for an in-process
+    # engine, which is always there.
+    remote: RemoteEngine | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.remote = self.engine if isinstance(self.engine, RemoteEngine) else None
 
     def live(self) -> bool:
         """Something can serve it now (a model whose last worker left stays
         known, and its requests are 503s)."""
-        return self.workers is None or bool(self.workers())
+        return self.remote is None or bool(self.remote.describe())
 
     def routed(self, request_id: str) -> dict[str, str]:
-        """The response headers that explain where a request was routed."""
-        routed = getattr(self.engine, "routed", None)
-        return routed(request_id) if routed is not None else {}
+        return self.remote.routed(request_id) if self.remote is not None else {}
 
 
 class ModelRegistry:
     """The models this frontend serves, by name, each with its engine client
-    (today an in-process engine; a router over remote workers is one more)."""
+    (an in-process engine, or a pool of remote workers)."""
 
     def __init__(self) -> None:
         self._entries: dict[str, ModelEntry] = {}
 
-    def add(
-        self,
-        model: ServedModel,
-        engine: ServingEngine,
-        workers: Callable[[], list[dict[str, Any]]] | None = None,
-    ) -> None:
-        self._entries[model.name] = ModelEntry(model, engine, workers)
+    def add(self, model: ServedModel, engine: ServingEngine) -> None:
+        self._entries[model.name] = ModelEntry(model, engine)
 
     def remove(self, name: str) -> None:
         self._entries.pop(name, None)
@@ -122,28 +135,25 @@ class ModelRegistry:
 
 
 @dataclass
-class Response:
-    """A started response: its id, its usage (complete once the events end),
-    and the internal event stream. `token_text` names a token for logprobs."""
+class StartedResponse:
+    """A started response: its id, the model serving it, its usage (complete
+    once the events end), and the internal event stream. `token_text` names a
+    token for logprobs."""
 
     id: str
-    model: str
+    served: ServedModel
     created: int
     n: int
     usage: Usage
-    prepared: list[Prepared]
     token_text: Callable[[int], str] | None
     token_bytes: Callable[[int], bytes] | None = None  # a token's real bytes, for logprobs
     events: AsyncGenerator[ChoiceEvent, None] = field(init=False)
     headers: dict[str, str] = field(default_factory=dict)  # where it was routed
 
     @property
-    def prompt_tokens(self) -> int:
-        return sum(p.prompt_tokens for p in self.prepared)
-
-    def completion_tokens(self) -> int:
-        """Tokens generated so far, over every choice (final once the events end)."""
-        return sum(c.decoder.tokens for p in self.prepared for c in p.choices)
+    def model(self) -> str:
+        """The served model's name, as responses and metrics name it."""
+        return self.served.name
 
 
 @dataclass
@@ -152,55 +162,59 @@ class Frontend:
     reasoning_field: str = "reasoning_content"
     ready: bool = False  # the engines it was built with have started
     # Where prompts are rendered and tokenized, within a time budget.
-    pool: PreparePool = field(default_factory=PreparePool)
+    preparer: Preparer = field(default_factory=Preparer)
 
-    def resolve(self, name: str | None) -> ServedModel:
-        return self.registry.get(name).model
+    def model(self, name: str | None) -> ModelEntry:
+        """The served model a request names (ModelNotFound when there is none)."""
+        return self.registry.get(name)
 
-    async def prepare_chat(self, req: ChatCompletionRequest) -> Prepared:
+    async def prepare_chat(self, model: ServedModel, req: ChatCompletionRequest) -> Prepared:
         """The chat request prepared as `chat` runs it (prompt, tokens, choices),
-        in the prepare pool: a chat template is untrusted code. A short
+        by the preparer: a chat template is untrusted code. A short
         conversation is tried on the loop first, under a CPU alarm (the thread
-        hop each way cost more than the work). Raises
-        ModelNotFound, RequestError."""
-        model = self.resolve(req.model)
+        hop each way cost more than the work). Raises RequestError."""
         short = text_size((req.messages, req.tools), LONG_PROMPT_CHARS) <= LONG_PROMPT_CHARS
-        return await self.pool.run(
+        return await self.preparer.run(
             prepare_chat, model, req, new_request_id(), inline=model.name if short else None
         )
 
-    async def chat(self, req: ChatCompletionRequest, request_id: str) -> Response:
+    async def chat(
+        self, entry: ModelEntry, req: ChatCompletionRequest, request_id: str
+    ) -> StartedResponse:
         """Start a chat response named after `request_id` (the caller's id)."""
-        entry = self.registry.get(req.model)
-        prepared = await self.prepare_chat(req)
+        prepared = await self.prepare_chat(entry.model, req)
         return await self._start(entry, f"chatcmpl-{request_id}", [prepared], req.logprobs)
 
-    async def completion(self, req: CompletionRequest, request_id: str) -> Response:
+    async def completion(
+        self, entry: ModelEntry, req: CompletionRequest, request_id: str
+    ) -> StartedResponse:
         """Start a completions response named after `request_id` (the caller's id)."""
-        entry = self.registry.get(req.model)
         engine_id = new_request_id()
         if _completion_chars(req) > LONG_PROMPT_CHARS:
-            prepared = await self.pool.run(prepare_completion, entry.model, req, engine_id)
+            prepared = await self.preparer.run(prepare_completion, entry.model, req, engine_id)
         else:
             prepared = prepare_completion(entry.model, req, engine_id)
         return await self._start(entry, f"cmpl-{request_id}", prepared, req.logprobs is not None)
 
     async def _start(
         self, entry: ModelEntry, response_id: str, prepared: list[Prepared], logprobs: bool
-    ) -> Response:
+    ) -> StartedResponse:
         model = entry.model
         log.debug(
             "response %s runs as engine request(s) %s",
             response_id,
             ", ".join(r.request_id for p in prepared for r in p.requests),
         )
-        n = sum(len(p.choices) for p in prepared)
+        usage = Usage(
+            sum(p.prompt_tokens for p in prepared),
+            [c.decoder for p in prepared for c in p.choices],
+        )
         token_text = model.token_text if logprobs and model.tokenizer is not None else None
         token_bytes = model.tokenizer.token_bytes if token_text is not None else None
-        resp = Response(
-            response_id, model.name, int(time.time()), n, Usage(), prepared, token_text, token_bytes
+        resp = StartedResponse(
+            response_id, model, int(time.time()), usage.choices, usage, token_text, token_bytes
         )
-        resp.events = await _primed(run_all(entry.engine, prepared, resp.usage))
+        resp.events = await _primed(run_all(entry.engine, prepared, usage))
         resp.headers = entry.routed(prepared[0].requests[0].request_id)
         return resp
 

@@ -12,8 +12,8 @@ import pytest
 from rotor.api.app import create_app
 from rotor.engines.echo import EchoEngine
 from rotor.model.builtin import builtin_test_model
-from rotor.model.served import ServedModel
-from rotor.system import System
+from rotor.pipeline.served import ServedModel
+from rotor.serve.system import System
 
 LIMIT = 300  # bytes: the app's body limit here
 MESSAGES = [{"role": "user", "content": "hi"}]

@@ -15,8 +15,10 @@ from rotor.api.errors import INTERNAL_ERROR, error_body
 from rotor.api.metrics import Metrics
 from rotor.api.observe import observed
 from rotor.api.sse import OPENAI, SERVER_SEND, SSEResponse
-from rotor.frontend import Response
+from rotor.frontend import StartedResponse
+from rotor.model.card import ModelCard
 from rotor.pipeline.events import ChoiceEvent, Usage
+from rotor.pipeline.served import ServedModel
 
 TIMEOUT_S = 5
 
@@ -140,7 +142,7 @@ async def test_a_failed_write_is_a_disconnect() -> None:
 
 async def test_observed_counts_a_raising_stream_as_a_500_not_cancelled() -> None:
     metrics = Metrics()
-    resp = Response("chatcmpl-x", "m", 0, 1, Usage(), [], None)
+    resp = StartedResponse("chatcmpl-x", ServedModel(ModelCard("m")), 0, 1, Usage(), None)
 
     async def events() -> AsyncIterator[ChoiceEvent]:
         yield ChoiceEvent(0, [])

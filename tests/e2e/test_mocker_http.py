@@ -398,7 +398,7 @@ def test_preemption_under_a_tiny_kv_cache_completes_every_request(tiny: Server) 
 
 def test_the_speedup_ratio_flag_reaches_the_engine() -> None:
     from rotor.cli import build_parser, parse_io, run_config
-    from rotor.launch import build_system
+    from rotor.serve.build import build_system
 
     args = build_parser().parse_args(["run", "out=mocker", "--speedup-ratio", "10"])
     system = build_system(run_config(args, *parse_io(args.io)))

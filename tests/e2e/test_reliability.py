@@ -108,7 +108,7 @@ def test_an_endless_template_is_stopped_at_its_budget_and_never_exhausts_the_poo
     with rotor_server(*args) as srv:
         body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
-        def six() -> list[httpx.Response]:  # more than the pool's workers, at once
+        def six() -> list[httpx.Response]:  # more than the preparer's threads, at once
             out: list[httpx.Response] = []
             threads = [
                 threading.Thread(target=lambda: out.append(chat(srv.url, body))) for _ in range(6)

@@ -9,8 +9,8 @@ from pathlib import Path
 from rotor.engines.echo import EchoEngine
 from rotor.inputs.batch import jsonl_lines, run_batch
 from rotor.model.card import echo_card
-from rotor.model.served import ServedModel
-from rotor.system import System
+from rotor.pipeline.served import ServedModel
+from rotor.serve.system import System
 
 # Each of these is a line boundary to str.splitlines, and plain text to JSON.
 SEPARATORS = "\u2028\u2029\u0085"

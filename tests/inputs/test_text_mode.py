@@ -11,9 +11,9 @@ import pytest
 from rotor.engines.echo import EchoEngine
 from rotor.inputs.session import stream_chat
 from rotor.model.card import echo_card
-from rotor.model.served import ServedModel
+from rotor.pipeline.served import ServedModel
 from rotor.protocol.openai import ChatCompletionRequest
-from rotor.system import System
+from rotor.serve.system import System
 
 from support.models import chatml_model
 from support.terminal import PROMPT_BACK_S, PROMPT_OFF, PROMPT_ON, Terminal, plain

@@ -9,9 +9,9 @@ import pytest
 
 from rotor.config import ModelConfig
 from rotor.engines.registry import engine_spec
-from rotor.launch import StartupError, load
 from rotor.model.card import echo_card
 from rotor.model.loader import ModelLoadError, apply_overrides
+from rotor.serve.build import StartupError, load
 
 ENGINES = ("echo", "mocker")
 

@@ -116,7 +116,7 @@ def test_completed_call_then_model_eos_is_tool_calls(eos: int) -> None:
         None,
         None,
     )
-    assert f.completion_tokens == len(ids) + 1
+    assert pipe.decoder.tokens == len(ids) + 1
 
 
 def test_plain_text_model_eos_is_stop() -> None:
@@ -158,7 +158,7 @@ def test_length_is_never_rewritten(how: str) -> None:
     assert fold(pieces).calls == PARIS, "the completed call is still delivered"
     f = pipe.finished
     assert f is not None and f.end is End.LENGTH and f.finish_reason == "length"
-    assert f.completion_tokens == len(ids)
+    assert pipe.decoder.tokens == len(ids)
 
 
 def test_length_cutting_a_call_leaves_no_call_and_length() -> None:
@@ -232,7 +232,7 @@ def test_engine_error_sets_error_and_yields_no_pieces(same_output: bool) -> None
     f = pipe.finished
     assert f is not None and f.end is End.ERROR
     assert f.failure == Failure("internal", "worker died")
-    assert f.completion_tokens == len(ids)
+    assert pipe.decoder.tokens == len(ids)
 
 
 @pytest.mark.parametrize(
@@ -266,7 +266,7 @@ def test_output_after_the_end_changes_nothing() -> None:
     assert pipe.push(EngineOutput(token_ids=TOK.encode(CALL), finish="length")) == []
     assert pipe.close() == []
     assert pipe.finished is f, "the End is decided once"
-    assert pipe.calls == 1 and f.completion_tokens == len(TOK.encode(CALL)) + 1
+    assert pipe.calls == 1 and pipe.decoder.tokens == len(TOK.encode(CALL)) + 1
 
 
 # -- any split, same message ------------------------------------------------------------
@@ -304,6 +304,6 @@ def test_any_split_gives_the_same_message(message: str, sizes: list[int], end: s
         pieces = drive(pipe, outs)
         f = pipe.finished
         assert f is not None
-        return merged(pieces), (f.finish_reason, f.stop_reason, f.end, f.completion_tokens)
+        return merged(pieces), (f.finish_reason, f.stop_reason, f.end, pipe.decoder.tokens)
 
     assert run(sizes) == run([len(ids) + 1]) == run([1])

@@ -1,6 +1,6 @@
 """Short prepare jobs on the event loop (pipeline/inline.py): they run on the
-calling (main) thread, a job past its CPU budget is interrupted and the pool
-takes over, a key with too many strikes stays in the pool, and an
+calling (main) thread, a job past its CPU budget is interrupted and the
+preparer's threads take over, a key with too many strikes stays with the threads, and an
 interruption never lands outside the job it was meant for."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from rotor.pipeline.errors import RequestError
 from rotor.pipeline.inline import InlineRunner
 from rotor.pipeline.jobs import BudgetExceeded
-from rotor.pipeline.workers import PreparePool
+from rotor.pipeline.preparer import Preparer
 
 
 def spin_forever() -> None:
@@ -49,7 +49,7 @@ def test_an_endless_job_is_interrupted_and_counts_a_strike() -> None:
         runner.call("m", spin_forever)
     assert not runner.allows("m")
     assert runner.allows("other")  # strikes are per key (per model)
-    assert runner.call("m", lambda: 7) == 7  # call itself still works; the pool asks allows()
+    assert runner.call("m", lambda: 7) == 7  # call itself still works; the preparer asks allows()
 
 
 @settings(max_examples=40, deadline=None)
@@ -70,24 +70,26 @@ def test_an_interruption_never_lands_after_its_job(work_ms: float) -> None:
         assert total == 1999000
 
 
-async def test_the_pool_runs_an_inline_job_on_the_loop_and_takes_over_an_interrupted_one() -> None:
-    pool = PreparePool(budget_s=0.3)
-    pool.inline = InlineRunner(budget_s=0.02, strikes=1)
+async def test_the_preparer_runs_an_inline_job_on_the_loop_and_takes_over_an_interrupted_one() -> (
+    None
+):
+    preparer = Preparer(budget_s=0.3)
+    preparer.inline = InlineRunner(budget_s=0.02, strikes=1)
     loop_thread = threading.get_ident()
-    assert await pool.run(threading.get_ident, inline="m") == loop_thread
-    assert await pool.run(threading.get_ident) != loop_thread  # no key: the pool
-    # Endless: interrupted on the loop, then stopped at the pool's own budget.
+    assert await preparer.run(threading.get_ident, inline="m") == loop_thread
+    assert await preparer.run(threading.get_ident) != loop_thread  # no key: a thread
+    # Endless: interrupted on the loop, then stopped at the preparer's own budget.
     with pytest.raises(RequestError, match="budget of 0.3 s"):
-        await pool.run(spin_forever, inline="m")
-    assert pool.inline.interrupted == 1 and pool.timeouts == 1
-    # One strike was this key's allowance: its jobs now go straight to the pool.
-    assert await pool.run(threading.get_ident, inline="m") != loop_thread
-    assert await pool.run(threading.get_ident, inline="n") == loop_thread
+        await preparer.run(spin_forever, inline="m")
+    assert preparer.inline.interrupted == 1 and preparer.timeouts == 1
+    # One strike was this key's allowance: its jobs now go straight to the threads.
+    assert await preparer.run(threading.get_ident, inline="m") != loop_thread
+    assert await preparer.run(threading.get_ident, inline="n") == loop_thread
 
 
 async def test_the_loop_keeps_running_other_tasks_once_an_inline_job_is_stopped() -> None:
-    pool = PreparePool(budget_s=0.2)
-    pool.inline = InlineRunner(budget_s=0.02, strikes=1)
+    preparer = Preparer(budget_s=0.2)
+    preparer.inline = InlineRunner(budget_s=0.02, strikes=1)
     ticks = 0
 
     async def ticker() -> None:
@@ -100,10 +102,10 @@ async def test_the_loop_keeps_running_other_tasks_once_an_inline_job_is_stopped(
     await asyncio.sleep(0)
     before = ticks
     with pytest.raises(RequestError):
-        await pool.run(spin_forever, inline="m")
+        await preparer.run(spin_forever, inline="m")
     task.cancel()
     # Stopped on the loop, the template went on in a worker: the loop served
-    # the ticker while the pool spent its budget (run on the loop, it would not).
+    # the ticker while the preparer spent its budget (run on the loop, it would not).
     assert ticks > before
 
 
@@ -130,7 +132,7 @@ def test_an_alarm_after_the_job_is_ignored() -> None:
 
 
 def test_a_sigprof_handler_of_someone_else_is_left_alone() -> None:
-    """A sampling profiler that owns SIGPROF keeps it: jobs then go to the pool."""
+    """A sampling profiler that owns SIGPROF keeps it: jobs then go to the threads."""
 
     def profiler(signum: int, frame: object) -> None:
         pass

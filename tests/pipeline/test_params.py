@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from rotor.model.loader import load_model
-from rotor.model.served import ServedModel
 from rotor.pipeline.errors import RequestError
 from rotor.pipeline.preprocess import prepare_chat
+from rotor.pipeline.served import ServedModel
 from rotor.protocol.openai import ChatCompletionRequest
 
 from support.models import write_model_dir

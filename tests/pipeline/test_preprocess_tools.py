@@ -17,7 +17,6 @@ import pytest
 from rotor.model.builtin import builtin_test_model
 from rotor.model.card import ModelCard
 from rotor.model.loader import load_model
-from rotor.model.served import ServedModel
 from rotor.model.tokenizer import Tokenizer
 from rotor.pipeline import grammar
 from rotor.pipeline.choice import ChoicePipeline
@@ -25,6 +24,7 @@ from rotor.pipeline.decode import End
 from rotor.pipeline.errors import RequestError
 from rotor.pipeline.parse.base import Piece, Tools
 from rotor.pipeline.preprocess import Prepared, prepare_chat
+from rotor.pipeline.served import ServedModel
 from rotor.pipeline.tool_choice import check_tool_choice
 from rotor.protocol.engine import EngineOutput
 from rotor.protocol.openai import ChatCompletionRequest

@@ -13,8 +13,9 @@ from rotor.protocol.kv import KVEvent
 from rotor.router.kv import KVRouter
 from rotor.router.kv_cost import KVCost
 from rotor.router.kv_index import Applied
-from rotor.runtime.kv_watch import KVWatch
-from rotor.runtime.worker import WorkerService
+from rotor.router.kv_sync import KVSync
+from rotor.runtime.nats.kv_events import KVEventFeed, KVSnapshots
+from rotor.runtime.nats.worker import WorkerService
 
 from support.cluster import Nats, nats_server
 from support.mocker import TOK, collect, request
@@ -41,8 +42,9 @@ async def test_a_gap_brings_a_resync_that_matches_the_cache(nats: Nats, make_eng
     nc = await nats_py.connect(nats.url)
     service = WorkerService(nc, engine, TOK)
     await service.start()
-    router = KVRouter(4, KVCost(4), lambda w: 0)
-    watch = KVWatch(nc, lambda w: router if w == service.worker_id else None)
+    router = KVRouter(4, KVCost(4))
+    watch = KVSync(KVSnapshots(nc), lambda w: router if w == service.worker_id else None)
+    feed = KVEventFeed(nc, watch.on_event)
     assert router.index is not None
     dropped: list[KVEvent] = []
     real_apply = router.index.apply
@@ -54,7 +56,7 @@ async def test_a_gap_brings_a_resync_that_matches_the_cache(nats: Nats, make_eng
         return real_apply(worker, event)
 
     router.index.apply = lossy_apply  # type: ignore[method-assign]
-    await watch.start()
+    await feed.start()
     try:
         watch.resync(service.worker_id)  # a worker that joins: its blocks so far
         wid = service.worker_id
@@ -73,6 +75,7 @@ async def test_a_gap_brings_a_resync_that_matches_the_cache(nats: Nats, make_eng
         assert watch.resyncs >= 2  # the join, and the gap
         assert router.index.blocks_of(wid) == set(engine.scheduler.kv.hash_to_block)
     finally:
+        await feed.stop()
         await watch.stop()
         await service.stop()
         await nc.close()

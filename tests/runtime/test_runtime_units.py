@@ -18,12 +18,13 @@ from rotor.protocol.engine import (
     StopParams,
     merge_outputs,
 )
-from rotor.router.modes import LeastLoaded, Random, RoundRobin
-from rotor.router.pool import Pool, _resumed
-from rotor.runtime import wire
-from rotor.runtime.discovery import Discovery
-from rotor.runtime.lease import Lease
-from rotor.runtime.remote import RemoteStream
+from rotor.protocol.lease import Lease
+from rotor.router.discovery import Discovery
+from rotor.router.migration import Progress, resumed
+from rotor.router.modes import LeastLoaded, LocalLoad, Random, RoundRobin
+from rotor.router.pool import Pool
+from rotor.runtime.nats import messages as wire
+from rotor.runtime.stream import OutputStream
 
 
 def lease(wid: str, **state: int) -> Lease:
@@ -56,13 +57,49 @@ def test_stream_messages_round_trip_and_reject_junk() -> None:
             wire.parse(bad)
 
 
-def test_sequence_numbers_catch_gaps_and_drop_repeats() -> None:
-    stream = RemoteStream()
-    assert stream.check(0) and stream.check(1)
-    assert not stream.check(1)  # a repeat: dropped, never passed on
+def stream_of(n: int = 1) -> tuple[OutputStream, list[int]]:
+    """A stream and the list its aborts are counted in."""
+    aborts: list[int] = []
+    return OutputStream(n, "worker w", abort=lambda: aborts.append(1)), aborts
+
+
+async def nothing() -> None:
+    pass
+
+
+async def test_sequence_numbers_catch_gaps_and_drop_repeats() -> None:
+    stream, aborts = stream_of()
+    stream.put(0, "outputs", [EngineOutput(0, [1])])
+    stream.put(1, "outputs", [EngineOutput(0, [2])])
+    stream.put(1, "outputs", [EngineOutput(0, [2])])  # a repeat: dropped, never passed on
+    stream.put(4, "outputs", [EngineOutput(0, [5])])
+    got: list[int] = []
     with pytest.raises(EngineError, match="lost stream messages 2..3") as e:
-        stream.check(4)
+        async for out in stream.read(nothing):
+            got.extend(out.token_ids)
+    assert got == [1, 2]  # what came in order went on; the gap ended the stream
     assert e.value.kind == "unavailable"
+    assert aborts == [1]  # the request is stopped on the worker
+
+
+async def test_a_stream_whose_choices_all_finished_is_not_aborted() -> None:
+    """The reader leaves after the last choice's finish, before the worker's
+    end message: nothing is left to stop, so no abort is sent."""
+    stream, aborts = stream_of(n=2)
+    stream.put(0, "outputs", [EngineOutput(0, [1], finish="eos"), EngineOutput(1, [2])])
+    reader = stream.read(nothing)
+    assert (await reader.__anext__()).finish == "eos"
+    stream.put(1, "outputs", [EngineOutput(1, [3], finish="length")])
+    await reader.__anext__()
+    assert (await reader.__anext__()).finish == "length"
+    await reader.aclose()
+    assert aborts == []
+    early, early_aborts = stream_of(n=2)
+    early.put(0, "outputs", [EngineOutput(0, [1], finish="eos")])
+    reader = early.read(nothing)
+    await reader.__anext__()
+    await reader.aclose()  # choice 1 still runs: it is stopped, once
+    assert early_aborts == [1]
 
 
 def test_a_waiting_stream_stays_cancelled_when_a_message_lands_in_the_same_turn() -> None:
@@ -71,14 +108,14 @@ def test_a_waiting_stream_stays_cancelled_when_a_message_lands_in_the_same_turn(
     on streaming to nobody and the worker never hears of an abort."""
 
     async def main() -> tuple[bool, bool]:
-        stream = RemoteStream()
-        reader = asyncio.ensure_future(stream.take(30))
+        stream = OutputStream(1, "worker w", abort=lambda: None, silence=30)
+        reader = asyncio.ensure_future(stream._take())
         await asyncio.sleep(0)  # the reader waits
-        stream.put(b"message")
+        stream.put(0, "heartbeat", None)
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reader
-        return reader.cancelled(), bool(await stream.take(30))
+        return reader.cancelled(), bool(await stream._take())
 
     cancelled, kept = asyncio.run(main())
     assert cancelled
@@ -87,8 +124,10 @@ def test_a_waiting_stream_stays_cancelled_when_a_message_lands_in_the_same_turn(
 
 def test_a_silent_stream_times_out() -> None:
     async def main() -> None:
-        with pytest.raises(asyncio.TimeoutError):
-            await RemoteStream().take(0.01)
+        stream = OutputStream(1, "worker w", abort=lambda: None, silence=0.01)
+        with pytest.raises(EngineError, match="worker w stopped answering") as e:
+            await stream._take()
+        assert e.value.cause == "timeout"
 
     asyncio.run(main())
 
@@ -111,7 +150,10 @@ def test_piled_up_outputs_merge_per_run_of_one_choice() -> None:
 
 def test_a_resumed_request_carries_its_output_so_far() -> None:
     req = EngineRequest("r", "m", [1, 2], stop=StopParams(max_tokens=10, min_tokens=4))
-    again = _resumed(req, [7, 8, 9], 0, 1)
+    progress = Progress()
+    progress.add(EngineOutput(0, [7, 8]))
+    progress.add(EngineOutput(0, [9]))
+    again = resumed(req, progress, 1)
     assert again.request_id == "r-m1"
     assert again.token_ids == [1, 2, 7, 8, 9]
     assert (again.stop.max_tokens, again.stop.min_tokens) == (7, 1)
@@ -123,12 +165,13 @@ def test_routing_modes() -> None:
     req = EngineRequest("r", "m", [1])
     workers = [lease("b"), lease("a"), lease("c")]
     rr = RoundRobin()
-    assert [rr.choose(workers, req).worker_id for _ in range(4)] == ["a", "b", "c", "a"]
+    idle = LocalLoad()
+    assert [rr.choose(workers, req, idle).worker_id for _ in range(4)] == ["a", "b", "c", "a"]
     import random
 
     def draws(seed: int) -> list[str]:
         mode = Random(random.Random(seed))
-        return [mode.choose(workers, req).worker_id for _ in range(300)]
+        return [mode.choose(workers, req, idle).worker_id for _ in range(300)]
 
     assert draws(1) == draws(1)  # seeded: repeatable
     assert {w: draws(1).count(w) > 60 for w in "abc"} == {"a": True, "b": True, "c": True}
@@ -137,8 +180,9 @@ def test_routing_modes() -> None:
         lease("b", active_requests=1),
         lease("c", active_requests=1, kv_blocks_total=4),
     ]
-    in_flight = {"b": 3}
-    assert LeastLoaded(lambda w: in_flight.get(w, 0)).choose(busy, req).worker_id == "c"
+    load = LocalLoad()
+    load.in_flight["b"] = 3
+    assert LeastLoaded().choose(busy, req, load).worker_id == "c"
 
 
 class FakeInbox:
@@ -153,7 +197,7 @@ async def test_a_worker_unheard_for_the_ttl_is_dropped() -> None:
     now = [100.0]
     inbox = FakeInbox()
     pool = Pool(ModelCard("m"), inbox, RoundRobin())  # type: ignore[arg-type]
-    discovery = Discovery(None, lambda *a: pool, clock=lambda: now[0], lease_ttl=5)  # type: ignore[arg-type]
+    discovery = Discovery(lambda *a: pool, None, clock=lambda: now[0], lease_ttl=5)  # type: ignore[arg-type]
     discovery.pools["m"] = pool
     discovery.compat["m"] = "compat"
     await discovery.on_lease(lease("w1"))

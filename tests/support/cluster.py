@@ -18,7 +18,7 @@ from typing import IO
 
 import httpx
 
-from rotor.runtime.nats_server import command as nats_command
+from rotor.runtime.nats.server import command as nats_command
 
 from support.server import ANNOUNCED, Server, free_port, log_text
 

@@ -13,9 +13,9 @@ import pytest
 from rotor.config import ModelConfig
 from rotor.engines.registry import engine_spec
 from rotor.engines.vllm.kv_relay import KVRelay
-from rotor.launch import build_engine, load
 from rotor.protocol.engine import EngineOutput, EngineRequest, StopParams
 from rotor.protocol.kv import AllCleared, BlocksRemoved, BlocksStored, KVEvent, block_hashes
+from rotor.serve.build import build_engine, load
 
 from support.llama import add_llama_weights
 from support.models import chatml_model

@@ -96,8 +96,8 @@ def _write(
     resp = access.response
     if resp is not None:
         fields["model"] = resp.model
-        fields["prompt_tokens"] = resp.prompt_tokens
-        fields["completion_tokens"] = resp.completion_tokens()
+        fields["prompt_tokens"] = resp.usage.prompt_tokens
+        fields["completion_tokens"] = resp.usage.completion_tokens
     elif access.model is not None:
         fields["model"] = access.model
     fields["duration_ms"] = round((time.perf_counter() - t0) * 1000, 1)

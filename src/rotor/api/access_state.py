@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 
 if TYPE_CHECKING:
-    from rotor.frontend import Response
+    from rotor.frontend import StartedResponse
 
 KEY = "access"  # the request-state key of a request's Access
 
@@ -21,7 +21,7 @@ class Access:
 
     def __init__(self) -> None:
         self.model: str | None = None  # as the body named it
-        self.response: Response | None = None  # the started response
+        self.response: StartedResponse | None = None  # the started response
 
 
 def _access(request: Request) -> Access | None:
@@ -36,7 +36,7 @@ def note_model(request: Request, model: Any) -> None:
         access.model = model
 
 
-def note_response(request: Request, response: Response) -> None:
+def note_response(request: Request, response: StartedResponse) -> None:
     """The started response: its served model name and token counts."""
     access = _access(request)
     if access is not None:

@@ -18,20 +18,28 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from rotor import __version__
-from rotor.admission import DEFAULT_MAX_QUEUED, Admission
 from rotor.api.access_log import AccessLog
+from rotor.api.admission import DEFAULT_MAX_QUEUED, Admission
 from rotor.api.anthropic import register_anthropic
 from rotor.api.auth import APIKeyMiddleware
 from rotor.api.bare_route import BareRoute
 from rotor.api.body import DEFAULT_BODY_LIMIT, request_id
 from rotor.api.docs import register_docs
 from rotor.api.drain import OpenStreams
-from rotor.api.errors import INTERNAL_ERROR, APIError, error_response, is_anthropic
+from rotor.api.errors import (
+    INTERNAL_ERROR,
+    REFUSALS,
+    APIError,
+    api_error,
+    error_response,
+    is_anthropic,
+)
 from rotor.api.metrics import Metrics
 from rotor.api.openai.routes import register_openai
 from rotor.api.openapi import install as install_openapi
 from rotor.api.ops import register_ops
 from rotor.api.page import register_page
+from rotor.api.respond import Responder
 from rotor.api.responses import register_responses
 from rotor.api.sse import SERVER_SEND
 from rotor.api.tokens import register_tokens
@@ -79,16 +87,18 @@ def create_app(
         ],
         admission,
     )
+    streams = OpenStreams()
     app.state.frontend = frontend
     app.state.admission = admission
-    app.state.streams = OpenStreams()
+    app.state.streams = streams
     app.state.metrics = metrics
     _register_errors(app, metrics)
     if api_key is not None:  # "" is refused by the middleware: never auth silently off
         app.add_middleware(APIKeyMiddleware, api_key=api_key)
-    register_openai(app, frontend, metrics, body_limit)
-    register_anthropic(app, frontend, metrics, body_limit)
-    register_responses(app, frontend, metrics, body_limit)
+    responder = Responder(frontend, metrics, admission, streams)
+    register_openai(app, responder, body_limit)
+    register_anthropic(app, responder, body_limit)
+    register_responses(app, responder, body_limit)
     register_tokens(app, frontend, body_limit)
     register_ops(app, frontend, metrics)
     register_docs(app)
@@ -102,10 +112,15 @@ def _register_errors(app: FastAPI, metrics: Metrics) -> None:
     def envelope(request: Request) -> bool:
         return is_anthropic(request.url.path, request.scope["headers"])
 
-    @app.exception_handler(APIError)
-    async def _api_error(request: Request, exc: APIError) -> Response:
-        headers = {"x-request-id": request_id(request), **exc.headers}
-        return error_response(exc.status, exc.message, exc.param, headers, envelope(request))
+    async def _api_error(request: Request, exc: Exception) -> Response:
+        error = api_error(exc)
+        headers = {"x-request-id": request_id(request), **error.headers}
+        return error_response(error.status, error.message, error.param, headers, envelope(request))
+
+    # What the frontend raises for a request it will not serve becomes its
+    # status in one place (api_error), whichever route let it through.
+    for kind in (APIError, *REFUSALS):
+        app.add_exception_handler(kind, _api_error)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

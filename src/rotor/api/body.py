@@ -114,6 +114,12 @@ async def read_request(request: Request, model: type[M], limit: int) -> M:
     return validated(model, data)
 
 
-def chat_request(fields: dict[str, Any]) -> ChatCompletionRequest:
-    """The internal chat request built from another API's fields (None: absent)."""
-    return validated(ChatCompletionRequest, {k: v for k, v in fields.items() if v is not None})
+def internal_chat(fields: dict[str, Any]) -> ChatCompletionRequest:
+    """The internal chat request built from another API's request, which was
+    validated as that API's (None: absent, the chat default holds). It is
+    not validated again: every value comes from the validated request, in
+    the form the chat model keeps it (its validators leave such values as
+    they are), so the client's errors are named in its own API's terms."""
+    return ChatCompletionRequest.model_construct(
+        **{k: v for k, v in fields.items() if v is not None}
+    )

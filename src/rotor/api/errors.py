@@ -1,6 +1,6 @@
 """Error responses: one exception (`APIError`), two envelopes (OpenAI's, and
-Anthropic's on Anthropic requests), and the one place where the pipeline's
-errors become HTTP errors.
+Anthropic's on Anthropic requests), and the one place where what the
+frontend raises becomes an HTTP status (`api_error`).
 
 Which envelope is decided by the request itself (`is_anthropic`), so every
 writer — validation, auth, routing, the pipeline — produces the right one
@@ -17,6 +17,8 @@ import orjson
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from rotor.api.admission import Overloaded
+from rotor.frontend import ModelNotFound, ResponseFailed
 from rotor.pipeline.errors import RequestError
 from rotor.pipeline.events import Failure
 
@@ -100,6 +102,29 @@ def error_response(
     return Response(
         orjson.dumps(body), status_code=status, media_type="application/json", headers=headers
     )
+
+
+# What `api_error` turns into a status: everything the frontend raises for a
+# request it will not (or cannot) serve.
+REFUSALS = (Overloaded, ModelNotFound, RequestError, ResponseFailed)
+
+
+def api_error(error: Exception, params: dict[str, str] | None = None) -> APIError:
+    """The HTTP error for what starting (or collecting) a response raised:
+    overloaded → 503 with Retry-After; an unknown model → 404; a refused
+    request → 400 naming its field (renamed to the client API's by `params`);
+    a failed response → `client_error`. An APIError is itself."""
+    if isinstance(error, APIError):
+        return error
+    if isinstance(error, Overloaded):
+        return APIError(503, str(error), None, {"retry-after": str(error.retry_after)})
+    if isinstance(error, ModelNotFound):
+        return APIError(404, str(error), "model")
+    if isinstance(error, RequestError):
+        return from_request_error(error, params)
+    if isinstance(error, ResponseFailed):
+        return client_error(error.failure, params)
+    raise TypeError(f"not a refusal: {type(error).__name__}")
 
 
 def from_request_error(error: RequestError, params: dict[str, str] | None = None) -> APIError:

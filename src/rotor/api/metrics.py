@@ -9,7 +9,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from rotor.admission import Admission
+from rotor.api.admission import Admission
 from rotor.protocol.engine import EngineState
 from rotor.router.pool import Pool
 
@@ -87,7 +87,7 @@ class _RouterCollector:
         )
         for model, pool in self._pools():
             stats, live = pool.stats, pool.describe()
-            kv = getattr(pool.router, "stats", None)
+            kv = pool.kv_stats()
             if kv is not None:
                 for worker, count in kv.prompt_blocks.items():
                     kv_prompt.add_metric([model, worker], count)

@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncGenerator
 
 from rotor.api.metrics import Metrics
-from rotor.frontend import Response
+from rotor.frontend import StartedResponse
 from rotor.pipeline.events import ChoiceEvent
 
 
@@ -19,7 +19,7 @@ def flag(value: bool) -> str:
 
 
 async def observed(
-    resp: Response, metrics: Metrics, endpoint: str, stream: bool, t0: float
+    resp: StartedResponse, metrics: Metrics, endpoint: str, stream: bool, t0: float
 ) -> AsyncGenerator[ChoiceEvent, None]:
     model = resp.model
     series = metrics.series(model)
@@ -48,6 +48,7 @@ async def observed(
         await resp.events.aclose()
         series.in_flight.dec()
         metrics.outcome(model, endpoint, flag(stream), status).inc()
-        series.prompt_tokens.inc(resp.prompt_tokens)
-        series.completion_tokens.inc(resp.completion_tokens())
+        usage = resp.usage
+        series.prompt_tokens.inc(usage.prompt_tokens)
+        series.completion_tokens.inc(usage.completion_tokens)
         series.duration.observe(perf() - t0)

@@ -28,7 +28,7 @@ def register_ops(app: FastAPI, frontend: Frontend, metrics: Metrics) -> None:
             "engines": {e.model.name: dataclasses.asdict(e.engine.state()) for e in entries},
             "pid": os.getpid(),  # which process answered (--http-workers: one of N)
         }
-        workers = {e.model.name: e.workers() for e in entries if e.workers is not None}
+        workers = {e.model.name: e.remote.describe() for e in entries if e.remote is not None}
         if workers:
             body["workers"] = workers
         if down:

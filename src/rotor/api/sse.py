@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -42,10 +42,16 @@ def named_event(event: dict[str, Any]) -> bytes:
     return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
+# A quiet stream's keepalive: after this many seconds with no write, these bytes.
+Keepalive = tuple[float, bytes]
+
+
 class Framing(Protocol):
     """How an API writes its events as SSE."""
 
-    def body(self, events: AsyncGenerator[dict[str, Any], None]) -> AsyncIterator[bytes]: ...
+    keepalive: Keepalive | None
+
+    def body(self, events: AsyncGenerator[dict[str, Any], None]) -> AsyncGenerator[bytes, None]: ...
 
     def tail(self, events: list[dict[str, Any]]) -> bytes:
         """`events` (an API's failure events) as the last bytes of a stream."""
@@ -55,7 +61,11 @@ class Framing(Protocol):
 class OpenAIFraming:
     """OpenAI's framing: `data: <chunk>` events, then `data: [DONE]`."""
 
-    async def body(self, events: AsyncGenerator[dict[str, Any], None]) -> AsyncIterator[bytes]:
+    keepalive: Keepalive | None = None
+
+    async def body(
+        self, events: AsyncGenerator[dict[str, Any], None]
+    ) -> AsyncGenerator[bytes, None]:
         try:
             async for chunk in events:
                 yield sse_event(chunk)
@@ -72,19 +82,15 @@ OPENAI = OpenAIFraming()
 
 class NamedFraming:
     """Named events (`event: <type>` + `data: <event>`), as Anthropic and the
-    Responses API send them; `wrap` (optional) adds to the event stream
-    (Anthropic's pings)."""
+    Responses API send them; `keepalive` (optional) is an event a quiet
+    stream sends (Anthropic's pings)."""
 
-    def __init__(
-        self,
-        wrap: Callable[[AsyncGenerator[dict[str, Any], None]], AsyncGenerator[dict[str, Any], None]]
-        | None = None,
-    ) -> None:
-        self._wrap = wrap
+    def __init__(self, keepalive: Keepalive | None = None) -> None:
+        self.keepalive = keepalive
 
-    async def body(self, events: AsyncGenerator[dict[str, Any], None]) -> AsyncIterator[bytes]:
-        if self._wrap is not None:
-            events = self._wrap(events)
+    async def body(
+        self, events: AsyncGenerator[dict[str, Any], None]
+    ) -> AsyncGenerator[bytes, None]:
         try:
             async for event in events:
                 yield named_event(event)
@@ -135,20 +141,28 @@ class SSEResponse(Response):
     logged with its traceback and the stream still ends cleanly, with
     `failure()` as its last bytes when given. With `streams`, the stream is
     one of the app's open streams: when they are ended (shutdown), it stops
-    and sends `shutdown()` as its last bytes."""
+    and sends `shutdown()` as its last bytes. With `keepalive` (seconds,
+    bytes), a stream that wrote nothing for that long writes those bytes: a
+    timer of the response's own, so every event still passes straight from
+    the body to the socket (a task between them would cost each a hand-off,
+    and would hide what is ready from the coalescing of writes)."""
 
     media_type = "text/event-stream"
 
     def __init__(
         self,
-        body: AsyncIterator[bytes],
+        body: AsyncGenerator[bytes, None],
         headers: dict[str, str] | None = None,
         on_disconnect: Callable[[], None] | None = None,
         failure: Callable[[], bytes] | None = None,
         streams: OpenStreams | None = None,
         shutdown: Callable[[], bytes] | None = None,
+        keepalive: Keepalive | None = None,
     ) -> None:
         self.body = body
+        self.keepalive = keepalive
+        self._wrote = False  # since the keepalive's last look
+        self._writing = False  # a write is under way (perhaps waiting for the client)
         self.streams = streams
         self.shutdown = shutdown
         self.extra_headers = headers or {}
@@ -170,12 +184,15 @@ class SSEResponse(Response):
         if streams is not None:
             streams.count += 1
         pump: asyncio.Future[None] | None = None
+        ticker: asyncio.Task[None] | None = None
         try:
             await send({"type": "http.response.start", "status": 200, "headers": raw_headers})
             # The response began on its first engine event, so the first batch
             # is ready: it goes out before any task exists (each would cost the
             # first token a turn of the event loop).
             if await self._write_batch(batches, send, server_send, FIRST_PARTS):
+                if self.keepalive is not None:
+                    ticker = asyncio.ensure_future(self._keep_alive(server_send, *self.keepalive))
                 # The rest, while watching the connection and the shutdown
                 # signal: whichever comes first cancels the pump (closing the
                 # body stops the engine's work).
@@ -188,12 +205,12 @@ class SSEResponse(Response):
         except Exception:  # a write failed: the client is gone
             pump = None
         finally:
+            if ticker is not None:
+                ticker.cancel()
             if streams is not None:
                 streams.count -= 1
             await batches.aclose()
-            aclose = getattr(self.body, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await self.body.aclose()
         # The pump raises only when a write failed: the client is gone. A
         # client that closes once the whole stream was sent did not leave early.
         client_left = not self.complete and (pump is None or pump.exception() is not None)
@@ -203,6 +220,18 @@ class SSEResponse(Response):
     async def _pump(self, batches: Coalescer, send: Callable, server_send: Callable) -> None:
         while await self._write_batch(batches, send, server_send):
             pass
+
+    async def _keep_alive(self, server_send: Callable, interval: float, data: bytes) -> None:
+        """`data` whenever `interval` passes with no write (none under way)."""
+        message = {"type": "http.response.body", "body": data, "more_body": True}
+        while True:
+            await asyncio.sleep(interval)
+            if not self._wrote and not self._writing and not self.complete:
+                try:
+                    await server_send(dict(message))
+                except Exception:  # the client is gone: the stream's own write says so
+                    return
+            self._wrote = False
 
     async def _write_batch(
         self,
@@ -227,11 +256,15 @@ class SSEResponse(Response):
                 chunk, last = b"", True
             else:
                 last = batches.done  # the last bytes end the body in the same write
-        if last:
-            await send({"type": "http.response.body", "body": chunk, "more_body": False})
-            self.complete = True
-            return False
-        await server_send({"type": "http.response.body", "body": chunk, "more_body": True})
+        self._wrote = self._writing = True
+        try:
+            if last:
+                await send({"type": "http.response.body", "body": chunk, "more_body": False})
+                self.complete = True
+                return False
+            await server_send({"type": "http.response.body", "body": chunk, "more_body": True})
+        finally:
+            self._writing = False
         return True
 
     def _failure_bytes(self) -> bytes:

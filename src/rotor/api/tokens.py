@@ -8,15 +8,15 @@ from typing import Any
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
-from rotor.api.body import chat_request, read_json
-from rotor.api.errors import APIError, from_request_error
+from rotor.api.body import read_json, validated
+from rotor.api.errors import APIError
 from rotor.api.openapi import route
-from rotor.frontend import Frontend, ModelNotFound
-from rotor.model.served import ServedModel
+from rotor.frontend import Frontend
 from rotor.model.tokenizer import Tokenizer
 from rotor.pipeline.bounds import check_prompt_size
-from rotor.pipeline.errors import RequestError
 from rotor.pipeline.preprocess import LONG_PROMPT_CHARS
+from rotor.pipeline.served import ServedModel
+from rotor.protocol.openai import ChatCompletionRequest
 
 
 def register_tokens(app: FastAPI, frontend: Frontend, body_limit: int) -> None:
@@ -27,32 +27,26 @@ def register_tokens(app: FastAPI, frontend: Frontend, body_limit: int) -> None:
         tok = _tokenizer(served)
         if "messages" in data:
             # The prompt exactly as chat prepares it, so `count` is chat's prompt_tokens.
-            chat = chat_request(
-                {
-                    "model": data.get("model"),
-                    "messages": data["messages"],
-                    "add_generation_prompt": data.get("add_generation_prompt", True),
-                    "tools": data.get("tools"),
-                    "tool_choice": data.get("tool_choice"),
-                    "chat_template_kwargs": data.get("chat_template_kwargs"),
-                }
+            fields = {
+                "model": data.get("model"),
+                "messages": data["messages"],
+                "add_generation_prompt": data.get("add_generation_prompt", True),
+                "tools": data.get("tools"),
+                "tool_choice": data.get("tool_choice"),
+                "chat_template_kwargs": data.get("chat_template_kwargs"),
+            }
+            chat = validated(
+                ChatCompletionRequest, {k: v for k, v in fields.items() if v is not None}
             )
-            try:
-                prepared = await frontend.prepare_chat(chat)
-            except RequestError as e:
-                raise from_request_error(e) from None
-            ids = prepared.token_ids
+            ids = (await frontend.prepare_chat(served, chat)).token_ids
         elif isinstance(data.get("prompt"), str):
             prompt: str = data["prompt"]
             special = data.get("add_special_tokens", True)
             if not isinstance(special, bool):
                 raise APIError(400, "'add_special_tokens' must be a boolean", "add_special_tokens")
-            try:
-                check_prompt_size(served, "prompt", "prompt", prompt)
-            except RequestError as e:
-                raise from_request_error(e) from None
+            check_prompt_size(served, "prompt", "prompt", prompt)
             if len(prompt) > LONG_PROMPT_CHARS:
-                ids = await frontend.pool.run(tok.encode, prompt, add_special_tokens=special)
+                ids = await frontend.preparer.run(tok.encode, prompt, add_special_tokens=special)
             else:
                 ids = tok.encode(prompt, add_special_tokens=special)
         else:
@@ -73,7 +67,7 @@ def register_tokens(app: FastAPI, frontend: Frontend, body_limit: int) -> None:
         if any(t < 0 or t >= vocab for t in ids):
             raise APIError(400, f"token ids must be in [0, {vocab})", "tokens")
         if len(ids) > LONG_PROMPT_CHARS:
-            text = await frontend.pool.run(tok.decode, ids, skip_special_tokens=False)
+            text = await frontend.preparer.run(tok.decode, ids, skip_special_tokens=False)
         else:
             text = tok.decode(ids, skip_special_tokens=False)
         return JSONResponse({"prompt": text})
@@ -82,10 +76,7 @@ def register_tokens(app: FastAPI, frontend: Frontend, body_limit: int) -> None:
 def _resolve(frontend: Frontend, name: Any) -> ServedModel:
     if name is not None and not isinstance(name, str):
         raise APIError(400, "'model' must be a string", "model")
-    try:
-        return frontend.resolve(name)
-    except ModelNotFound as e:
-        raise APIError(404, str(e), "model") from None
+    return frontend.model(name).model
 
 
 def _tokenizer(served: ServedModel) -> Tokenizer:

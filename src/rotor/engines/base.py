@@ -7,17 +7,20 @@ engine run in preprocess against the card's declared capabilities; a request
 the engine refuses anyway raises `EngineError` (kind "refused") on the first
 iteration, before any output, so it is still a 400 naming the field.
 
-Starting and stopping an engine is its builder's business (launch), not the
-frontend's: a frontend does not start remote workers.
+Starting and stopping an engine is its builder's business (rotor.serve), not
+the frontend's: a frontend does not start remote workers. What only some
+engines can do is a Protocol of its own (`Lifecycle`, `KVEventSource`), so a
+caller asks `isinstance`, never `getattr`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol, runtime_checkable
 
 from rotor.model.card import ModelCard
 from rotor.protocol.engine import EngineOutput, EngineRequest, EngineState
+from rotor.protocol.kv import KVEvent, KVSnapshot
 
 
 class Engine(Protocol):
@@ -47,3 +50,14 @@ class Lifecycle(Protocol):
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
+
+
+@runtime_checkable
+class KVEventSource(Protocol):
+    """Engines whose KV cache reports what it stores and frees (the mocker,
+    vLLM): a worker relays the events, and a KV router follows them."""
+
+    def kv_events(self, sink: Callable[[KVEvent], None] | None) -> KVSnapshot:
+        """Send the cache's events to `sink` from now on (None: to nobody) and
+        return what the cache holds now, the state those events apply to."""
+        ...

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 
 from rotor.model.card import ECHO_EOS_ID, ModelCard
 from rotor.model.tokenizer import Tokenizer
-from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineState
+from rotor.protocol.engine import (
+    RESUME_FROM,
+    EngineError,
+    EngineOutput,
+    EngineRequest,
+    EngineState,
+)
 
 DEFAULT_DELAY_MS = 10.0
 # With no delay, still yield to the event loop now and then so cancellation and
@@ -68,7 +74,7 @@ class EchoEngine:
         """What each step sends: a character (text out) or a token id. A request
         resumed here after another engine died (`resume_from`: steps already
         sent; their tokens now end its prompt) goes on where that one stopped."""
-        resume = int(request.annotations.get("resume_from", 0))
+        resume = int(request.annotations.get(RESUME_FROM, 0))
         if self.tokenizer is None:
             return list(request.annotations["echo_text"])[resume:]
         # An EOS id means "the model ended" to the frontend, so the prompt's own

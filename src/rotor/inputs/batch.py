@@ -24,10 +24,9 @@ from pydantic import ValidationError
 from rotor.api.errors import describe_validation
 from rotor.frontend import ModelNotFound, ResponseFailed
 from rotor.inputs.interrupt import EXIT_INTERRUPTED, Interrupted, until_interrupted
-from rotor.inputs.session import Answer, stream_chat
+from rotor.inputs.session import Answer, System, stream_chat
 from rotor.pipeline.errors import RequestError
 from rotor.protocol.openai import ChatCompletionRequest
-from rotor.system import System
 
 CONCURRENCY = 16
 WINDOW = 4 * CONCURRENCY  # requests started ahead of the oldest unwritten one

@@ -10,14 +10,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from rotor.frontend import Frontend
-from rotor.pipeline.parse.base import Content, Piece, Reasoning, ToolCall
+from rotor.pipeline.collected import Collected
+from rotor.pipeline.parse.base import Piece, ToolCall
 from rotor.pipeline.preprocess import new_request_id
 from rotor.protocol.openai import ChatCompletionRequest
 
 OnPiece = Callable[[Piece], None]
+
+
+class System(Protocol):
+    """What an input runs on: a frontend, and what to start and stop around
+    it (rotor.serve builds one)."""
+
+    frontend: Frontend
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 @dataclass
@@ -58,25 +70,19 @@ async def stream_chat(
     output, ResponseFailed from the stream. Cancelling the caller closes the
     event stream, which stops the engine's work for this request."""
     start = time.perf_counter()
-    response = await frontend.chat(request, new_request_id())
+    response = await frontend.chat(frontend.model(request.model), request, new_request_id())
     answer = Answer()
-    text: list[str] = []
-    reasoning: list[str] = []
+    collected = Collected()
     events = response.events
     try:
         async for event in events:
             if event.index != 0:
                 continue
-            for piece in event.pieces:
-                if answer.ttft_s is None:
-                    answer.ttft_s = time.perf_counter() - start
-                if type(piece) is Content:
-                    text.append(piece.text)
-                elif type(piece) is Reasoning:
-                    reasoning.append(piece.text)
-                elif type(piece) is ToolCall:
-                    answer.tool_calls.append(piece)
-                if on_piece is not None:
+            if event.pieces and answer.ttft_s is None:
+                answer.ttft_s = time.perf_counter() - start
+            collected.add(event)
+            if on_piece is not None:
+                for piece in event.pieces:
                     on_piece(piece)
             if event.finished is not None:
                 answer.finish_reason = event.finished.finish_reason
@@ -84,8 +90,9 @@ async def stream_chat(
     finally:
         await events.aclose()
     answer.latency_s = time.perf_counter() - start
-    answer.text = "".join(text)
-    answer.reasoning = "".join(reasoning)
+    answer.text = collected.text()
+    answer.reasoning = collected.reasoning() or ""
+    answer.tool_calls = collected.tool_calls()
     answer.prompt_tokens = response.usage.prompt_tokens
     answer.completion_tokens = response.usage.completion_tokens
     return answer

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rotor.model.served import ServedModel
 from rotor.pipeline.errors import RequestError
+from rotor.pipeline.served import ServedModel
 
 
 def prompt_char_limit(model: ServedModel) -> int | None:

@@ -79,21 +79,20 @@ class ChoicePipeline:
         self, pieces: list[Piece], ended: Ended, failure: Failure | None = None
     ) -> list[Piece]:
         kind = ended.kind
-        tokens = self.decoder.tokens
         if kind is End.ERROR:
             # An engine output that says "error" is the engine breaking: internal.
             failure = failure or Failure("internal", ended.error or "engine error")
-            self.finished = Finished("stop", None, tokens, kind, failure)
+            self.finished = Finished("stop", None, kind, failure)
             return []
         if kind is End.CANCELLED:
-            self.finished = Finished("stop", None, tokens, kind)
+            self.finished = Finished("stop", None, kind)
             return []
         strict = kind is End.MODEL_EOS and self.grammar
         try:
             pieces = pieces + self.parser.finish(strict=strict, eos_text=ended.eos_text)
         except ParseError as e:
             failure = Failure("malformed", f"malformed tool call: {e.detail}")
-            self.finished = Finished("stop", None, tokens, End.ERROR, failure)
+            self.finished = Finished("stop", None, End.ERROR, failure)
             return []
         self._count(pieces)
         if kind is End.LENGTH:
@@ -102,7 +101,7 @@ class ChoicePipeline:
             reason = "tool_calls"
         else:
             reason = "stop"
-        self.finished = Finished(reason, ended.stop_reason, tokens, kind)
+        self.finished = Finished(reason, ended.stop_reason, kind)
         return pieces
 
     def _count(self, pieces: list[Piece]) -> None:

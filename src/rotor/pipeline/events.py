@@ -9,10 +9,11 @@ serialised as it is: each API builds its JSON from an allow-list of fields.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rotor.pipeline.decode import End
+from rotor.pipeline.decode import ChoiceDecoder, End
 from rotor.pipeline.parse.base import Piece
 from rotor.protocol.engine import EngineError, TokenLogprob
 
@@ -40,7 +41,6 @@ class Finished:
 
     finish_reason: str  # stop | length | tool_calls
     stop_reason: int | str | None
-    completion_tokens: int
     end: End
     failure: Failure | None = None  # set when end is ERROR (and for strict parse failures)
 
@@ -54,14 +54,25 @@ class ChoiceEvent:
 
 
 class Usage:
-    """Token counts of one response, summed over its engine requests."""
+    """Token counts of one response. Completion tokens are not counted here:
+    each choice's decoder counts the tokens it was given (the one count that
+    usage, metrics and the access log all read), and this sums them."""
 
-    __slots__ = ("prompt_tokens", "completion_tokens", "cached_tokens")
+    __slots__ = ("prompt_tokens", "cached_tokens", "_decoders")
 
-    def __init__(self) -> None:
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
+    def __init__(self, prompt_tokens: int = 0, decoders: Sequence[ChoiceDecoder] = ()) -> None:
+        self.prompt_tokens = prompt_tokens
         self.cached_tokens: int | None = None
+        self._decoders = decoders
+
+    @property
+    def choices(self) -> int:
+        return len(self._decoders)
+
+    @property
+    def completion_tokens(self) -> int:
+        """Tokens generated so far, over every choice (final once the events end)."""
+        return sum(d.tokens for d in self._decoders)
 
     @property
     def total_tokens(self) -> int:

@@ -1,11 +1,13 @@
 """Drive a response's engine requests through their choice pipelines.
 
 Every choice is its own engine request (n fans out, as vLLM's parallel
-sampling does), so each can be ended, aborted or — later — moved to another
-worker on its own. `run_choice` yields one `ChoiceEvent` per engine output;
-it ends the engine's work for a choice the frontend closed itself (stop
-string, max_tokens), and closing it (client disconnect) closes the engine's
-stream, which aborts the work. `run_all` merges the choices of a response.
+sampling does), so each can be ended, aborted or moved to another worker on
+its own. `run_choice` yields one `ChoiceEvent` per engine output. Closing an
+engine's stream early is what aborts its work (the Engine contract), and it
+is the only abort the pipeline sends: at once for a choice the frontend
+ended itself (stop string, max_tokens), before its last event is handed on,
+and when the reader leaves (client disconnect). `run_all` merges the choices
+of a response.
 """
 
 from __future__ import annotations
@@ -25,11 +27,10 @@ log = logging.getLogger("rotor.pipeline")
 
 
 class EngineClient(Protocol):
-    """What the pipeline needs of an engine: the per-request contract."""
+    """What the pipeline needs of an engine: a request's stream of outputs,
+    whose early close aborts the request."""
 
     def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]: ...
-
-    def abort(self, request_id: str) -> None: ...
 
 
 async def run_choice(
@@ -50,11 +51,9 @@ async def run_choice(
                     take_cached = False
                     usage.cached_tokens = (usage.cached_tokens or 0) + out.cached_tokens
                 pieces = choice.push(out)
-                finished = choice.finished
-                if finished is not None:
-                    usage.completion_tokens += finished.completion_tokens
+                if choice.finished is not None:
                     if out.finish is None:  # the frontend ended it: stop the engine now
-                        engine.abort(request.request_id)
+                        await stream.aclose()  # type: ignore[attr-defined]
                     yield choice.event(index, pieces)
                     return
                 yield choice.event(index, pieces)
@@ -71,7 +70,6 @@ async def run_choice(
             pieces = choice.close(End.ERROR, failure)
         else:  # the stream ended without a finish
             pieces = choice.close(End.TRANSPORT_EOF)
-            usage.completion_tokens += choice.decoder.tokens
         yield choice.event(index, pieces)
     finally:
         await stream.aclose()  # type: ignore[attr-defined]
@@ -82,7 +80,6 @@ def _streams(
 ) -> list[AsyncGenerator[ChoiceEvent, None]]:
     streams = []
     for p in prepared:
-        usage.prompt_tokens += p.prompt_tokens
         for i, (request, choice) in enumerate(zip(p.requests, p.choices, strict=True)):
             streams.append(run_choice(engine, request, choice, p.first_index + i, usage, i == 0))
     return streams

@@ -1,12 +1,12 @@
 """Short preparations run on the event loop itself, under a CPU budget.
 
-Handing a prompt to the prepare pool costs a thread hop each way and, with the
+Handing a prompt to the preparer's threads costs a thread hop each way and, with the
 GIL, the job runs no faster there. At one stream the two hops cost more than
 rendering and tokenizing a short prompt (0.4 ms more than the same job
 called directly, measured with bench/dynamo_compare.py). So a short job runs inline, on
 the loop's thread, with a CPU-time alarm set (`setitimer(ITIMER_PROF)`): a job
 that spends more than `budget_s` (a template that loops) gets `BudgetExceeded`
-raised where it runs, and the caller hands it to the pool, where it has the
+raised where it runs, and the caller hands it to the threads, where it has the
 whole template budget. A few such strikes against one key (a model's
 template) and that key is never run inline again, so a hostile template costs
 the loop at most `strikes × budget_s`, once.
@@ -35,7 +35,7 @@ T = TypeVar("T")
 log = logging.getLogger("rotor.pipeline")
 
 INLINE_BUDGET_S = 0.05  # CPU seconds a job may spend on the loop
-INLINE_STRIKES = 3  # interrupted jobs after which a key goes to the pool for good
+INLINE_STRIKES = 3  # interrupted jobs after which a key goes to the threads for good
 
 
 class _Alarm:
@@ -93,7 +93,7 @@ class InlineRunner:
             strikes = self._struck[key] = self._struck.get(key, 0) + 1
             log.warning(
                 "preparing a prompt for %r took over %g ms of CPU on the event loop; it "
-                "goes on in the prepare pool%s",
+                "goes on in the preparer's threads%s",
                 key,
                 1e3 * self.budget_s,
                 " (and so will every prompt of this model from now on)"

@@ -1,6 +1,6 @@
 """One prepare job that another thread can interrupt: the state machine that
 makes an interruption land in this job and never in whatever the prepare
-pool's worker runs next."""
+preparer's thread runs next."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 
 class BudgetExceeded(BaseException):
-    """Raised inside a worker whose job ran past its budget. A BaseException,
+    """Raised inside a thread whose job ran past its budget. A BaseException,
     so the template sandbox's `except Exception` cannot swallow it."""
 
 
@@ -49,7 +49,7 @@ class Job:
             with self.lock:
                 interrupted = self.state == "abandoned"
                 self.state = "done"
-            if interrupted:  # not delivered yet: it must not hit the worker's next job
+            if interrupted:  # not delivered yet: it must not hit the thread's next job
                 _raise_in(self.ident, None)
 
     def abandon(self) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rotor.model.served import ServedModel
 from rotor.pipeline.errors import RequestError
+from rotor.pipeline.served import ServedModel
 from rotor.protocol.engine import OutputParams, SamplingParams, StopParams
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 

@@ -16,7 +16,6 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rotor.model.served import ServedModel
 from rotor.model.tokenizer import Tokenizer
 from rotor.pipeline.bounds import check_prompt_size
 from rotor.pipeline.choice import ChoicePipeline
@@ -29,6 +28,7 @@ from rotor.pipeline.parse.message import MessageParser
 from rotor.pipeline.parse.reasoning import reasoning_parser
 from rotor.pipeline.parse.tools import tool_parser
 from rotor.pipeline.prompt import last_user_text, render_chat, thinking_disabled
+from rotor.pipeline.served import ServedModel
 from rotor.pipeline.tool_choice import check_tool_choice
 from rotor.pipeline.tool_plan import plan_tools
 from rotor.protocol.engine import EngineRequest, StopParams

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rotor.model.served import ServedModel
 from rotor.model.template import RESERVED, ChatTemplate, TemplateError
 from rotor.pipeline.bounds import prompt_char_limit
 from rotor.pipeline.errors import RequestError
+from rotor.pipeline.served import ServedModel
 from rotor.protocol.openai import ChatCompletionRequest
 
 

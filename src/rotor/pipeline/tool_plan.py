@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rotor.model.served import ServedModel
 from rotor.pipeline import grammar
 from rotor.pipeline.parse.base import ToolParser, Tools
 from rotor.pipeline.parse.constrained import NamedToolParser, RequiredToolsParser
+from rotor.pipeline.served import ServedModel
 from rotor.pipeline.tool_choice import ToolChoice
 
 

@@ -26,6 +26,7 @@ import tokenizers
 from rotor.model.card import Capabilities, ModelCard, content_hash
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol.engine import (
+    CAUSES,
     EngineError,
     EngineOutput,
     EngineRequest,
@@ -345,19 +346,27 @@ def decode_outputs(data: bytes) -> list[EngineOutput]:
 
 
 def encode_error(error: EngineError) -> bytes:
-    return _packb({"message": error.message, "kind": error.kind, "param": error.param})
+    m = {"message": error.message, "kind": error.kind, "param": error.param}
+    if error.cause is not None:
+        m["cause"] = error.cause
+    return _packb(m)
 
 
 def decode_error(data: bytes) -> EngineError:
-    """An unknown kind from a newer peer reads as "internal": a 500, never retried."""
+    """An unknown kind from a newer peer reads as "internal": a 500, never
+    retried; an unknown cause as "unavailable"."""
     m = _map(_unpack(data), "error")
     if "message" not in m:
         raise CodecError("error: the message is missing")
     kind = _str(m.get("kind", "internal"), "error.kind")
+    cause = _optional(_str)(m.get("cause"), "error.cause")
+    if cause is not None and cause not in CAUSES:
+        cause = "unavailable"
     return EngineError(
         _str(m["message"], "error.message"),
         kind if kind in _ERROR_KINDS else "internal",  # type: ignore[arg-type]
         _optional(_str)(m.get("param"), "error.param"),
+        cause if kind == "unavailable" else None,  # type: ignore[arg-type]
     )
 
 

@@ -9,7 +9,7 @@ stop on its own.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 Finish = Literal["eos", "length", "stop", "cancelled", "error"]
 
@@ -20,21 +20,39 @@ Finish = Literal["eos", "length", "stop", "cancelled", "error"]
 # internal    — the engine broke (500; the message is logged, never sent).
 ErrorKind = Literal["refused", "unavailable", "internal"]
 
+# Why an engine is unavailable, which the router's migration policy and
+# /metrics read (never the message text):
+# worker_gone   — the worker's process or its lease is gone;
+# timeout       — it stopped answering, or sent no output for too long;
+# shutting_down — it is draining and takes no new requests;
+# no_worker     — no live worker serves the model;
+# unavailable   — any other reason (an engine not started, or dead).
+Cause = Literal["worker_gone", "timeout", "shutting_down", "no_worker", "unavailable"]
+CAUSES = frozenset(get_args(Cause))
+
 
 class EngineError(Exception):
     """An engine request that failed, with the kind that says what the client gets.
 
     `param` names the request field at fault as the API spells it ("mock", "n",
-    "max_tokens", "prompt") for a refusal, or is None when no field is."""
+    "max_tokens", "prompt") for a refusal, or is None when no field is.
+    `cause` says why an "unavailable" engine is (None for the other kinds)."""
 
-    def __init__(self, message: str, kind: ErrorKind = "refused", param: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        kind: ErrorKind = "refused",
+        param: str | None = None,
+        cause: Cause | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.kind: ErrorKind = kind
         self.param = param
+        self.cause: Cause | None = cause or ("unavailable" if kind == "unavailable" else None)
 
     def __reduce__(self) -> tuple:
-        return (EngineError, (self.message, self.kind, self.param))
+        return (EngineError, (self.message, self.kind, self.param, self.cause))
 
 
 @dataclass(slots=True)
@@ -72,6 +90,12 @@ class OutputParams:
     skip_special_tokens: bool = True
 
 
+# The annotation of a request resumed on another worker (router/migration.py):
+# how many tokens its output already has. Engines that play scripted output
+# (echo, the mocker's `mock`) continue from there.
+RESUME_FROM = "resume_from"
+
+
 @dataclass(slots=True)
 class EngineRequest:
     request_id: str
@@ -82,7 +106,7 @@ class EngineRequest:
     output: OutputParams = field(default_factory=OutputParams)
     n: int = 1
     # Engine-specific extras: "echo_text" for the text-out echo engine,
-    # "mock" for the mocker's scripted output.
+    # "mock" for the mocker's scripted output, RESUME_FROM for either.
     annotations: dict[str, Any] = field(default_factory=dict)
 
 

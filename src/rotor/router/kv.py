@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rotor.protocol.engine import EngineRequest
 from rotor.protocol.kv import block_hashes
+from rotor.protocol.lease import Lease
 from rotor.router.kv_cost import KVCost, WorkerLoad
 from rotor.router.kv_index import ApproxKVIndex, KVIndex
-from rotor.router.modes import Decision
-from rotor.runtime.lease import Lease
+from rotor.router.modes import Decision, LocalLoad
 
 log = logging.getLogger("rotor.router.kv")
 
@@ -35,18 +34,10 @@ class KVStats:
 
 
 class KVRouter:
-    def __init__(
-        self,
-        block_size: int,
-        cost: KVCost,
-        pending: Callable[[str], int],
-        approx_ttl: float | None = None,
-    ) -> None:
-        """`pending(worker)`: prompt tokens this frontend sent it that have not
-        produced output yet. `approx_ttl`: no KV events, record decisions."""
+    def __init__(self, block_size: int, cost: KVCost, approx_ttl: float | None = None) -> None:
+        """`approx_ttl`: no KV events, record decisions."""
         self.block_size = block_size
         self.cost = cost
-        self.pending = pending
         self.index: KVIndex | None = None if approx_ttl is not None else KVIndex(block_size)
         self.approx = ApproxKVIndex(approx_ttl) if approx_ttl is not None else None
         self.stats = KVStats()
@@ -57,9 +48,9 @@ class KVRouter:
         assert self.index is not None
         return self.index.overlaps(hashes)  # type: ignore[return-value]
 
-    def choose(self, workers: list[Lease], request: EngineRequest) -> Decision:
+    def choose(self, workers: list[Lease], request: EngineRequest, load: LocalLoad) -> Decision:
         hashes = block_hashes(request.token_ids, self.block_size)
-        loads = {w.worker_id: self._load(w) for w in workers}
+        loads = {w.worker_id: self._load(w, load) for w in workers}
         decision = self.cost.choose(len(hashes), self.overlaps(hashes), loads)
         worker = str(decision.worker)
         overlap = decision.overlap_blocks
@@ -78,11 +69,13 @@ class KVRouter:
             prefill_tokens=max(0, len(request.token_ids) - overlap * self.block_size),
         )
 
-    def _load(self, lease: Lease) -> WorkerLoad:
+    def _load(self, lease: Lease, local: LocalLoad) -> WorkerLoad:
+        """The load the worker published, plus the prefill this frontend sent
+        it that has not started yet."""
         state = lease.state
         return WorkerLoad(
             active_decode_blocks=state.kv_blocks_total - state.kv_blocks_free,
-            pending_prefill_tokens=state.pending_prefill_tokens + self.pending(lease.worker_id),
+            pending_prefill_tokens=state.pending_prefill_tokens + local.prefilling[lease.worker_id],
             queue_length=state.waiting,
         )
 

@@ -1,15 +1,20 @@
 """The routing modes: given the live workers of a pool and a request, which
-worker serves it. One interface (`Router.choose`), so `kv` is one more mode."""
+worker serves it. One interface (`Router.choose`), so `kv` is one more mode.
+
+A router is built on its own and given, at each decision, what the pool
+knows that the workers' leases cannot show yet (`LocalLoad`: what this
+frontend sent since their last lease).
+"""
 
 from __future__ import annotations
 
+import collections
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from rotor.protocol.engine import EngineRequest
-from rotor.runtime.lease import Lease
+from rotor.protocol.lease import Lease
 
 
 @dataclass
@@ -22,15 +27,31 @@ class Decision:
     prefill_tokens: int | None = None
 
 
+@dataclass
+class LocalLoad:
+    """Per worker: requests this frontend has running on it, and prompt
+    tokens it sent that have not produced output yet."""
+
+    in_flight: collections.Counter[str] = field(default_factory=collections.Counter)
+    prefilling: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
 class Router(Protocol):
-    def choose(self, workers: list[Lease], request: EngineRequest) -> Decision: ...
+    def choose(self, workers: list[Lease], request: EngineRequest, load: LocalLoad) -> Decision: ...
+
+
+@runtime_checkable
+class WorkerState(Protocol):
+    """A router that keeps state per worker, forgotten when the worker goes."""
+
+    def remove_worker(self, worker: str) -> None: ...
 
 
 class RoundRobin:
     def __init__(self) -> None:
         self._next = 0
 
-    def choose(self, workers: list[Lease], request: EngineRequest) -> Decision:
+    def choose(self, workers: list[Lease], request: EngineRequest, load: LocalLoad) -> Decision:
         ordered = sorted(workers, key=lambda w: w.worker_id)
         worker = ordered[self._next % len(ordered)]
         self._next += 1
@@ -41,26 +62,25 @@ class Random:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
 
-    def choose(self, workers: list[Lease], request: EngineRequest) -> Decision:
+    def choose(self, workers: list[Lease], request: EngineRequest, load: LocalLoad) -> Decision:
         ordered = sorted(workers, key=lambda w: w.worker_id)
         return Decision(self._rng.choice(ordered).worker_id)
 
 
 class LeastLoaded:
     """Fewest active requests (then fewest KV blocks in use) from the load
-    workers publish, plus what this frontend sent since their last lease."""
+    workers publish, or what this frontend sent since their last lease."""
 
-    def __init__(self, in_flight: Callable[[str], int]) -> None:
-        self._in_flight = in_flight
+    def choose(self, workers: list[Lease], request: EngineRequest, load: LocalLoad) -> Decision:
+        in_flight = load.in_flight
 
-    def choose(self, workers: list[Lease], request: EngineRequest) -> Decision:
-        def load(w: Lease) -> tuple[int, int, str]:
+        def weight(w: Lease) -> tuple[int, int, str]:
             state = w.state
-            active = max(state.active_requests, self._in_flight(w.worker_id))
+            active = max(state.active_requests, in_flight[w.worker_id])
             used = state.kv_blocks_total - state.kv_blocks_free
             return active, used, w.worker_id
 
-        return Decision(min(workers, key=load).worker_id)
+        return Decision(min(workers, key=weight).worker_id)
 
 
 ROUTER_MODES = ("round_robin", "random", "least_loaded", "kv")

@@ -1,12 +1,13 @@
 """The workers of one model, and the engine client that routes over them.
 
 `Pool.generate` is the Engine contract over remote workers: choose a worker
-(the router mode), stream its outputs, and when the worker dies mid-stream
-(killed, partitioned, lease gone, silent) resend the request to another
-worker with the tokens generated so far appended to the prompt and the
-limits reduced, so the consumer sees one uninterrupted stream — up to
-`migration_limit` times. A request under a decoding constraint moves only
-when the engine says it can resume one (`Capabilities.resumable_constraints`).
+(the router mode), stream its outputs, and when the worker becomes
+unavailable mid-stream (killed, partitioned, lease gone, silent) resend the
+request to another one (router/migration.py), up to `migration_limit` times,
+so the consumer sees one uninterrupted stream.
+
+The pool reaches its workers through a `WorkerLink` (the NATS request plane
+fills it), and tells whoever built it when a worker joins (`on_join`).
 """
 
 from __future__ import annotations
@@ -15,20 +16,34 @@ import collections
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from rotor.model.card import ModelCard
 from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineState
-from rotor.router.modes import Decision, Router
-from rotor.runtime.lease import Lease
-from rotor.runtime.remote import DEFAULT_REQUEST_TIMEOUT_S, ResponseRouter
+from rotor.protocol.lease import Lease
+from rotor.router import migration
+from rotor.router.kv import KVRouter, KVStats
+from rotor.router.modes import Decision, LocalLoad, Router, WorkerState
 
 log = logging.getLogger("rotor.router")
 
 _STATE_FIELDS = tuple(f.name for f in dataclasses.fields(EngineState))
-# Engines that play scripted output (the mocker's `mock`, echo) continue from
-# this many generated tokens when a request is resumed elsewhere.
-RESUME_FROM = "resume_from"
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+
+
+class WorkerLink(Protocol):
+    """What a pool needs of the request plane."""
+
+    def generate(
+        self, worker_id: str, request: EngineRequest, request_timeout: float
+    ) -> AsyncIterator[EngineOutput]:
+        """`request` on one worker; closing the stream early aborts it there."""
+        ...
+
+    def worker_gone(self, worker_id: str) -> None:
+        """The worker left: its running streams end now (and may migrate)."""
+        ...
 
 
 @dataclass
@@ -44,25 +59,26 @@ class Pool:
     def __init__(
         self,
         card: ModelCard,
-        inbox: ResponseRouter,
+        link: WorkerLink,
         router: Router,
         migration_limit: int = 3,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S,
+        on_join: Callable[[str], None] | None = None,
     ) -> None:
         self.card = card
-        self.inbox = inbox
+        self.link = link
         self.router = router
         self.migration_limit = migration_limit
         self.request_timeout = request_timeout
+        self.on_join = on_join
         self.workers: dict[str, Lease] = {}
-        self.in_flight: collections.Counter[str] = collections.Counter()
-        # Prompt tokens sent to a worker that has not answered them yet (the
-        # router adds them to the load the worker last published).
-        self.prefilling: collections.Counter[str] = collections.Counter()
-        self.on_join: Callable[[str], None] | None = None
+        self.load = LocalLoad()
         self.stats = PoolStats()
         self._decisions: dict[str, Decision] = {}
-        self._serving: dict[str, tuple[str, str]] = {}  # request id -> (worker, attempt id)
+
+    @property
+    def kv(self) -> KVRouter | None:
+        return self.router if isinstance(self.router, KVRouter) else None
 
     # -- membership ------------------------------------------------------------------
 
@@ -74,30 +90,34 @@ class Pool:
 
     def remove(self, worker_id: str) -> None:
         self.workers.pop(worker_id, None)
-        self.inbox.worker_gone(worker_id)
-        forget = getattr(self.router, "remove_worker", None)
-        if forget is not None:
-            forget(worker_id)
+        self.link.worker_gone(worker_id)
+        if isinstance(self.router, WorkerState):
+            self.router.remove_worker(worker_id)
 
     def live(self) -> list[Lease]:
         return [w for w in self.workers.values() if w.status == "serving"]
 
-    def describe(self) -> list[dict]:
+    def describe(self) -> list[dict[str, Any]]:
         """The live workers, for /health."""
-        index = getattr(self.router, "index", None)
+        kv = self.kv
+        index = kv.index if kv is not None else None
         out = []
         for w in sorted(self.live(), key=lambda w: w.worker_id):
             info = {
                 "id": w.worker_id,
                 "address": w.address,
                 "active_requests": w.state.active_requests,
-                "in_flight_here": self.in_flight[w.worker_id],
+                "in_flight_here": self.load.in_flight[w.worker_id],
                 "kv_blocks_used": w.state.kv_blocks_total - w.state.kv_blocks_free,
             }
             if index is not None:  # kv routing: what this frontend's index holds of it
                 info["kv_blocks_indexed"] = index.num_blocks(w.worker_id)
             out.append(info)
         return out
+
+    def kv_stats(self) -> KVStats | None:
+        kv = self.kv
+        return kv.stats if kv is not None else None
 
     # -- the engine contract ------------------------------------------------------------
 
@@ -112,124 +132,86 @@ class Pool:
         decision = self._decisions.get(request_id)
         return dict(decision.headers) if decision is not None else {}
 
-    def abort(self, request_id: str) -> None:
-        serving = self._serving.get(request_id)
-        if serving is not None:
-            self.inbox.abort(*serving)
-
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         rid = request.request_id
-        produced: list[int] = []  # token ids generated so far, over every attempt
-        steps = 0  # outputs that carried text (text-out engines: one token each)
+        progress = migration.Progress()
         tried: set[str] = set()
         attempt = request
         migrations = 0
         try:
             while True:
                 decision = self._choose(attempt, tried)
+                self._decisions.setdefault(rid, decision)
                 worker = decision.worker_id
-                if rid not in self._decisions:
-                    self._decisions[rid] = decision
-                self._serving[rid] = (worker, attempt.request_id)
-                self.in_flight[worker] += 1
-                prefill = decision.prefill_tokens
-                prefill = len(attempt.token_ids) if prefill is None else prefill
-                self.prefilling[worker] += prefill
-                stream = self.inbox.generate(worker, attempt, self.request_timeout)
+                prefill = self._sent(worker, attempt, decision)
+                stream = self.link.generate(worker, attempt, self.request_timeout)
                 try:
                     async for out in stream:
                         if prefill:
                             self._prefilled(worker, prefill)
                             prefill = 0
-                        produced.extend(out.token_ids)
-                        if out.text is not None:
-                            steps += 1
+                        progress.add(out)
                         yield out
                     return
                 except EngineError as e:
-                    if e.kind != "unavailable":
-                        raise
+                    refused = migration.refusal(
+                        e, migrations, self.migration_limit, request, self.card
+                    )
+                    if refused is not None:
+                        raise refused from None
                     tried.add(worker)
-                    cause = _cause(e)
-                    if migrations >= self.migration_limit:
-                        raise EngineError(
-                            f"{e.message}; gave up after {migrations} migration(s)",
-                            "unavailable",
-                        ) from None
-                    if request.sampling.guided is not None and not (
-                        self.card.capabilities.resumable_constraints
-                    ):
-                        raise EngineError(
-                            f"{e.message}; the request's decoding constraint cannot resume "
-                            f"on another worker",
-                            "unavailable",
-                        ) from None
                     migrations += 1
-                    self.stats.migrations[cause] += 1
+                    self.stats.migrations[e.cause or "unavailable"] += 1
                     log.warning(
                         "request %s: %s; migrating (%d/%d) with %d tokens so far",
                         rid,
                         e.message,
                         migrations,
                         self.migration_limit,
-                        len(produced) + steps,
+                        progress.tokens,
                     )
-                    attempt = _resumed(request, produced, steps, migrations)
+                    attempt = migration.resumed(request, progress, migrations)
                 finally:
                     await stream.aclose()  # type: ignore[attr-defined]  # aborts it if it runs
-                    self._prefilled(worker, prefill)
-                    self.in_flight[worker] -= 1
-                    if self.in_flight[worker] <= 0:
-                        del self.in_flight[worker]
+                    self._done(worker, prefill)
         finally:
             self._decisions.pop(rid, None)
-            self._serving.pop(rid, None)
+
+    # -- the frontend's own view of each worker's load ----------------------------------
+
+    def _sent(self, worker: str, request: EngineRequest, decision: Decision) -> int:
+        """Count a request sent to `worker`; the prompt tokens it must compute."""
+        load = self.load
+        load.in_flight[worker] += 1
+        prefill = decision.prefill_tokens
+        prefill = len(request.token_ids) if prefill is None else prefill
+        load.prefilling[worker] += prefill
+        return prefill
 
     def _prefilled(self, worker: str, tokens: int) -> None:
-        self.prefilling[worker] -= tokens
-        if self.prefilling[worker] <= 0:
-            del self.prefilling[worker]
+        prefilling = self.load.prefilling
+        prefilling[worker] -= tokens
+        if prefilling[worker] <= 0:
+            del prefilling[worker]
+
+    def _done(self, worker: str, prefill: int) -> None:
+        self._prefilled(worker, prefill)
+        in_flight = self.load.in_flight
+        in_flight[worker] -= 1
+        if in_flight[worker] <= 0:
+            del in_flight[worker]
 
     def _choose(self, request: EngineRequest, tried: set[str]) -> Decision:
         live = self.live()
         candidates = [w for w in live if w.worker_id not in tried] or live
         if not candidates:
             self.stats.no_worker += 1
-            raise EngineError(f"no live worker serves the model {self.card.name!r}", "unavailable")
-        decision = self.router.choose(candidates, request)
+            raise EngineError(
+                f"no live worker serves the model {self.card.name!r}",
+                "unavailable",
+                cause="no_worker",
+            )
+        decision = self.router.choose(candidates, request, self.load)
         self.stats.decisions[decision.worker_id] += 1
         decision.headers.setdefault("x-rotor-worker", decision.worker_id)
         return decision
-
-
-def _cause(error: EngineError) -> str:
-    message = error.message
-    if "gone" in message:
-        return "worker_gone"
-    if "stopped answering" in message or "no output" in message:
-        return "timeout"
-    if "shutting down" in message:
-        return "shutting_down"
-    return "unavailable"
-
-
-def _resumed(
-    request: EngineRequest, produced: list[int], steps: int, migration: int
-) -> EngineRequest:
-    """The request as another worker continues it: its output so far is now
-    part of the prompt, and the limits count what is already done."""
-    done = len(produced) + steps
-    stop = replace(
-        request.stop,
-        max_tokens=max(1, request.stop.max_tokens - done),
-        min_tokens=max(0, request.stop.min_tokens - done),
-    )
-    annotations = dict(request.annotations)
-    annotations[RESUME_FROM] = annotations.get(RESUME_FROM, 0) + done
-    return replace(
-        request,
-        request_id=f"{request.request_id}-m{migration}",
-        token_ids=[*request.token_ids, *produced],
-        stop=stop,
-        annotations=annotations,
-    )

@@ -1,5 +1,4 @@
-"""The distributed runtime on NATS: the server for development (`nats_server`),
-connecting with retry (`connect`), the names everything meets under
-(`subjects`), worker leases (`lease`), the worker side (`worker`), and the
-frontend side: discovery of workers (`discovery`) and one request's stream
-to a remote worker (`remote`)."""
+"""Transports of the one engine contract (EngineRequest in, EngineOutput
+stream out): `nats/` between frontends and workers on many machines,
+`socket/` between the HTTP processes of `rotor run --http-workers` and its
+engine process. Both hand a request's messages to one reader (`stream`)."""

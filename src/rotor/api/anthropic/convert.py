@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from rotor.api.body import chat_request
+from rotor.api.body import internal_chat
 from rotor.api.errors import APIError
 from rotor.protocol.anthropic import (
     CountTokensRequest,
@@ -73,7 +73,7 @@ def to_chat(req: CountTokensRequest) -> ChatCompletionRequest:
             metadata=req.metadata.model_dump(exclude_none=True) if req.metadata else None,
             mock=req.mock,
         )
-    return chat_request(fields)
+    return internal_chat(fields)
 
 
 def _join(blocks: list[TextBlock]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from rotor.model.served import ServedModel
+from rotor.pipeline.served import ServedModel
 
 
 def anthropic_model(model: ServedModel) -> dict[str, Any]:

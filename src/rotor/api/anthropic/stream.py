@@ -1,6 +1,6 @@
-"""Internal events → Anthropic stream events (`MessageStream`), the fold that
-builds the non-streaming message from those same events (`fold_message`), and
-the pings a quiet stream sends (`with_pings`).
+"""Internal events → Anthropic stream events (`MessageStream`), the collected
+choice → the non-streaming message (`message_body`), and the ping a quiet
+stream sends (`FRAMING`'s keepalive).
 
 Tool-use ids: the pipeline's `call_<24>` ids leave as `toolu_<24>` (the same
 24 characters).
@@ -8,22 +8,23 @@ Tool-use ids: the pipeline's `call_<24>` ids leave as `toolu_<24>` (the same
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import AsyncGenerator
 from typing import Any
 
 import orjson
 
 from rotor.api.errors import APIError, anthropic_error_type
-from rotor.frontend import Response as ChatResponse
-from rotor.pipeline.events import ChoiceEvent
+from rotor.api.sse import NamedFraming, named_event
+from rotor.frontend import StartedResponse
+from rotor.pipeline.collected import Collected
+from rotor.pipeline.events import ChoiceEvent, Usage
 from rotor.pipeline.parse.base import Content, Reasoning, ToolCall
 
 # Seconds of silence after which a streaming response sends a `ping`.
 PING_INTERVAL_S = float(os.environ.get("ROTOR_ANTHROPIC_PING_S", "10"))
 
 PING: dict[str, Any] = {"type": "ping"}
+FRAMING = NamedFraming(keepalive=(PING_INTERVAL_S, named_event(PING)))
 
 
 def tool_use_id(call_id: str) -> str:
@@ -37,13 +38,8 @@ class MessageStream:
     """Shapes one choice's events into Anthropic stream events: blocks in
     order, each started, filled and stopped. Pure: no I/O."""
 
-    def __init__(self, resp: ChatResponse, rid: str) -> None:
-        self._head = {
-            "id": f"msg_{rid}",
-            "type": "message",
-            "role": "assistant",
-            "model": resp.model,
-        }
+    def __init__(self, resp: StartedResponse, rid: str) -> None:
+        self._head = message_head(resp, rid)
         self._usage = resp.usage
         self._input: dict[str, int] = {}  # the input side of usage, fixed at message_start
         self._index = -1  # the latest block's index
@@ -55,14 +51,8 @@ class MessageStream:
     def start(self) -> list[dict[str, Any]]:
         # The response starts after its first engine output, which carries the
         # prompt's cache hits: message_start and message_delta report the same
-        # input counts (Anthropic's `input_tokens` excludes cache reads).
-        u = self._usage
-        cached = u.cached_tokens or 0
-        self._input = {
-            "input_tokens": u.prompt_tokens - cached,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": cached,
-        }
+        # input counts.
+        self._input = input_usage(self._usage)
         message = {
             **self._head,
             "content": [],
@@ -104,13 +94,7 @@ class MessageStream:
         return [{"type": "error", "error": {"type": kind, "message": error.message}}]
 
     def _stop_reason(self) -> tuple[str, str | None]:
-        if self._finish == "length":
-            return "max_tokens", None
-        if isinstance(self._stop, str):
-            return "stop_sequence", self._stop
-        if self._finish == "tool_calls" or self._calls:  # a named tool ends in "stop" in chat
-            return "tool_use", None
-        return "end_turn", None
+        return stop_reason(self._finish, self._stop, bool(self._calls))
 
     def _delta(self, kind: str, text: str) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -154,80 +138,57 @@ class MessageStream:
         ]
 
 
-def fold_message(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """The non-streaming message: the events applied in order, as a client
-    accumulates them."""
-    message: dict[str, Any] = {}
+def message_head(resp: StartedResponse, rid: str) -> dict[str, Any]:
+    return {"id": f"msg_{rid}", "type": "message", "role": "assistant", "model": resp.model}
+
+
+def input_usage(usage: Usage) -> dict[str, int]:
+    """The input side of usage (Anthropic's `input_tokens` excludes cache reads)."""
+    cached = usage.cached_tokens or 0
+    return {
+        "input_tokens": usage.prompt_tokens - cached,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+    }
+
+
+def stop_reason(finish: str | None, stop: Any, called: bool) -> tuple[str, str | None]:
+    """(stop_reason, stop_sequence) from the choice's finish."""
+    if finish == "length":
+        return "max_tokens", None
+    if isinstance(stop, str):
+        return "stop_sequence", stop
+    if finish == "tool_calls" or called:  # a named tool ends in "stop" in chat
+        return "tool_use", None
+    return "end_turn", None
+
+
+def message_body(resp: StartedResponse, rid: str, choice: Collected) -> dict[str, Any]:
+    """The non-streaming message: the choice's blocks in the order they came."""
     content: list[dict[str, Any]] = []
-    partial: dict[int, list[str]] = {}
-    for event in events:
-        kind = event["type"]
-        if kind == "message_start":
-            message = {**event["message"], "usage": dict(event["message"]["usage"])}
-            message["content"] = content
-        elif kind == "content_block_start":
-            content.append(dict(event["content_block"]))
-        elif kind == "content_block_delta":
-            i, delta = event["index"], event["delta"]
-            if delta["type"] == "text_delta":
-                content[i]["text"] += delta["text"]
-            elif delta["type"] == "thinking_delta":
-                content[i]["thinking"] += delta["thinking"]
-            elif delta["type"] == "input_json_delta":
-                partial.setdefault(i, []).append(delta["partial_json"])
-        elif kind == "content_block_stop":
-            pieces = partial.pop(event["index"], None)
-            if pieces is not None:
-                text = "".join(pieces)
-                content[event["index"]]["input"] = orjson.loads(text) if text else {}
-        elif kind == "message_delta":
-            message.update(event["delta"])
-            message["usage"].update(event["usage"])
-    return message
-
-
-async def with_pings(
-    events: AsyncGenerator[dict[str, Any], None], interval: float
-) -> AsyncGenerator[dict[str, Any], None]:
-    """`events`, plus a `ping` whenever `interval` seconds pass with none.
-
-    One pump task per stream reads `events`, so the per-event path stays a
-    queue hand-off; closing this generator cancels the pump, which closes the
-    pipeline (and the engine's work) at once."""
-    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
-    end = object()
-    quiet = True  # nothing arrived since the last tick
-
-    async def pump() -> None:
-        nonlocal quiet
-        try:
-            async for event in events:
-                quiet = False
-                await queue.put(event)
-        except Exception as e:  # handed to the reader, raised there
-            await queue.put(e)
-            return
-        await queue.put(end)
-
-    async def tick() -> None:
-        nonlocal quiet
-        while True:
-            await asyncio.sleep(interval)
-            if quiet and queue.empty():
-                queue.put_nowait(PING)
-            quiet = True
-
-    tasks = [asyncio.create_task(pump()), asyncio.create_task(tick())]
-    try:
-        while True:
-            item = await queue.get()
-            if item is end:
-                return
-            if isinstance(item, Exception):
-                raise item
-            yield item
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await events.aclose()
+    for piece in choice.pieces():
+        if type(piece) is Content:
+            content.append({"type": "text", "text": piece.text})
+        elif type(piece) is Reasoning:
+            content.append({"type": "thinking", "thinking": piece.text, "signature": ""})
+        elif type(piece) is ToolCall:
+            args = piece.arguments
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": tool_use_id(piece.id or ""),
+                    "name": piece.name,
+                    "input": orjson.loads(args) if args else {},
+                }
+            )
+    reason, sequence = stop_reason(
+        choice.finish_reason, choice.stop_reason, bool(choice.tool_calls())
+    )
+    usage = resp.usage
+    return {
+        **message_head(resp, rid),
+        "content": content,
+        "stop_reason": reason,
+        "stop_sequence": sequence,
+        "usage": {**input_usage(usage), "output_tokens": usage.completion_tokens},
+    }

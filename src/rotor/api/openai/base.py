@@ -7,14 +7,14 @@ from typing import Any
 
 from rotor.api.errors import APIError, error_body
 from rotor.api.openai.usage import usage
-from rotor.frontend import Response
+from rotor.frontend import StartedResponse
 
 
 class OpenAIShaper:
     __slots__ = ("_resp", "_head", "_include_usage", "_continuous")
 
     def __init__(
-        self, resp: Response, kind: str, include_usage: bool, continuous_usage: bool
+        self, resp: StartedResponse, kind: str, include_usage: bool, continuous_usage: bool
     ) -> None:
         self._resp = resp
         self._head = {"id": resp.id, "object": kind, "created": resp.created, "model": resp.model}
@@ -24,8 +24,8 @@ class OpenAIShaper:
     def _chunk(self, choice: dict[str, Any]) -> dict[str, Any]:
         out = {**self._head, "choices": [choice]}
         if self._continuous:
-            resp = self._resp
-            out["usage"] = usage(resp.prompt_tokens, resp.completion_tokens())
+            u = self._resp.usage
+            out["usage"] = usage(u.prompt_tokens, u.completion_tokens)
         return out
 
     def start(self) -> list[dict[str, Any]]:

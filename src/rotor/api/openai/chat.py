@@ -1,5 +1,5 @@
-"""Internal events → `chat.completion.chunk`s (`ChatShaper`), and the fold of
-those chunks into one `chat.completion` (`fold_chat`). Chunks are built from
+"""Internal events → `chat.completion.chunk`s (`ChatShaper`), and the
+collected choices → one `chat.completion` (`chat_body`). Both are built from
 an allow-list of fields: nothing internal (End kind, retained EOS text) can
 reach a client."""
 
@@ -9,7 +9,8 @@ from typing import Any
 
 from rotor.api.openai.base import OpenAIShaper
 from rotor.api.openai.usage import chat_logprob, usage
-from rotor.frontend import Response
+from rotor.frontend import StartedResponse
+from rotor.pipeline.collected import Collected
 from rotor.pipeline.decode import End
 from rotor.pipeline.events import ChoiceEvent
 from rotor.pipeline.parse.base import Content, Reasoning, ToolCall
@@ -20,7 +21,7 @@ class ChatShaper(OpenAIShaper):
 
     def __init__(
         self,
-        resp: Response,
+        resp: StartedResponse,
         reasoning_field: str = "reasoning_content",
         include_usage: bool = False,
         continuous_usage: bool = False,
@@ -63,16 +64,7 @@ class ChatShaper(OpenAIShaper):
             elif type(piece) is ToolCall:
                 k = self._calls[index]
                 self._calls[index] = k + 1
-                delta = {
-                    "tool_calls": [
-                        {
-                            "index": k,
-                            "id": piece.id,
-                            "type": "function",
-                            "function": {"name": piece.name, "arguments": piece.arguments},
-                        }
-                    ]
-                }
+                delta = {"tool_calls": [{"index": k, **tool_call(piece)}]}
             else:  # pragma: no cover - Piece is closed
                 continue
             out.append(
@@ -97,51 +89,36 @@ class ChatShaper(OpenAIShaper):
         return out
 
 
-def fold_chat(chunks: list[dict[str, Any]], resp: Response) -> dict[str, Any]:
-    """The chunks folded into one `chat.completion`."""
-    n = resp.n
-    content: list[list[str]] = [[] for _ in range(n)]
-    reasoning: dict[int, list[str]] = {}
-    calls: list[list[dict[str, Any]]] = [[] for _ in range(n)]
-    logprobs: list[list[dict[str, Any]] | None] = [None] * n
-    finish: list[str | None] = [None] * n
-    stop_reason: list[Any] = [None] * n
-    reasoning_key = "reasoning_content"
-    for chunk in chunks:
-        for c in chunk["choices"]:
-            i = c["index"]
-            for key, value in c["delta"].items():
-                if key == "content":
-                    content[i].append(value)
-                elif key == "tool_calls":
-                    for call in value:
-                        calls[i].append({k: call[k] for k in ("id", "type", "function")})
-                elif key != "role":
-                    reasoning_key = key
-                    reasoning.setdefault(i, []).append(value)
-            if c.get("logprobs"):
-                logprobs[i] = (logprobs[i] or []) + c["logprobs"]["content"]
-            if c.get("finish_reason") is not None:
-                finish[i] = c["finish_reason"]
-                stop_reason[i] = c.get("stop_reason")
-    choices = []
-    for i in range(n):
-        text = "".join(content[i])
+def chat_body(
+    resp: StartedResponse, choices: list[Collected], reasoning_field: str
+) -> dict[str, Any]:
+    """The collected choices as one `chat.completion`."""
+    token_text = resp.token_text
+    out = []
+    for i, c in enumerate(choices):
+        text = c.text()
+        calls = c.tool_calls()
         message: dict[str, Any] = {
             "role": "assistant",
-            "content": None if (not text and calls[i]) else text,
+            "content": None if (not text and calls) else text,
         }
-        if i in reasoning:
-            message[reasoning_key] = "".join(reasoning[i])
-        if calls[i]:
-            message["tool_calls"] = calls[i]
-        choices.append(
+        reasoning = c.reasoning()
+        if reasoning is not None:
+            message[reasoning_field] = reasoning
+        if calls:
+            message["tool_calls"] = [tool_call(call) for call in calls]
+        logprobs = None
+        if token_text is not None and c.logprobs:
+            logprobs = {
+                "content": [chat_logprob(lp, token_text, resp.token_bytes) for lp in c.logprobs]
+            }
+        out.append(
             {
                 "index": i,
                 "message": message,
-                "logprobs": {"content": logprobs[i]} if logprobs[i] is not None else None,
-                "finish_reason": finish[i],
-                "stop_reason": stop_reason[i],
+                "logprobs": logprobs,
+                "finish_reason": c.finish_reason,
+                "stop_reason": c.stop_reason,
             }
         )
     u = resp.usage
@@ -150,6 +127,14 @@ def fold_chat(chunks: list[dict[str, Any]], resp: Response) -> dict[str, Any]:
         "object": "chat.completion",
         "created": resp.created,
         "model": resp.model,
-        "choices": choices,
+        "choices": out,
         "usage": usage(u.prompt_tokens, u.completion_tokens, u.cached_tokens),
+    }
+
+
+def tool_call(call: ToolCall) -> dict[str, Any]:
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
     }

@@ -1,36 +1,36 @@
 """Internal events → `text_completion` chunks (the legacy completions API),
-and their fold into one response."""
+and the collected choices → one response (`completion_body`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rotor.api.openai.base import OpenAIShaper
 from rotor.api.openai.usage import usage
-from rotor.frontend import Response
+from rotor.frontend import StartedResponse
+from rotor.pipeline.collected import Collected
 from rotor.pipeline.decode import End
 from rotor.pipeline.events import ChoiceEvent
 from rotor.pipeline.parse.base import Content
+from rotor.protocol.engine import TokenLogprob
 
 
 class CompletionShaper(OpenAIShaper):
     """`echo` (one text per prompt) is put before each choice's first text."""
 
-    __slots__ = ("_echo", "_n")
+    __slots__ = ("_echo",)
 
     def __init__(
         self,
-        resp: Response,
+        resp: StartedResponse,
         include_usage: bool = False,
         continuous_usage: bool = False,
         echo: list[str] | None = None,
         n: int = 1,
     ) -> None:
         super().__init__(resp, "text_completion", include_usage, continuous_usage)
-        self._echo: dict[int, str] | None = (
-            {i: echo[i // n] for i in range(len(echo) * n)} if echo else None
-        )
-        self._n = n
+        self._echo = echo_by_choice(echo, n)
 
     def event(self, event: ChoiceEvent) -> list[dict[str, Any]]:
         text = "".join(p.text for p in event.pieces if type(p) is Content)
@@ -53,34 +53,15 @@ class CompletionShaper(OpenAIShaper):
 
     def _logprobs(self, event: ChoiceEvent) -> dict[str, Any] | None:
         tt = self._resp.token_text
-        if tt is None:
-            return None
-        new = event.logprobs
-        return {
-            "tokens": [tt(lp.token_id) for lp in new],
-            "token_logprobs": [lp.logprob for lp in new],
-            "top_logprobs": [{tt(t): v for t, v in lp.top} for lp in new],
-        }
+        return None if tt is None else completion_logprobs(event.logprobs, tt)
 
 
-def fold_completion(chunks: list[dict[str, Any]], resp: Response) -> dict[str, Any]:
-    n = resp.n
-    texts: list[list[str]] = [[] for _ in range(n)]
-    finish: list[str | None] = [None] * n
-    stop_reason: list[Any] = [None] * n
-    lps: list[dict[str, list[Any]] | None] = [None] * n
-    for chunk in chunks:
-        for c in chunk["choices"]:
-            i = c["index"]
-            texts[i].append(c["text"])
-            if c.get("logprobs"):
-                acc = lps[i] or {"tokens": [], "token_logprobs": [], "top_logprobs": []}
-                for k in acc:
-                    acc[k].extend(c["logprobs"][k])
-                lps[i] = acc
-            if c.get("finish_reason") is not None:
-                finish[i] = c["finish_reason"]
-                stop_reason[i] = c.get("stop_reason")
+def completion_body(
+    resp: StartedResponse, choices: list[Collected], echo: list[str] | None = None, n: int = 1
+) -> dict[str, Any]:
+    """The collected choices as one `text_completion`."""
+    prefix = echo_by_choice(echo, n) or {}
+    tt = resp.token_text
     u = resp.usage
     return {
         "id": resp.id,
@@ -90,12 +71,25 @@ def fold_completion(chunks: list[dict[str, Any]], resp: Response) -> dict[str, A
         "choices": [
             {
                 "index": i,
-                "text": "".join(texts[i]),
-                "logprobs": lps[i],
-                "finish_reason": finish[i],
-                "stop_reason": stop_reason[i],
+                "text": prefix.get(i, "") + c.text(),
+                "logprobs": None if tt is None else completion_logprobs(c.logprobs, tt),
+                "finish_reason": c.finish_reason,
+                "stop_reason": c.stop_reason,
             }
-            for i in range(n)
+            for i, c in enumerate(choices)
         ],
         "usage": usage(u.prompt_tokens, u.completion_tokens, u.cached_tokens),
+    }
+
+
+def echo_by_choice(echo: list[str] | None, n: int) -> dict[int, str] | None:
+    """`echo` (one text per prompt) for each choice index (n per prompt)."""
+    return {i: echo[i // n] for i in range(len(echo) * n)} if echo else None
+
+
+def completion_logprobs(lps: list[TokenLogprob], tt: Callable[[int], str]) -> dict[str, Any]:
+    return {
+        "tokens": [tt(lp.token_id) for lp in lps],
+        "token_logprobs": [lp.logprob for lp in lps],
+        "top_logprobs": [{tt(t): v for t, v in lp.top} for lp in lps],
     }

@@ -10,34 +10,38 @@ from starlette.responses import JSONResponse, Response
 from rotor.api.anthropic.models import anthropic_model, anthropic_models
 from rotor.api.body import read_request
 from rotor.api.errors import APIError
-from rotor.api.metrics import Metrics
-from rotor.api.openai.chat import ChatShaper, fold_chat
-from rotor.api.openai.completions import CompletionShaper, fold_completion
+from rotor.api.openai.chat import ChatShaper, chat_body
+from rotor.api.openai.completions import CompletionShaper, completion_body
 from rotor.api.openapi import route
-from rotor.api.respond import APIView, respond
+from rotor.api.respond import APIView, Responder
 from rotor.api.sse import OPENAI
-from rotor.frontend import Frontend
-from rotor.frontend import Response as StartedResponse
-from rotor.model.served import ServedModel
+from rotor.frontend import StartedResponse
+from rotor.pipeline.served import ServedModel
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 
 
-def register_openai(app: FastAPI, frontend: Frontend, metrics: Metrics, body_limit: int) -> None:
+def register_openai(app: FastAPI, responder: Responder, body_limit: int) -> None:
+    frontend = responder.frontend
+
     @app.post("/v1/chat/completions", **route("chat"))
     async def chat_completions(request: Request) -> Response:
         req = await read_request(request, ChatCompletionRequest, body_limit)
         options = req.stream_options
+        field = frontend.reasoning_field
 
         def view(resp: StartedResponse, rid: str) -> APIView:
-            shaper = ChatShaper(
-                resp,
-                frontend.reasoning_field,
-                include_usage=bool(options and options.include_usage),
-                continuous_usage=bool(options and options.continuous_usage_stats),
+            return APIView(
+                lambda: ChatShaper(
+                    resp,
+                    field,
+                    include_usage=bool(options and options.include_usage),
+                    continuous_usage=bool(options and options.continuous_usage_stats),
+                ),
+                OPENAI,
+                lambda choices: chat_body(resp, choices, field),
             )
-            return APIView(shaper, OPENAI, lambda chunks: fold_chat(chunks, resp))
 
-        return await respond(request, frontend, metrics, "chat", req, view)
+        return await responder.respond(request, "chat", req, view)
 
     @app.post("/v1/completions", **route("completions"))
     async def completions(request: Request) -> Response:
@@ -45,18 +49,20 @@ def register_openai(app: FastAPI, frontend: Frontend, metrics: Metrics, body_lim
         options = req.stream_options
 
         def view(resp: StartedResponse, rid: str) -> APIView:
-            shaper = CompletionShaper(
-                resp,
-                include_usage=bool(options and options.include_usage),
-                continuous_usage=bool(options and options.continuous_usage_stats),
-                echo=echo_texts(frontend.resolve(req.model), req) if req.echo else None,
-                n=req.n,
+            echo = echo_texts(resp.served, req) if req.echo else None
+            return APIView(
+                lambda: CompletionShaper(
+                    resp,
+                    include_usage=bool(options and options.include_usage),
+                    continuous_usage=bool(options and options.continuous_usage_stats),
+                    echo=echo,
+                    n=req.n,
+                ),
+                OPENAI,
+                lambda choices: completion_body(resp, choices, echo, req.n),
             )
-            return APIView(shaper, OPENAI, lambda chunks: fold_completion(chunks, resp))
 
-        return await respond(
-            request, frontend, metrics, "completions", req, view, call=frontend.completion
-        )
+        return await responder.respond(request, "completions", req, view, begin=frontend.completion)
 
     @app.get("/v1/models", **route("models"))
     async def list_models(request: Request) -> Response:
@@ -69,7 +75,7 @@ def register_openai(app: FastAPI, frontend: Frontend, metrics: Metrics, body_lim
     async def get_model(request: Request, model_id: str) -> Response:
         if model_id not in frontend.registry.live_names():
             raise APIError(404, f"the model {model_id!r} does not exist", "model")
-        model = frontend.resolve(model_id)
+        model = frontend.model(model_id).model
         if "anthropic-version" in request.headers:
             return JSONResponse(anthropic_model(model))
         return JSONResponse(model_entry(model))

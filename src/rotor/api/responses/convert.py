@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rotor.api.body import chat_request
+from rotor.api.body import internal_chat
 from rotor.protocol.openai import ChatCompletionRequest
 from rotor.protocol.responses import (
     FormatJSONObject,
@@ -67,7 +67,7 @@ def to_chat(req: ResponsesRequest) -> ChatCompletionRequest:
         response_format = {"type": "json_schema", "json_schema": schema}
     elif isinstance(fmt, FormatJSONObject):
         response_format = {"type": "json_object"}
-    return chat_request(
+    return internal_chat(
         {
             "model": req.model,
             "messages": messages,

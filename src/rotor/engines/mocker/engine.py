@@ -26,7 +26,13 @@ from rotor.engines.mocker.script import ScriptSource, parse_script
 from rotor.engines.mocker.sequence import Sequence, SequenceStatus, TokenSource
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
-from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineState
+from rotor.protocol.engine import (
+    RESUME_FROM,
+    EngineError,
+    EngineOutput,
+    EngineRequest,
+    EngineState,
+)
 from rotor.protocol.kv import KVEvent, KVSnapshot
 from rotor.protocol.mock import MockScript
 
@@ -318,7 +324,7 @@ class MockerEngine:
                 source = ScriptSource(ids, parsed.end, parsed.tokens_per_step, eos_id)
                 # A request resumed on this engine after another one died: the
                 # script goes on where that one stopped.
-                source.pos = min(int(request.annotations.get("resume_from", 0)), len(ids))
+                source.pos = min(int(request.annotations.get(RESUME_FROM, 0)), len(ids))
             elif text is not None:
                 # A constrained answer ends where the constraint ends it.
                 end = "eos" if eos_id is not None else "stop"

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rotor import heap
+from rotor.serve import gc as heap
 
 
 @pytest.fixture

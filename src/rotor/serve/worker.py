@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import signal
 
-from rotor import heap, logs
+from rotor import logs
 from rotor.config import WorkerConfig
 from rotor.engines.base import Engine, Lifecycle
 from rotor.engines.registry import engine_spec
-from rotor.launch import StartupError, build_engine, load, serve_model
 from rotor.model.tokenizer import Tokenizer
-from rotor.runtime.connect import connect
-from rotor.runtime.worker import CardConflict, WorkerService
+from rotor.runtime.nats.connect import connect
+from rotor.runtime.nats.worker import CardConflict, WorkerService
+from rotor.serve.build import StartupError, build_engine, load, serve_model
+from rotor.serve.gc import settle
+from rotor.serve.worker_status import status_server
 
 log = logging.getLogger("rotor.worker")
 
@@ -63,8 +64,8 @@ async def _serve(engine: Engine, tok: Tokenizer | None, config: WorkerConfig) ->
         logs.say(str(e), logging.ERROR)
         await nc.close()
         return 2
-    heap.settle()
-    system = _system_server(service, config.system_port) if config.system_port else None
+    settle()
+    system = status_server(service, config.system_port) if config.system_port else None
     served = asyncio.create_task(system.serve()) if system is not None else None
     logs.say(f"worker {service.worker_id} serves {engine.card.name!r} on {config.nats}")
     await stop.wait()
@@ -81,37 +82,3 @@ async def _serve(engine: Engine, tok: Tokenizer | None, config: WorkerConfig) ->
     with contextlib.suppress(Exception):
         await nc.drain()
     return 0
-
-
-def _system_server(service: WorkerService, port: int):  # noqa: ANN202
-    """`/health` and `/metrics` of this worker on `--system-port`."""
-    import uvicorn
-    from fastapi import FastAPI
-    from starlette.responses import JSONResponse, Response
-
-    from rotor.api.metrics import Metrics
-    from rotor.system_http import EmbeddedServer
-
-    engine = service.engine
-    metrics = Metrics(lambda: [(engine.card.name, engine.state())])
-    app = FastAPI(title="rotor worker")
-
-    @app.get("/health")
-    async def health() -> Response:
-        lease = service.lease
-        ok = lease.status == "serving"
-        body = {
-            "status": "ok" if ok else "leaving",
-            "worker": service.worker_id,
-            "model": lease.model,
-            "address": lease.address,
-            "engine": dataclasses.asdict(engine.state()),
-        }
-        return JSONResponse(body, status_code=200 if ok else 503)
-
-    @app.get("/metrics")
-    async def metrics_route() -> Response:
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, **logs.uvicorn_options("warning"))
-    return EmbeddedServer(config)

@@ -14,7 +14,12 @@ from typing import Any
 
 import msgpack
 
+from rotor.protocol import codec
+from rotor.protocol.engine import EngineError
+from rotor.runtime.stream import Kind, OutputStream
+
 OUTPUTS, ERROR, HEARTBEAT, DONE = "o", "e", "h", "d"
+_KINDS: dict[str, Kind] = {OUTPUTS: "outputs", ERROR: "error", HEARTBEAT: "heartbeat", DONE: "done"}
 
 # How often a quiet worker says it is alive, and how long a frontend waits
 # for any message before it counts the worker dead.
@@ -36,7 +41,22 @@ def parse(data: bytes) -> tuple[int, str, bytes | None]:
         seq, kind = m["s"], m["k"]
     except Exception as e:
         raise ValueError(f"not a stream message: {e}") from None
-    if not isinstance(seq, int) or kind not in (OUTPUTS, ERROR, HEARTBEAT, DONE):
+    if not isinstance(seq, int) or kind not in _KINDS:
         raise ValueError(f"not a stream message: seq {seq!r}, kind {kind!r}")
     payload = m.get("p")
     return seq, kind, payload if isinstance(payload, bytes) else None
+
+
+def deliver(data: bytes, stream: OutputStream) -> None:
+    """One message, decoded, to its request's stream. A message that cannot
+    be read ends the stream with an internal error (a broken peer)."""
+    try:
+        seq, kind, payload = parse(data)
+        if kind == OUTPUTS:
+            stream.put(seq, "outputs", codec.decode_outputs(payload or b""))
+        elif kind == ERROR:
+            stream.put(seq, "error", codec.decode_error(payload or b""))
+        else:
+            stream.put(seq, _KINDS[kind], None)
+    except (ValueError, codec.CodecError) as e:
+        stream.fail(EngineError(str(e), "internal"))

@@ -7,13 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rotor.local import wire
 from rotor.protocol.engine import EngineOutput, EngineState, TokenLogprob
 from rotor.protocol.engine import merge_outputs as merge
+from rotor.runtime.socket import frames as wire
 
 frames = st.lists(
     st.tuples(
         st.sampled_from([wire.GENERATE, wire.ABORT, wire.STATE, wire.OUTPUTS, wire.ERROR]),
+        st.integers(min_value=0, max_value=2**32 - 1),
         st.text(max_size=20).filter(lambda s: len(s.encode()) <= 255),
         st.binary(max_size=300),
     ),
@@ -24,9 +25,9 @@ frames = st.lists(
 @settings(max_examples=200, deadline=None)
 @given(frames, st.lists(st.integers(min_value=0, max_value=4000), max_size=10))
 def test_any_split_reads_the_same_frames(items: list, cuts: list[int]) -> None:
-    data = b"".join(wire.frame(kind, rid, payload) for kind, rid, payload in items)
-    got: list[tuple[bytes, str, bytes]] = []
-    reader = wire.Reader(lambda kind, rid, payload: got.append((kind, rid, payload)))
+    data = b"".join(wire.frame(kind, rid, payload, seq) for kind, seq, rid, payload in items)
+    got: list[tuple[bytes, int, str, bytes]] = []
+    reader = wire.Reader(lambda kind, seq, rid, payload: got.append((kind, seq, rid, payload)))
     points = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
     for a, b in zip(points, points[1:], strict=False):
         reader.feed(data[a:b])
@@ -36,7 +37,7 @@ def test_any_split_reads_the_same_frames(items: list, cuts: list[int]) -> None:
 def test_a_frame_of_an_unknown_kind_is_an_error() -> None:
     reader = wire.Reader(lambda *_: None)
     with pytest.raises(wire.WireError, match="unknown frame kind"):
-        reader.feed((3).to_bytes(4, "big") + b"Z\x00x")
+        reader.feed((7).to_bytes(4, "big") + b"Z\x00\x00\x00\x00\x00x")
 
 
 def test_state_round_trips() -> None:

@@ -21,7 +21,7 @@ import socket
 import sys
 from collections.abc import Callable
 
-log = logging.getLogger("rotor.local")
+log = logging.getLogger("rotor.processes")
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 STOP_TIMEOUT_S = 15.0
@@ -33,7 +33,7 @@ def stop_timeout(shutdown_grace: float) -> float:
     return shutdown_grace + STOP_TIMEOUT_S
 
 
-class WorkersError(Exception):
+class ProcessError(Exception):
     """The HTTP processes cannot start (a port in use, a bad count); the message says why."""
 
 
@@ -49,7 +49,7 @@ def listen_tcp(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as e:
         sock.close()
-        raise WorkersError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+        raise ProcessError(f"cannot listen on {host}:{port}: {e.strerror}") from None
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
@@ -58,12 +58,12 @@ def listen_tcp(host: str, port: int) -> socket.socket:
 def listen_all(host: str, port: int, n: int) -> list[socket.socket]:
     """`n` sockets on one port (port 0: the one the first socket got)."""
     if n < 1:
-        raise WorkersError(f"--http-workers must be at least 1, got {n}")
+        raise ProcessError(f"--http-workers must be at least 1, got {n}")
     socks = [listen_tcp(host, port)]
     port = socks[0].getsockname()[1]
     try:
         socks += [listen_tcp(host, port) for _ in range(n - 1)]
-    except WorkersError:
+    except ProcessError:
         for s in socks:
             s.close()
         raise

@@ -14,11 +14,11 @@ import logging
 import socket
 
 from rotor.engines.base import Engine
-from rotor.local import wire
 from rotor.protocol.codec import CodecError, decode_request, encode_error, encode_outputs
 from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest
+from rotor.runtime.socket import frames
 
-log = logging.getLogger("rotor.local")
+log = logging.getLogger("rotor.socket")
 
 
 class _Connection(asyncio.Protocol):
@@ -27,8 +27,9 @@ class _Connection(asyncio.Protocol):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.transport: asyncio.Transport | None = None
-        self.reader = wire.Reader(self._on_frame)
+        self.reader = frames.Reader(self._on_frame)
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        self._seq: dict[str, int] = {}  # per request: the number of its next frame
         self._outputs: dict[str, list[EngineOutput]] = {}  # per request, since the last write
         self._frames: list[bytes] = []
         self._flush_scheduled = False
@@ -41,7 +42,7 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             self.reader.feed(data)
-        except (wire.WireError, CodecError, UnicodeDecodeError) as e:
+        except (frames.WireError, CodecError, UnicodeDecodeError) as e:
             log.error("dropping an HTTP process's connection: %s", e)
             assert self.transport is not None
             self.transport.close()
@@ -54,24 +55,26 @@ class _Connection(asyncio.Protocol):
 
     # -- frames in ---------------------------------------------------------------
 
-    def _on_frame(self, kind: bytes, rid: str, payload: bytes) -> None:
-        if kind == wire.GENERATE:
+    def _on_frame(self, kind: bytes, seq: int, rid: str, payload: bytes) -> None:
+        if kind == frames.GENERATE:
             request = decode_request(payload)
             if rid != request.request_id:
-                raise wire.WireError(f"frame id {rid!r} is not the request's id")
+                raise frames.WireError(f"frame id {rid!r} is not the request's id")
             if rid in self.tasks:
-                self._end(rid, EngineError(f"request_id {rid!r} is already running", "internal"))
+                # the running one's numbering goes on: this error cannot join it
+                log.error("an HTTP process sent request %s twice", rid)
                 return
+            self._seq[rid] = 0
             self.tasks[rid] = asyncio.ensure_future(self._run(request))
-        elif kind == wire.ABORT:
+        elif kind == frames.ABORT:
             task = self.tasks.get(rid)
             if task is not None:
                 self.engine.abort(rid)
                 task.cancel()
-        elif kind == wire.STATE:
-            self._write(wire.frame(wire.STATE, "", wire.encode_state(self.engine.state())))
+        elif kind == frames.STATE:
+            self._write(frames.frame(frames.STATE, "", frames.encode_state(self.engine.state())))
         else:
-            raise wire.WireError(f"frame kind {kind!r} is not one an HTTP process sends")
+            raise frames.WireError(f"frame kind {kind!r} is not one an HTTP process sends")
 
     async def _run(self, request: EngineRequest) -> None:
         rid = request.request_id
@@ -87,6 +90,7 @@ class _Connection(asyncio.Protocol):
         except asyncio.CancelledError:
             self._outputs.pop(rid, None)  # aborted: the client reads no more of it
             self.tasks.pop(rid, None)
+            self._seq.pop(rid, None)
             raise
         except EngineError as e:
             error = e
@@ -100,15 +104,18 @@ class _Connection(asyncio.Protocol):
 
     def _end(self, rid: str, error: EngineError | None) -> None:
         self._take_outputs(rid)  # what it produced goes before its end
+        seq = self._seq.pop(rid, 0)
         if error is not None:
-            self._write(wire.frame(wire.ERROR, rid, encode_error(error)))
+            self._write(frames.frame(frames.ERROR, rid, encode_error(error), seq))
         else:
-            self._write(wire.frame(wire.DONE, rid))
+            self._write(frames.frame(frames.DONE, rid, b"", seq))
 
     def _take_outputs(self, rid: str) -> None:
         outputs = self._outputs.pop(rid, None)
         if outputs:
-            self._frames.append(wire.frame(wire.OUTPUTS, rid, encode_outputs(outputs)))
+            seq = self._seq[rid]
+            self._seq[rid] = seq + 1
+            self._frames.append(frames.frame(frames.OUTPUTS, rid, encode_outputs(outputs), seq))
 
     def _write(self, data: bytes) -> None:
         self._frames.append(data)

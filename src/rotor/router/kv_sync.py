@@ -1,62 +1,54 @@
-"""The frontend's copy of every worker's KV blocks, kept by following the
-workers' KV events (`rotor.kv.<worker>`). A worker that joins, or a gap in
-its event ids (an event lost, a frontend restarted), brings a resync: the
-worker's snapshot, asked for on `rotor.worker.<id>.kv`."""
+"""Keeping the frontend's copy of every worker's KV blocks in step with the
+workers' caches, from their KV events (the runtime delivers them: see
+runtime/nats/kv_events.py). A worker that joins, or a gap in its event ids
+(an event lost, a frontend restarted), or an event that cannot be read,
+brings a resync: the worker's snapshot replaces what the index holds of it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
-from nats.aio.client import Client
-from nats.aio.msg import Msg
-
-from rotor.protocol import codec
+from rotor.protocol.kv import KVEvent, KVSnapshot
 from rotor.router.kv import KVRouter
 from rotor.router.kv_index import Applied
-from rotor.runtime import subjects
 
-log = logging.getLogger("rotor.kv_watch")
+log = logging.getLogger("rotor.kv_sync")
 
-RESYNC_TIMEOUT_S = 5.0
 RESYNC_TRIES = 3
 
 
-class KVWatch:
-    def __init__(self, nc: Client, router_of: Callable[[str], KVRouter | None]) -> None:
+class KVSnapshots(Protocol):
+    async def snapshot(self, worker: str) -> KVSnapshot:
+        """The worker's blocks now (raises when it does not answer)."""
+        ...
+
+
+class KVSync:
+    def __init__(self, snapshots: KVSnapshots, router_of: Callable[[str], KVRouter | None]) -> None:
         """`router_of(worker)`: the kv router of the worker's pool, or None."""
-        self.nc = nc
+        self.snapshots = snapshots
         self.router_of = router_of
         self.resyncs = 0
-        self._sub = None
         self._resyncing: dict[str, asyncio.Task[None]] = {}
-
-    async def start(self) -> None:
-        self._sub = await self.nc.subscribe(subjects.KV_PREFIX + "*", cb=self._on_msg)
 
     async def stop(self) -> None:
         for task in self._resyncing.values():
             task.cancel()
         await asyncio.gather(*self._resyncing.values(), return_exceptions=True)
-        if self._sub is not None:
-            try:
-                await self._sub.unsubscribe()
-            except Exception:
-                pass
 
-    async def _on_msg(self, msg: Msg) -> None:
-        worker = msg.subject.rsplit(".", 1)[-1]
+    def on_event(self, worker: str, event: KVEvent | None) -> None:
+        """One event of the worker's, in the order it published them (None:
+        one that could not be read)."""
         router = self.router_of(worker)
         if router is None or router.index is None:
             return
-        try:
-            event = codec.decode_kv_event(msg.data)
-        except codec.CodecError as e:
-            log.warning("worker %s sent a KV event this frontend cannot read (%s)", worker, e)
+        if event is None:
             self.resync(worker)
-            return
-        if router.index.apply(worker, event) is Applied.GAP:
+        elif router.index.apply(worker, event) is Applied.GAP:
             log.info("worker %s: a gap in its KV events; resyncing", worker)
             self.resync(worker)
 
@@ -73,10 +65,7 @@ class KVWatch:
             if router is None or router.index is None:
                 return
             try:
-                reply = await self.nc.request(
-                    subjects.kv_snapshot(worker), b"", timeout=RESYNC_TIMEOUT_S
-                )
-                snapshot = codec.decode_kv_snapshot(reply.data)
+                snapshot = await self.snapshots.snapshot(worker)
             except Exception as e:
                 log.warning("worker %s: no KV snapshot (%s)", worker, e)
                 continue

@@ -1,16 +1,16 @@
-"""The bounded pool where prompts are prepared (template rendering,
-tokenization), with a time budget per job.
+"""The preparer: where prompts are prepared (template rendering,
+tokenization), in a few threads, with a time budget per job.
 
 A chat template is untrusted code, and an endless loop in it on the loop
 thread would stop the server answering anything (`/live` included). Jobs
-run in a few worker threads (short ones may run on the loop under a CPU
+run in a few threads (short ones may run on the loop under a CPU
 alarm first: `inline.py`); a job still
 running when its budget is spent is interrupted — an exception is raised in
 its thread at the next bytecode it runs (`PyThreadState_SetAsyncExc`) — so a
-hostile template holds a worker for at most the budget and the pool cannot be
-exhausted for good. A job the caller stops waiting for (the client left) is
+hostile template holds a thread for at most the budget and the threads cannot
+be exhausted for good. A job the caller stops waiting for (the client left) is
 interrupted the same way. Long C calls are not interruptible, so those the
-workers make are bounded before the job starts (the prompt size check) or
+threads make are bounded before the job starts (the prompt size check) or
 release the GIL (tokenization uses `encode_batch_fast`).
 """
 
@@ -30,19 +30,19 @@ from rotor.pipeline.jobs import BudgetExceeded, Job
 T = TypeVar("T")
 
 DEFAULT_BUDGET_S = 5.0  # --template-timeout
-DEFAULT_WORKERS = 4
+DEFAULT_THREADS = 4
 
 
-class PreparePool:
-    """`run(fn, ...)` in a worker, within `budget_s` of the job's start (time
-    spent waiting for a free worker does not count: admission bounds that)."""
+class Preparer:
+    """`run(fn, ...)` in a thread, within `budget_s` of the job's start (time
+    spent waiting for a free thread does not count: admission bounds that)."""
 
-    def __init__(self, workers: int = DEFAULT_WORKERS, budget_s: float = DEFAULT_BUDGET_S) -> None:
+    def __init__(self, threads: int = DEFAULT_THREADS, budget_s: float = DEFAULT_BUDGET_S) -> None:
         if budget_s <= 0:
             raise ValueError(f"the template time budget must be positive, got {budget_s}")
         self.budget_s = budget_s
         self.timeouts = 0
-        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="rotor-prepare")
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="rotor-prepare")
         self.inline = InlineRunner()
 
     async def run(

@@ -1,6 +1,11 @@
 """`rotor frontend`: the HTTP API of `rotor run`, serving every model that
 live workers on NATS offer. It needs nothing but `--nats`: models appear
-when their first worker registers, and each is a pool routed by `--router`."""
+when their first worker registers, and each is a pool routed by `--router`.
+
+`Cluster` is where the NATS runtime and the router meet: the request plane,
+the lease and KV event feeds (runtime/nats) on one side, discovery, the
+pools and their KV indexes (router/) on the other.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +13,27 @@ import logging
 import socket
 from typing import Any
 
-from rotor import heap, logs
+from rotor import logs
+from rotor.api.app import create_app
 from rotor.config import FrontendConfig
 from rotor.frontend import Frontend
-from rotor.launch import StartupError, http_server
 from rotor.model.card import ModelCard
-from rotor.model.served import ServedModel
 from rotor.model.tokenizer import Tokenizer
-from rotor.pipeline.workers import PreparePool
+from rotor.pipeline.preparer import Preparer
+from rotor.pipeline.served import ServedModel
+from rotor.router.discovery import Discovery
 from rotor.router.kv import KVRouter
 from rotor.router.kv_cost import KVCost
+from rotor.router.kv_sync import KVSync
 from rotor.router.modes import LeastLoaded, Random, RoundRobin, Router
 from rotor.router.pool import Pool
-from rotor.runtime.connect import connect
-from rotor.runtime.discovery import Discovery
-from rotor.runtime.kv_watch import KVWatch
-from rotor.runtime.remote import ResponseRouter
+from rotor.runtime.nats.connect import connect
+from rotor.runtime.nats.kv_events import KVEventFeed, KVSnapshots
+from rotor.runtime.nats.leases import CardStore, LeaseFeed
+from rotor.runtime.nats.request_plane import RequestPlane
+from rotor.serve.build import StartupError
+from rotor.serve.gc import settle_after_startup
+from rotor.serve.http import http_server
 
 log = logging.getLogger("rotor.frontend")
 
@@ -33,93 +43,99 @@ APPROX_BLOCK_SIZE = 16
 
 
 class Cluster:
-    """The frontend's view of NATS: its inbox, discovery, and a pool per model
-    in the frontend's registry."""
+    """The frontend's view of NATS: its request plane, discovery, and a pool
+    per model in the frontend's registry. Everything is built once connected
+    (`start`), and stopped in the reverse order."""
 
     def __init__(self, frontend: Frontend, config: FrontendConfig) -> None:
         self.frontend = frontend
         self.config = config
-        self.nc = None
-        self.inbox: ResponseRouter | None = None
+        self._stop: list[Any] = []  # what start built, each with a stop(), in build order
         self.discovery: Discovery | None = None
-        self.kv_watch: KVWatch | None = None
 
     async def start(self) -> None:
-        self.nc = await connect(self.config.nats, "frontend")
-        self.inbox = ResponseRouter(self.nc)
-        await self.inbox.start()
-        self.kv_watch = KVWatch(self.nc, self._kv_router_of)
-        await self.kv_watch.start()
-        self.discovery = Discovery(self.nc, self._new_model)
-        await self.discovery.start()
-
-    def _kv_router_of(self, worker: str) -> KVRouter | None:
-        discovery = self.discovery
-        seen = discovery.seen.get(worker) if discovery is not None else None
-        pool = discovery.pools.get(seen[0]) if discovery is not None and seen else None
-        router = pool.router if pool is not None else None
-        return router if isinstance(router, KVRouter) else None
+        nc = await connect(self.config.nats, "frontend")
+        self._stop.append(_Drain(nc))
+        plane = RequestPlane(nc)
+        await plane.start()
+        self._stop.append(plane)
+        sync = KVSync(KVSnapshots(nc), self._kv_router_of)
+        self._stop.append(sync)
+        events = KVEventFeed(nc, sync.on_event)
+        await events.start()
+        self._stop.append(events)
+        discovery = Discovery(
+            lambda card, tok: self._new_model(card, tok, plane, sync), CardStore(nc)
+        )
+        await discovery.start()
+        self._stop.append(discovery)
+        self.discovery = discovery
+        leases = LeaseFeed(nc, discovery.on_lease)
+        await leases.start()
+        self._stop.append(leases)
 
     async def stop(self) -> None:
-        if self.kv_watch is not None:
-            await self.kv_watch.stop()
-        if self.discovery is not None:
-            await self.discovery.stop()
-        if self.inbox is not None:
-            await self.inbox.stop()
-        if self.nc is not None:
-            try:
-                await self.nc.drain()
-            except Exception:
-                pass
+        while self._stop:
+            await self._stop.pop().stop()
 
-    def _new_model(self, card: ModelCard, tok: Tokenizer | None, compat: str) -> Pool:
-        assert self.inbox is not None
+    def _kv_router_of(self, worker: str) -> KVRouter | None:
+        pool = self.discovery.pool_of(worker) if self.discovery is not None else None
+        return pool.kv if pool is not None else None
+
+    def _new_model(
+        self, card: ModelCard, tok: Tokenizer | None, plane: RequestPlane, sync: KVSync
+    ) -> Pool:
         config = self.config
+        router = make_router(config, card)
+        follows_events = isinstance(router, KVRouter) and router.index is not None
         pool = Pool(
             card,
-            self.inbox,
-            RoundRobin(),
+            plane,
+            router,
             migration_limit=config.migration_limit,
             request_timeout=config.request_timeout,
+            on_join=sync.resync if follows_events else None,  # a new worker: its blocks so far
         )
-        pool.router = make_router(config, pool)
-        if isinstance(pool.router, KVRouter) and pool.router.index is not None:
-            watch = self.kv_watch
-            assert watch is not None
-            pool.on_join = watch.resync  # a new worker: its blocks so far
         try:
             served = ServedModel.build(card, tok, card.tool_call_parser, card.reasoning_parser)
         except ValueError as e:  # a worker with a parser this frontend lacks
             log.error("cannot serve %r: %s", card.name, e)
             return pool
-        self.frontend.registry.add(served, pool, workers=pool.describe)
+        self.frontend.registry.add(served, pool)
         return pool
 
 
-def make_router(config: FrontendConfig, pool: Pool) -> Router:
+class _Drain:
+    """The NATS connection, as one more thing to stop: drained, errors ignored."""
+
+    def __init__(self, nc: Any) -> None:
+        self.nc = nc
+
+    async def stop(self) -> None:
+        try:
+            await self.nc.drain()
+        except Exception:
+            pass
+
+
+def make_router(config: FrontendConfig, card: ModelCard) -> Router:
     mode = config.router
     if mode == "round_robin":
         return RoundRobin()
     if mode == "random":
         return Random()
     if mode == "least_loaded":
-        return LeastLoaded(lambda worker: pool.in_flight[worker])
+        return LeastLoaded()
     if mode == "kv":
-        block_size = pool.card.capabilities.kv_block_size
+        block_size = card.capabilities.kv_block_size
         approx = not config.kv_events or block_size < 1
         if block_size < 1:
             log.warning(
-                "%r publishes no KV events: kv routing records its own decisions", pool.card.name
+                "%r publishes no KV events: kv routing records its own decisions", card.name
             )
             block_size = APPROX_BLOCK_SIZE
         cost = KVCost(block_size, config.kv_overlap_weight, config.router_temperature)
-        return KVRouter(
-            block_size,
-            cost,
-            lambda worker: pool.prefilling[worker],
-            approx_ttl=config.router_ttl if approx else None,
-        )
+        return KVRouter(block_size, cost, approx_ttl=config.router_ttl if approx else None)
     raise StartupError(f"--router {mode!r} is not one of round_robin, random, least_loaded, kv")
 
 
@@ -137,18 +153,17 @@ def run_frontend(config: FrontendConfig) -> int:
 
 
 def frontend_server(config: FrontendConfig, announce: str = "") -> Any:
-    """One whole frontend (its NATS connection, discovery, routers, inbox) as
-    a uvicorn server, not yet running."""
-    from rotor.api.app import create_app
-
+    """One whole frontend (its NATS connection, discovery, routers, request
+    plane) as a uvicorn server, not yet running."""
     http = config.http
-    frontend = Frontend(reasoning_field=http.reasoning_field)
-    frontend.pool = PreparePool(budget_s=config.template_timeout)
+    frontend = Frontend(
+        reasoning_field=http.reasoning_field, preparer=Preparer(budget_s=config.template_timeout)
+    )
     cluster = Cluster(frontend, config)
     app = create_app(
         frontend,
         api_key=http.api_key,
-        on_startup=[cluster.start, heap.settle_after_startup],
+        on_startup=[cluster.start, settle_after_startup],
         on_shutdown=[cluster.stop],
         max_queued=http.max_queued_requests,
     )
@@ -159,8 +174,8 @@ def run_frontends(config: FrontendConfig) -> int:
     """`--http-workers N`: N whole frontends on one port (SO_REUSEPORT), as if
     N `rotor frontend`s ran, under a parent that passes SIGTERM/SIGINT on
     (each drains), exits when they do, and takes them with it if killed."""
-    from rotor.local.processes import (
-        WorkersError,
+    from rotor.serve.processes import (
+        ProcessError,
         fork_each,
         listen_all,
         stop_timeout,
@@ -170,7 +185,7 @@ def run_frontends(config: FrontendConfig) -> int:
     http = config.http
     try:
         socks = listen_all(http.host, http.port, http.http_workers)
-    except WorkersError as e:
+    except ProcessError as e:
         logs.say(str(e), logging.ERROR)
         return 2
     port = socks[0].getsockname()[1]

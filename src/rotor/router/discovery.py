@@ -1,11 +1,11 @@
 """The frontend side of discovery: which workers are live, for which model.
 
-It reads the workers bucket once at start (workers that were there before
-this frontend), then follows every lease as it is renewed or withdrawn on
-`rotor.lease.>`. A worker not heard from for `LEASE_TTL_S` is gone. The
-first worker of a model brings its card (fetched once from the object store
-by hash) and so the model; a worker whose card disagrees with its model's
-(another tokenizer or template) is refused with a log line.
+Leases arrive from the runtime (runtime/nats/leases.py reads them off NATS)
+and are judged here. A worker not heard from for `lease_ttl` is gone. The
+first worker of a model brings its card (fetched once, by hash, from a
+`CardSource`) and so the model's pool (`new_model`); a worker whose card
+disagrees with its model's (another tokenizer or template) is refused with a
+log line.
 """
 
 from __future__ import annotations
@@ -14,33 +14,37 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-
-from nats.aio.client import Client
-from nats.aio.msg import Msg
+from typing import Protocol
 
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
-from rotor.protocol import codec
+from rotor.protocol.lease import LEASE_TTL_S, Lease
 from rotor.router.pool import Pool
-from rotor.runtime import subjects
-from rotor.runtime.lease import LEASE_TTL_S, Lease
 
 log = logging.getLogger("rotor.discovery")
 
-# (card, tokenizer, compat hash) -> the pool that now serves the model.
-NewModel = Callable[[ModelCard, Tokenizer | None, str], Pool]
+EXPIRE_EVERY_S = 0.25
+
+# (card, tokenizer) -> the pool that now serves the model.
+NewModel = Callable[[ModelCard, Tokenizer | None], Pool]
+
+
+class CardSource(Protocol):
+    async def fetch(self, lease: Lease) -> tuple[ModelCard, Tokenizer | None]:
+        """The card (and tokenizer) the lease names."""
+        ...
 
 
 class Discovery:
     def __init__(
         self,
-        nc: Client,
         new_model: NewModel,
+        cards: CardSource,
         clock: Callable[[], float] = time.monotonic,
         lease_ttl: float = LEASE_TTL_S,
     ) -> None:
-        self.nc = nc
         self.new_model = new_model
+        self.cards = cards
         self.clock = clock
         self.lease_ttl = lease_ttl
         self.pools: dict[str, Pool] = {}
@@ -48,44 +52,21 @@ class Discovery:
         self.seen: dict[str, tuple[str, float]] = {}  # worker -> (model, last heard)
         self._refused: set[str] = set()
         self._loading: dict[str, asyncio.Task[None]] = {}  # model -> card fetch
-        self._tasks: list[asyncio.Task[None]] = []
-        self._sub = None
+        self._expiry: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self._sub = await self.nc.subscribe(subjects.LEASE_PREFIX + "*", cb=self._on_msg)
-        await self._read_bucket()
-        self._tasks.append(asyncio.create_task(self._expire_forever(), name="lease-expiry"))
+        self._expiry = asyncio.create_task(self._expire_forever(), name="lease-expiry")
 
     async def stop(self) -> None:
-        for task in [*self._tasks, *self._loading.values()]:
+        tasks = [t for t in (self._expiry, *self._loading.values()) if t is not None]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, *self._loading.values(), return_exceptions=True)
-        if self._sub is not None:
-            try:
-                await self._sub.unsubscribe()
-            except Exception:
-                pass
+        await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _read_bucket(self) -> None:
-        try:
-            kv = await self.nc.jetstream().key_value(subjects.WORKERS_BUCKET)
-            keys = await kv.keys()
-        except Exception:  # no bucket or no keys yet: leases will come
-            return
-        for key in keys:
-            try:
-                entry = await kv.get(key)
-                await self.on_lease(Lease.decode(entry.value or b""))
-            except Exception as e:
-                log.debug("skipping lease %s: %s", key, e)
-
-    async def _on_msg(self, msg: Msg) -> None:
-        try:
-            lease = Lease.decode(msg.data)
-        except ValueError as e:
-            log.warning("ignoring a malformed lease on %s: %s", msg.subject, e)
-            return
-        await self.on_lease(lease)
+    def pool_of(self, worker_id: str) -> Pool | None:
+        """The pool a live worker belongs to."""
+        seen = self.seen.get(worker_id)
+        return self.pools.get(seen[0]) if seen is not None else None
 
     async def on_lease(self, lease: Lease) -> None:
         wid = lease.worker_id
@@ -138,12 +119,10 @@ class Discovery:
                 self._loading.pop(lease.model, None)
 
     async def _fetch_card(self, lease: Lease) -> None:
-        store = await self.nc.jetstream().object_store(subjects.CARDS_STORE)
-        result = await store.get(lease.card)
-        card, tok = codec.decode_card(result.data or b"")
+        card, tok = await self.cards.fetch(lease)
         if lease.model not in self.pools:
             self.compat[lease.model] = lease.compat
-            self.pools[lease.model] = self.new_model(card, tok, lease.compat)
+            self.pools[lease.model] = self.new_model(card, tok)
             log.info("model %r is served (card %s)", lease.model, lease.card[:12])
 
     def _drop(self, worker_id: str, why: str) -> None:
@@ -162,5 +141,5 @@ class Discovery:
 
     async def _expire_forever(self) -> None:
         while True:
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(EXPIRE_EVERY_S)
             self.expire()

@@ -2,43 +2,25 @@
 socket, implementing the Engine contract (`generate`, `abort`, `state`), so
 the frontend cannot tell it from an in-process engine.
 
-One connection per HTTP process carries all its requests. Outputs of one
-request that arrived together are merged into one output (as the mocker
-merges what piled up), so a burst costs the pipeline one step and the
-client one write.
+One connection per HTTP process carries all its requests; each request's
+frames go to its `OutputStream` (runtime/stream.py, the reader the NATS
+transport shares), which merges what arrived together into one output, so a
+burst costs the pipeline one step and the client one write.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 from collections.abc import AsyncIterator
 
-from rotor.local import wire
 from rotor.model.card import ModelCard
 from rotor.protocol.codec import decode_error, decode_outputs, encode_request
-from rotor.protocol.engine import (
-    EngineError,
-    EngineOutput,
-    EngineRequest,
-    EngineState,
-    merge_outputs,
-)
+from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineState
+from rotor.runtime.socket import frames
+from rotor.runtime.stream import OutputStream
 
 GONE = "the engine process is not reachable"
 STATE_EVERY_S = 0.25  # how stale /health and /metrics may be about the engine
-
-
-class _Stream:
-    """One request's outputs as they arrive, read in batches."""
-
-    __slots__ = ("items", "ready", "done", "error")
-
-    def __init__(self) -> None:
-        self.items: collections.deque[EngineOutput] = collections.deque()
-        self.ready = asyncio.Event()
-        self.done = False
-        self.error: EngineError | None = None
 
 
 class SocketEngine(asyncio.Protocol):
@@ -48,8 +30,8 @@ class SocketEngine(asyncio.Protocol):
         self.card = card
         self.path = path
         self.transport: asyncio.Transport | None = None
-        self._reader = wire.Reader(self._on_frame)
-        self._streams: dict[str, _Stream] = {}
+        self._reader = frames.Reader(self._on_frame)
+        self._streams: dict[str, OutputStream] = {}
         self._state = EngineState()
         self._state_asked = False
         self._first_state: asyncio.Future[None] | None = None
@@ -80,39 +62,30 @@ class SocketEngine(asyncio.Protocol):
 
     # -- the Engine contract ---------------------------------------------------------
 
-    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+    def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         rid = request.request_id
-        if self.transport is None:
-            raise EngineError(GONE, "unavailable")
-        if rid in self._streams:
-            raise EngineError(f"request_id {rid!r} is already running", "internal")
-        stream = self._streams[rid] = _Stream()
-        self.transport.write(wire.frame(wire.GENERATE, rid, encode_request(request)))
-        items, ready = stream.items, stream.ready
-        open_choices = set(range(request.n))
-        try:
-            while True:
-                while not items:
-                    if stream.error is not None:
-                        raise stream.error
-                    if stream.done:
-                        return
-                    ready.clear()
-                    await ready.wait()
-                batch = list(items)
-                items.clear()
-                for out in merge_outputs(batch) if len(batch) > 1 else batch:
-                    if out.finish is not None:
-                        open_choices.discard(out.index)
-                    yield out
-        finally:
-            self._streams.pop(rid, None)
-            if open_choices and not stream.done and stream.error is None:
-                self.abort(rid)
+        stream = OutputStream(
+            request.n,
+            "the engine process",
+            abort=lambda: self.abort(rid),
+            on_end=lambda: (
+                self._streams.pop(rid, None) if self._streams.get(rid) is stream else None
+            ),
+        )
+
+        async def send() -> None:
+            if self.transport is None:
+                raise EngineError(GONE, "unavailable", cause="worker_gone")
+            if rid in self._streams:
+                raise EngineError(f"request_id {rid!r} is already running", "internal")
+            self._streams[rid] = stream
+            self.transport.write(frames.frame(frames.GENERATE, rid, encode_request(request)))
+
+        return stream.read(send)
 
     def abort(self, request_id: str) -> None:
         if self.transport is not None:
-            self.transport.write(wire.frame(wire.ABORT, request_id))
+            self.transport.write(frames.frame(frames.ABORT, request_id))
 
     def state(self) -> EngineState:
         """The last state the engine sent (at most STATE_EVERY_S old); asking
@@ -126,7 +99,7 @@ class SocketEngine(asyncio.Protocol):
     def _ask_state(self) -> None:
         if self.transport is not None and not self._state_asked:
             self._state_asked = True
-            self.transport.write(wire.frame(wire.STATE, ""))
+            self.transport.write(frames.frame(frames.STATE, ""))
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -137,14 +110,13 @@ class SocketEngine(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         for stream in self._streams.values():
-            stream.error = EngineError(GONE, "unavailable")
-            stream.ready.set()
+            stream.fail(EngineError(GONE, "unavailable", cause="worker_gone"))
         if self._first_state is not None and not self._first_state.done():
             self._first_state.set_exception(ConnectionError(GONE))
 
-    def _on_frame(self, kind: bytes, rid: str, payload: bytes) -> None:
-        if kind == wire.STATE:
-            self._state = wire.decode_state(payload)
+    def _on_frame(self, kind: bytes, seq: int, rid: str, payload: bytes) -> None:
+        if kind == frames.STATE:
+            self._state = frames.decode_state(payload)
             self._state_asked = False
             if self._first_state is not None and not self._first_state.done():
                 self._first_state.set_result(None)
@@ -152,12 +124,11 @@ class SocketEngine(asyncio.Protocol):
         stream = self._streams.get(rid)
         if stream is None:  # a request this side already left (aborted, or finished)
             return
-        if kind == wire.OUTPUTS:
-            stream.items.extend(decode_outputs(payload))
-        elif kind == wire.ERROR:
-            stream.error = decode_error(payload)
-        elif kind == wire.DONE:
-            stream.done = True
+        if kind == frames.OUTPUTS:
+            stream.put(seq, "outputs", decode_outputs(payload))
+        elif kind == frames.ERROR:
+            stream.put(seq, "error", decode_error(payload))
+        elif kind == frames.DONE:
+            stream.put(seq, "done", None)
         else:
-            raise wire.WireError(f"frame kind {kind!r} is not one the engine sends")
-        stream.ready.set()
+            raise frames.WireError(f"frame kind {kind!r} is not one the engine sends")

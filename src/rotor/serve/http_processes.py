@@ -8,7 +8,7 @@ is in the HTTP processes, which share nothing. They reach the engine through
 process.
 
 The parent process binds every socket first (a port in use is an error
-before anything starts), forks the HTTP processes (local/processes.py: one
+before anything starts), forks the HTTP processes (serve/processes.py: one
 SO_REUSEPORT socket each, tied to the parent), then runs the engine and its
 socket server. It stops them all when it is told to stop or when one of them
 dies.
@@ -22,12 +22,14 @@ import shutil
 import socket
 import tempfile
 
-from rotor import heap, logs
+from rotor import logs
 from rotor.config import HTTPConfig
 from rotor.frontend import ModelEntry
-from rotor.local.client import SocketEngine
-from rotor.local.processes import (
-    WorkersError,
+from rotor.runtime.socket.client import SocketEngine
+from rotor.runtime.socket.server import serve_engine
+from rotor.serve.gc import settle, settle_after_startup
+from rotor.serve.processes import (
+    ProcessError,
     fork_each,
     listen_all,
     stop_all,
@@ -35,17 +37,14 @@ from rotor.local.processes import (
     stop_timeout,
     watch,
 )
-from rotor.local.server import serve_engine
-from rotor.system import System
-
-__all__ = ["WorkersError", "serve_workers"]
+from rotor.serve.system import System
 
 
-def serve_workers(system: System, http: HTTPConfig, log_level: str) -> int:
+def serve_http_processes(system: System, http: HTTPConfig, log_level: str) -> int:
     """Serve `system` with `http.http_workers` HTTP processes; returns the exit status."""
     entries = system.frontend.registry.entries()
     if len(entries) != 1 or len(system.engines) != 1:
-        raise WorkersError("--http-workers serves one model with one engine")
+        raise ProcessError("--http-workers serves one model with one engine")
     tmp = tempfile.mkdtemp(prefix="rotor-engine-")
     path = os.path.join(tmp, "engine.sock")
     engine_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -53,7 +52,7 @@ def serve_workers(system: System, http: HTTPConfig, log_level: str) -> int:
     engine_sock.listen(64)
     try:
         http_socks = listen_all(http.host, http.port, http.http_workers)
-    except WorkersError:
+    except ProcessError:
         engine_sock.close()
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -82,17 +81,21 @@ def _http_process(
     log_level: str,
 ) -> int:
     from rotor.api.app import create_app
-    from rotor.launch import http_server
-    from rotor.pipeline.workers import PreparePool
+    from rotor.pipeline.preparer import Preparer
+    from rotor.serve.http import http_server
 
     engine = SocketEngine(entry.engine.card, path)
-    system = System.local(engine, entry.model, reasoning_field=parent.frontend.reasoning_field)
-    # A prepare pool of this process's own (threads do not survive fork), with the parent's budget.
-    system.frontend.pool = PreparePool(budget_s=parent.frontend.pool.budget_s)
+    system = System.local(
+        engine,
+        entry.model,
+        reasoning_field=parent.frontend.reasoning_field,
+        # threads of this process's own (threads do not survive fork), with the parent's budget
+        preparer=Preparer(budget_s=parent.frontend.preparer.budget_s),
+    )
     app = create_app(
         system.frontend,
         api_key=http.api_key,
-        on_startup=[system.start, heap.settle_after_startup],
+        on_startup=[system.start, settle_after_startup],
         on_shutdown=[system.stop],
         max_queued=http.max_queued_requests,
     )
@@ -109,7 +112,7 @@ async def _engine_process(
     stop_signals(stop)
     await system.start()
     server = await serve_engine(system.engines[0], engine_sock)
-    heap.settle()
+    settle()
     alive = set(pids)
     status = 0
     try:

@@ -22,14 +22,15 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.errors import BucketNotFoundError, NotFoundError
 
-from rotor.engines.base import Engine
+from rotor.engines.base import Engine, KVEventSource
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol import codec
 from rotor.protocol.engine import EngineError
 from rotor.protocol.kv import KVEvent
-from rotor.runtime import subjects, wire
-from rotor.runtime.lease import LEASE_TTL_S, RENEW_S, Lease
+from rotor.protocol.lease import LEASE_TTL_S, RENEW_S, Lease
+from rotor.runtime.nats import messages as wire
+from rotor.runtime.nats import subjects
 
 log = logging.getLogger("rotor.worker")
 
@@ -95,10 +96,9 @@ class WorkerService:
             await self.nc.subscribe(subjects.abort(wid), cb=self._on_abort),
             await self.nc.subscribe(subjects.kv_snapshot(wid), cb=self._on_kv_snapshot),
         ]
-        relay = getattr(self.engine, "kv_events", None)
-        if callable(relay):
+        if isinstance(self.engine, KVEventSource):
             self._kv_pump = asyncio.create_task(self._pump_kv_events(), name="kv-events")
-            relay(self._relay_kv_event)
+            self.engine.kv_events(self._relay_kv_event)
         await self._renew()
         self._renewer = asyncio.create_task(self._renew_forever(), name="lease-renewal")
         log.info("worker %s serves %r", wid, self.lease.model)
@@ -226,7 +226,9 @@ class WorkerService:
             await self.nc.publish(msg.reply, wire.message(0, wire.ERROR, codec.encode_error(error)))
             return
         if self._leaving:
-            error = EngineError(f"worker {self.worker_id} is shutting down", "unavailable")
+            error = EngineError(
+                f"worker {self.worker_id} is shutting down", "unavailable", cause="shutting_down"
+            )
             await self.nc.publish(msg.reply, wire.message(0, wire.ERROR, codec.encode_error(error)))
             return
         rid = request.request_id
@@ -292,8 +294,7 @@ class WorkerService:
                 log.debug("worker %s: a KV event was not published: %s", self.worker_id, e)
 
     async def _on_kv_snapshot(self, msg: Msg) -> None:
-        relay = getattr(self.engine, "kv_events", None)
-        if not callable(relay) or not msg.reply:
+        if not isinstance(self.engine, KVEventSource) or not msg.reply:
             return
-        snapshot = relay(self._relay_kv_event)
+        snapshot = self.engine.kv_events(self._relay_kv_event)
         await self.nc.publish(msg.reply, codec.encode_kv_snapshot(snapshot))

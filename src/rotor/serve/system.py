@@ -1,6 +1,7 @@
 """A whole system in one process: a frontend and the in-process engines it
-was built with. Whoever builds it (launch, a test) starts and stops it; the
-frontend itself never starts an engine (a remote worker is not its to start)."""
+was built with. Whoever builds it (`rotor run`, a test) starts and stops it;
+the frontend itself never starts an engine (a remote worker is not its to
+start)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from dataclasses import dataclass, field
 
 from rotor.engines.base import Engine, Lifecycle
 from rotor.frontend import Frontend
-from rotor.model.served import ServedModel
+from rotor.pipeline.preparer import Preparer
+from rotor.pipeline.served import ServedModel
 
 
 @dataclass
@@ -18,10 +20,14 @@ class System:
 
     @classmethod
     def local(
-        cls, engine: Engine, model: ServedModel, reasoning_field: str = "reasoning_content"
+        cls,
+        engine: Engine,
+        model: ServedModel,
+        reasoning_field: str = "reasoning_content",
+        preparer: Preparer | None = None,
     ) -> System:
         """One model served by one in-process engine (`rotor run`)."""
-        frontend = Frontend(reasoning_field=reasoning_field)
+        frontend = Frontend(reasoning_field=reasoning_field, preparer=preparer or Preparer())
         frontend.registry.add(model, engine)
         return cls(frontend, [engine])
 

@@ -1,0 +1,75 @@
+"""A choice's whole answer, collected from its internal events: what every
+non-streaming response (and the terminal inputs) is built from.
+
+The pieces stay in the order they came, with consecutive text of one kind
+(content, reasoning) joined, because the Anthropic and Responses bodies keep
+that order (blocks, items); the OpenAI message joins all of each kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from rotor.pipeline.decode import End
+from rotor.pipeline.events import ChoiceEvent, Finished
+from rotor.pipeline.parse.base import Content, Piece, Reasoning, ToolCall
+from rotor.protocol.engine import TokenLogprob
+
+
+class Collected:
+    __slots__ = ("_runs", "logprobs", "finished")
+
+    def __init__(self) -> None:
+        # a run of text is [kind, texts]; a tool call is [ToolCall, call]
+        self._runs: list[list] = []
+        self.logprobs: list[TokenLogprob] = []
+        self.finished: Finished | None = None
+
+    def add(self, event: ChoiceEvent) -> None:
+        runs = self._runs
+        for piece in event.pieces:
+            kind = type(piece)
+            if kind is ToolCall:
+                runs.append([ToolCall, piece])
+            elif runs and runs[-1][0] is kind:
+                runs[-1][1].append(piece.text)
+            else:
+                runs.append([kind, [piece.text]])  # type: ignore[union-attr]
+        if event.logprobs:
+            self.logprobs.extend(event.logprobs)
+        if event.finished is not None:
+            self.finished = event.finished
+
+    def pieces(self) -> list[Piece]:
+        """The answer in order, consecutive text of one kind joined."""
+        return [run[1] if run[0] is ToolCall else run[0]("".join(run[1])) for run in self._runs]
+
+    def text(self) -> str:
+        return "".join("".join(run[1]) for run in self._runs if run[0] is Content)
+
+    def reasoning(self) -> str | None:
+        """All the reasoning; None when there was none."""
+        parts = ["".join(run[1]) for run in self._runs if run[0] is Reasoning]
+        return "".join(parts) if parts else None
+
+    def tool_calls(self) -> list[ToolCall]:
+        return [run[1] for run in self._runs if run[0] is ToolCall]
+
+    @property
+    def finish_reason(self) -> str | None:
+        """How it finished, as a client is told (None for a cancelled choice)."""
+        f = self.finished
+        return f.finish_reason if f is not None and f.end is not End.CANCELLED else None
+
+    @property
+    def stop_reason(self) -> int | str | None:
+        f = self.finished
+        return f.stop_reason if f is not None and f.end is not End.CANCELLED else None
+
+
+async def collect(events: AsyncIterator[ChoiceEvent], n: int) -> list[Collected]:
+    """Every choice of a response, collected (the events of choice i go to [i])."""
+    choices = [Collected() for _ in range(n)]
+    async for event in events:
+        choices[event.index].add(event)
+    return choices

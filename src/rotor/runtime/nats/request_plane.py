@@ -1,0 +1,110 @@
+"""The frontend's side of the request plane: engine requests sent to remote
+workers, and their outputs streamed back.
+
+`RequestPlane` is the frontend's one subscription to all its requests'
+outputs (`rotor.resp.<frontend>.*`). It publishes a request to the worker's
+subject and hands each message of the reply stream, decoded, to the
+request's `OutputStream` (runtime/stream.py: the reader both transports
+share). A worker whose lease ended (`worker_gone`) fails its streams at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from rotor.protocol import codec
+from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest
+from rotor.runtime.nats import messages, subjects
+from rotor.runtime.stream import OutputStream
+
+log = logging.getLogger("rotor.request_plane")
+
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+
+
+class RequestPlane:
+    """The frontend's inbox for every remote request's outputs."""
+
+    def __init__(self, nc: Client, frontend_id: str | None = None) -> None:
+        self.nc = nc
+        self.frontend_id = frontend_id or uuid.uuid4().hex[:12]
+        self._streams: dict[str, OutputStream] = {}
+        self._by_worker: dict[str, set[str]] = {}
+        self._publishing: set[asyncio.Task[None]] = set()
+        self._sub = None
+
+    async def start(self) -> None:
+        self._sub = await self.nc.subscribe(subjects.responses(self.frontend_id), cb=self._on_msg)
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            try:
+                await self._sub.unsubscribe()
+            except Exception:
+                pass
+
+    async def _on_msg(self, msg: Msg) -> None:
+        stream = self._streams.get(msg.subject.rsplit(".", 1)[-1])
+        if stream is not None:
+            messages.deliver(msg.data, stream)
+
+    def worker_gone(self, worker_id: str) -> None:
+        for rid in self._by_worker.pop(worker_id, set()):
+            stream = self._streams.get(rid)
+            if stream is not None:
+                stream.fail(
+                    EngineError(f"worker {worker_id} is gone", "unavailable", cause="worker_gone")
+                )
+
+    def generate(
+        self, worker_id: str, request: EngineRequest, request_timeout: float
+    ) -> AsyncIterator[EngineOutput]:
+        """`request` on `worker_id`, its outputs as they come. Closing this
+        early aborts the request on the worker."""
+        rid = request.request_id
+
+        def ended() -> None:
+            self._streams.pop(rid, None)
+            ids = self._by_worker.get(worker_id)
+            if ids is not None:
+                ids.discard(rid)
+
+        stream = OutputStream(
+            request.n,
+            f"worker {worker_id}",
+            abort=lambda: self._publish_soon(subjects.abort(worker_id), rid.encode()),
+            on_end=ended,
+            silence=messages.SILENCE_S,
+            stall=request_timeout,
+        )
+
+        async def send() -> None:
+            self._streams[rid] = stream
+            self._by_worker.setdefault(worker_id, set()).add(rid)
+            await self.nc.publish(
+                subjects.generate(worker_id),
+                codec.encode_request(request),
+                reply=subjects.response(self.frontend_id, rid),
+            )
+
+        return stream.read(send)
+
+    def _publish_soon(self, subject: str, data: bytes) -> None:
+        """Publish without waiting for it (a lost abort costs the worker the
+        rest of that request, never the frontend a stuck reader)."""
+
+        async def publish() -> None:
+            try:
+                await self.nc.publish(subject, data)
+            except Exception as e:
+                log.debug("could not publish to %s: %s", subject, e)
+
+        task = asyncio.get_running_loop().create_task(publish())
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)

@@ -1,0 +1,81 @@
+"""The steps every command builds from: `load` (the model: a directory, else
+the engine's built-in one), `build_engine` (by registry name), `serve_model`
+(the frontend's view of the model) and `build_system` (all three for one
+process). A problem with the flags or the model directory is a
+`StartupError` whose message says what."""
+
+from __future__ import annotations
+
+from rotor.config import ModelConfig, RunConfig
+from rotor.engines.base import Engine
+from rotor.engines.registry import EngineSpec, engine_spec
+from rotor.model.card import ModelCard
+from rotor.model.tokenizer import Tokenizer
+from rotor.pipeline.preparer import Preparer
+from rotor.pipeline.served import ServedModel
+from rotor.serve.system import System
+
+
+class StartupError(Exception):
+    """Something in the flags or the model directory stops startup; the message says what."""
+
+
+def load(config: ModelConfig, spec: EngineSpec) -> tuple[ModelCard, Tokenizer | None]:
+    """The served model: the model directory, else the engine's built-in one,
+    with --max-model-len and --chat-template applied (and checked) either way."""
+    from rotor.model.loader import ModelLoadError, apply_overrides, load_model
+
+    try:
+        if config.model_path:
+            return load_model(
+                config.model_path,
+                model_name=config.model_name,
+                max_model_len=config.max_model_len,
+                chat_template_file=config.chat_template,
+            )
+        card, tok, source = spec.builtin(config.model_name)
+        apply_overrides(card, config.max_model_len, config.chat_template, source)
+    except ModelLoadError as e:
+        raise StartupError(str(e)) from None
+    return card, tok
+
+
+def build_engine(spec: EngineSpec, card: ModelCard, tok: Tokenizer | None, options: dict) -> Engine:
+    try:
+        return spec.build(card, tok, options)
+    except ValueError as e:
+        raise StartupError(str(e)) from None
+
+
+def serve_model(config: ModelConfig, card: ModelCard, tok: Tokenizer | None) -> ServedModel:
+    """The frontend's view of a card (the engine's, with its capabilities)."""
+    try:
+        return ServedModel.build(card, tok, config.tool_call_parser, config.reasoning_parser)
+    except ValueError as e:
+        raise StartupError(str(e)) from None
+
+
+def build_system(config: RunConfig) -> System:
+    """`rotor run`'s one process: the model, its engine, the frontend over both."""
+    spec = engine_spec(config.engine.name)
+    card, tok = load(config.model, spec)
+    engine = build_engine(spec, card, tok, config.engine.options)
+    model = serve_model(config.model, engine.card, tok)
+    return System.local(
+        engine,
+        model,
+        reasoning_field=config.http.reasoning_field,
+        preparer=Preparer(budget_s=config.model.template_timeout),
+    )
+
+
+def check_limits(config: RunConfig) -> None:
+    """The reliability flags, checked before anything is built."""
+    if config.http.api_key == "":
+        raise StartupError("--api-key is empty: give a key, or leave the flag out to serve without")
+    if config.http.max_queued_requests < 1:
+        raise StartupError("--max-queued-requests must be at least 1")
+    if not config.http.shutdown_grace >= 0:
+        raise StartupError("--shutdown-grace must be a number of seconds, 0 or more")
+    if not config.model.template_timeout > 0:
+        raise StartupError("--template-timeout must be a positive number of seconds")

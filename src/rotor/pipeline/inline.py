@@ -3,7 +3,7 @@
 Handing a prompt to the preparer's threads costs a thread hop each way and, with the
 GIL, the job runs no faster there. At one stream the two hops cost more than
 rendering and tokenizing a short prompt (0.4 ms more than the same job
-called directly, measured with bench/dynamo_compare.py). So a short job runs inline, on
+called directly, measured with benchmarks/dynamo_compare.py). So a short job runs inline, on
 the loop's thread, with a CPU-time alarm set (`setitimer(ITIMER_PROF)`): a job
 that spends more than `budget_s` (a template that loops) gets `BudgetExceeded`
 raised where it runs, and the caller hands it to the threads, where it has the

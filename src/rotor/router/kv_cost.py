@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 WorkerId = Hashable
 
-DEFAULT_OVERLAP_WEIGHT = 4.0  # chosen by bench/kv_router_sim.py --sweep (see the report)
+DEFAULT_OVERLAP_WEIGHT = 4.0  # chosen by benchmarks/kv_router_sim.py --sweep (see the report)
 DEFAULT_TEMPERATURE = 0.0
 
 

@@ -13,9 +13,9 @@ each request the prefix plus a unique 24-40-token suffix, shuffled with a
 seed, 100-200 output tokens, concurrency 8. Each engine's KV cache holds
 ~5.5 of the 16 prefixes (not all; the four together do).
 
-    python bench/kv_router_sim.py                 # kv vs round_robin vs kv-approx
-    python bench/kv_router_sim.py --sweep         # overlap_weight sweep for kv
-    python bench/kv_router_sim.py --cost          # decision time + index memory
+    python benchmarks/kv_router_sim.py                 # kv vs round_robin vs kv-approx
+    python benchmarks/kv_router_sim.py --sweep         # overlap_weight sweep for kv
+    python benchmarks/kv_router_sim.py --cost          # decision time + index memory
 
 Reported: prompt-cache hit ratio (cached / prompt tokens) against the ideal
 (only each prefix's first request misses), TTFT p50/p90 in simulated ms,

@@ -43,7 +43,7 @@ the client-observed TTFT at 1 stream minus that is what the frontend and HTTP
 add. The preparation (template + tokenizer) and the in-process pipeline are
 timed on their own too. `--repeats 0 --systems rotor` runs only this split.
 
-    DYNAMO_VENV=/path/to/dynamo-venv python bench/dynamo_compare.py --out /tmp/dyn-cmp
+    DYNAMO_VENV=/path/to/dynamo-venv python benchmarks/dynamo_compare.py --out /tmp/dyn-cmp
 
 Needs rotor installed in the running interpreter; Dynamo lives only in
 DYNAMO_VENV (ai-dynamo + ai-dynamo-runtime 1.6.1). Not part of the test suite.

@@ -3,7 +3,7 @@
 # Llama (tests/support/llama.py), the same vLLM arguments, the same load
 # (1 and 16 streams, 128-token answers), with rotor bench. CPU per token
 # counts each server process and all its children (vLLM's engine core).
-#   bench/vllm_compare.sh [OUT_DIR]      (in the venv with rotor[vllm-cpu])
+#   benchmarks/vllm_compare.sh [OUT_DIR]      (in the venv with rotor[vllm-cpu])
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-/tmp/rotor-vllm-bench}

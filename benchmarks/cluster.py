@@ -1,10 +1,10 @@
 """Benchmarks of the distributed runtime with `rotor bench` as the load:
 a nats-server, N mocker workers, one or two frontends, all real processes.
 
-    python bench/cluster.py hop                # frontend+worker vs rotor run, CPU/token, TTFT
-    python bench/cluster.py scale              # throughput with 1, 2, 4 workers (and 2 frontends)
-    python bench/cluster.py kv                 # shared prefixes: kv vs round_robin routing
-    python bench/cluster.py http-workers       # frontend --http-workers 1 vs 2, interleaved
+    python benchmarks/cluster.py hop                # frontend+worker vs rotor run, CPU/token, TTFT
+    python benchmarks/cluster.py scale              # throughput with 1, 2, 4 workers (and 2 frontends)
+    python benchmarks/cluster.py kv                 # shared prefixes: kv vs round_robin routing
+    python benchmarks/cluster.py http-workers       # frontend --http-workers 1 vs 2, interleaved
 
 Prints the `rotor bench` summaries it collected (results in bench-results/cluster-*).
 """

@@ -8,7 +8,7 @@ server with TCP_NODELAY, so every server sees the same machine at the same
 moment. TTFT is from the request's first byte sent to the first SSE event
 carrying non-empty content.
 
-    python bench/paired_ttft.py before=8301 after=8302 [--requests 400] [--words 150]
+    python benchmarks/paired_ttft.py before=8301 after=8302 [--requests 400] [--words 150]
 
 Start the servers yourself (`PYTHONPATH=<other checkout>/src python -m
 rotor.cli run out=mocker --speedup-ratio 0 --port 8301`, ...). A server

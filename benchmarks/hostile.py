@@ -1,7 +1,7 @@
 """Hostile requests against a real server: for each, its status, the longest
 /live wait while it ran, and the server's RSS growth (issue 15's figures).
 
-    python bench/hostile.py [--src DIR]   # DIR: another checkout's src/ (before/after)
+    python benchmarks/hostile.py [--src DIR]   # DIR: another checkout's src/ (before/after)
 """
 
 from __future__ import annotations

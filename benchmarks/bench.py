@@ -6,9 +6,9 @@ requests/s, chunks/s, time to first token and — the number that matters —
 the server process's CPU time per streamed chunk and per completion token,
 read from /proc before and after each level.
 
-    python bench/bench.py --scenario echo --concurrency 1 32
-    python bench/bench.py --scenario mocker --concurrency 1 32 128
-    python bench/bench.py --scenario scripted --scenario tools-plain --scenario tools-calls
+    python benchmarks/bench.py --scenario echo --concurrency 1 32
+    python benchmarks/bench.py --scenario mocker --concurrency 1 32 128
+    python benchmarks/bench.py --scenario scripted --scenario tools-plain --scenario tools-calls
 
 `scripted` is the same 128-token answer as `tools-plain` with no tools in the
 request (so no tool parser runs): the pair shows what the parser costs on

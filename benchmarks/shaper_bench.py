@@ -1,7 +1,7 @@
 """Per-token cost of each API's streaming shaper: internal events → the API's
 own events → SSE bytes, for a 128-token plain answer (one token per event).
 
-    python bench/shaper_bench.py
+    python benchmarks/shaper_bench.py
 
 Measures the shaping layer alone (no engine, no decode, no socket), which is
 the part that differs between the OpenAI, Anthropic and Responses APIs.

@@ -6,8 +6,8 @@ figures move by tens of percent between runs; this leaves only rotor's own
 Python (middleware, routes, pipeline, SSE framing, the mocker), so a change
 to the per-token path shows in a few alternating runs of two checkouts:
 
-    python bench/asgi_cpu.py                      # this checkout
-    PYTHONPATH=../other/src python bench/asgi_cpu.py
+    python benchmarks/asgi_cpu.py                      # this checkout
+    PYTHONPATH=../other/src python benchmarks/asgi_cpu.py
 
 Each "write" yields to the event loop once, as a socket write would.
 """

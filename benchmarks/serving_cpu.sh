@@ -3,10 +3,10 @@
 # `rotor bench` at one concurrency (~160-token prompts, 128-token answers,
 # ignore_eos), CPU read from /proc of the server process and its children.
 #
-#   bench/serving_cpu.sh rotor  32 out=mocker --speedup-ratio 0
-#   bench/serving_cpu.sh rotor  32 out=mocker --speedup-ratio 0 --http-workers 2
-#   ROTOR_ECHO_DELAY_MS=0 bench/serving_cpu.sh rotor 32 out=echo
-#   DYNAMO_PY=/path/to/dynamo-venv/bin/python bench/serving_cpu.sh dynamo 32
+#   benchmarks/serving_cpu.sh rotor  32 out=mocker --speedup-ratio 0
+#   benchmarks/serving_cpu.sh rotor  32 out=mocker --speedup-ratio 0 --http-workers 2
+#   ROTOR_ECHO_DELAY_MS=0 benchmarks/serving_cpu.sh rotor 32 out=echo
+#   DYNAMO_PY=/path/to/dynamo-venv/bin/python benchmarks/serving_cpu.sh dynamo 32
 #
 # `dynamo` runs `python -m dynamo.frontend` + `python -m dynamo.mocker
 # --speedup-ratio 0` (file discovery) on a model directory written from

@@ -3,8 +3,8 @@
 Compares the old path (`dataclasses.asdict` + msgpack, and the old `from_dict`
 rebuilding the dataclasses) with `rotor.protocol.codec`, on the same payloads:
 
-    python bench/codec_bench.py            # best of 7 runs of 20000 calls each
-    python bench/codec_bench.py --number 100000 --repeat 5
+    python benchmarks/codec_bench.py            # best of 7 runs of 20000 calls each
+    python benchmarks/codec_bench.py --number 100000 --repeat 5
 """
 
 from __future__ import annotations

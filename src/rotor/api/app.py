@@ -7,8 +7,9 @@ belongs to (`errors.is_anthropic`), whoever raised them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -60,15 +61,17 @@ def create_app(
     max_queued: int = DEFAULT_MAX_QUEUED,
 ) -> FastAPI:
     """`on_startup` / `on_shutdown`: what the builder starts and stops with the
-    server (in-process engines); the frontend is ready once startup ran.
+    server (in-process engines, a NATS connection); the frontend is ready once
+    startup ran. Startup stops where it is when the server is told to leave
+    (`app.state.leaving`, set on SIGTERM: a NATS that never answers must not
+    keep the process up), and the shutdown hooks run either way.
     `max_queued`: requests waiting for their first token beyond which a new
     one is a 503 (admission control)."""
+    leaving = asyncio.Event()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        for hook in on_startup or ():
-            await hook()
-        frontend.ready = True
+        frontend.ready = await _start(on_startup or (), leaving)
         try:
             yield
         finally:
@@ -88,6 +91,7 @@ def create_app(
         admission,
     )
     streams = OpenStreams()
+    app.state.leaving = leaving
     app.state.frontend = frontend
     app.state.admission = admission
     app.state.streams = streams
@@ -106,6 +110,29 @@ def create_app(
     register_page(app)
     app.add_middleware(AccessLog)  # last added: outermost, it sees every response
     return app
+
+
+async def _start(hooks: Iterable[Hook], leaving: asyncio.Event) -> bool:
+    """Run the startup hooks in order, unless `leaving` is set first: then
+    the hook under way is cancelled (False: the server did not start)."""
+
+    async def run_all() -> None:
+        for hook in hooks:
+            await hook()
+
+    work = asyncio.ensure_future(run_all())
+    told = asyncio.ensure_future(leaving.wait())
+    try:
+        await asyncio.wait({work, told}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        told.cancel()
+    if work.done():
+        work.result()  # a hook that failed fails the startup
+        return True
+    work.cancel()
+    await asyncio.gather(work, return_exceptions=True)
+    log.warning("told to stop while starting: stopped before serving")
+    return False
 
 
 def _register_errors(app: FastAPI, metrics: Metrics) -> None:

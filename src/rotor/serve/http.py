@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -27,18 +28,34 @@ def http_server(app: Any, http: HTTPConfig, log_level: str, announce: str = "") 
         # Streams are ended by rotor at the grace's end; uvicorn waits a little longer.
         timeout_graceful_shutdown=http.shutdown_grace + 5,
     )
-    return _Server(config, app.state.streams, http.shutdown_grace, announce)
+    return _Server(config, app.state, http.shutdown_grace, announce)
 
 
 class _Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, streams: Any, grace: float, announce: str) -> None:
+    """uvicorn, which also tells the app's startup to stop when it is told
+    to leave (`app.state.leaving`), and says where it serves."""
+
+    def __init__(self, config: uvicorn.Config, state: Any, grace: float, announce: str) -> None:
         super().__init__(config)
-        self._streams = streams
+        self._streams = state.streams
+        self._leaving = state.leaving
         self._grace = grace
         self._announce = announce
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if self._loop is not None:  # a signal handler: wake the loop to tell the app
+            self._loop.call_soon_threadsafe(self._leaving.set)
+
+    async def serve(self, sockets: list | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
 
     async def startup(self, sockets: list | None = None) -> None:
         await super().startup(sockets)
+        if self.should_exit:  # told to stop while starting: it never served
+            return
         if self._announce and self.started and self.servers:
             host, port = self.servers[0].sockets[0].getsockname()[:2]
             url = f"http://{host}:{port}/v1"

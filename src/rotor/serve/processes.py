@@ -13,7 +13,6 @@ parent leaves no orphans holding the port.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import os
 import signal
@@ -21,9 +20,10 @@ import socket
 import sys
 from collections.abc import Callable
 
+from rotor.lifeline import die_with_parent
+
 log = logging.getLogger("rotor.processes")
 
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 STOP_TIMEOUT_S = 15.0
 
 
@@ -108,12 +108,7 @@ def _tie_to(parent: int) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _exit_on_signal)
     os.setpgid(0, 0)
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
-    if os.getppid() != parent:  # it died before the prctl took hold
-        os._exit(1)
+    die_with_parent(parent)
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:

@@ -17,6 +17,7 @@ from rotor.pipeline.served import ServedModel
 class System:
     frontend: Frontend
     engines: list[Engine] = field(default_factory=list)
+    _started: list[Lifecycle] = field(default_factory=list, init=False, repr=False)
 
     @classmethod
     def local(
@@ -35,8 +36,9 @@ class System:
         for engine in self.engines:
             if isinstance(engine, Lifecycle):
                 await engine.start()
+                self._started.append(engine)
 
     async def stop(self) -> None:
-        for engine in reversed(self.engines):
-            if isinstance(engine, Lifecycle):
-                await engine.stop()
+        """Stop what started (startup may have been cut short)."""
+        while self._started:
+            await self._started.pop().stop()

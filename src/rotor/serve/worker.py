@@ -8,6 +8,8 @@ import contextlib
 import logging
 import signal
 
+from nats.aio.client import Client
+
 from rotor import logs
 from rotor.config import WorkerConfig
 from rotor.engines.base import Engine, Lifecycle
@@ -17,6 +19,7 @@ from rotor.runtime.nats.connect import connect
 from rotor.runtime.nats.worker import CardConflict, WorkerService
 from rotor.serve.build import StartupError, build_engine, load, serve_model
 from rotor.serve.gc import settle
+from rotor.serve.http import EmbeddedServer
 from rotor.serve.worker_status import status_server
 
 log = logging.getLogger("rotor.worker")
@@ -44,41 +47,81 @@ def run_worker(config: WorkerConfig) -> int:
 
 
 async def _serve(engine: Engine, tok: Tokenizer | None, config: WorkerConfig) -> int:
+    """Start, serve until SIGTERM/SIGINT, leave. A signal during startup
+    (NATS not there yet, say) stops it there, at once."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    service: WorkerService | None = None
-
-    async def reconnected() -> None:
-        if service is not None:
-            await service.republish()
-
-    nc = await connect(config.nats, f"worker {engine.card.name}", reconnected)
-    if isinstance(engine, Lifecycle):
-        await engine.start()
-    service = WorkerService(nc, engine, tok)
+    worker = _Worker(engine, tok, config)
+    startup = asyncio.ensure_future(worker.start())
+    told = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({startup, told}, return_when=asyncio.FIRST_COMPLETED)
+    if not startup.done():
+        startup.cancel()
+        await asyncio.gather(startup, return_exceptions=True)
+        logs.say(f"worker for {engine.card.name!r} stopped before it was serving")
+        await worker.close()
+        return 0
+    told.cancel()
     try:
-        await service.start()
+        service = startup.result()
     except CardConflict as e:
         logs.say(str(e), logging.ERROR)
-        await nc.close()
+        await worker.close()
         return 2
-    settle()
-    system = status_server(service, config.system_port) if config.system_port else None
-    served = asyncio.create_task(system.serve()) if system is not None else None
     logs.say(f"worker {service.worker_id} serves {engine.card.name!r} on {config.nats}")
     await stop.wait()
     logs.say(f"worker {service.worker_id} is leaving")
     await service.withdraw()
     await service.drain(config.grace_period)
-    await service.stop()
-    if system is not None and served is not None:
-        system.should_exit = True
-        with contextlib.suppress(Exception):
-            await served
-    if isinstance(engine, Lifecycle):
-        await engine.stop()
-    with contextlib.suppress(Exception):
-        await nc.drain()
+    await worker.close()
     return 0
+
+
+class _Worker:
+    """What a worker process runs, started step by step (`start`) and closed
+    whatever step it reached (`close`)."""
+
+    def __init__(self, engine: Engine, tok: Tokenizer | None, config: WorkerConfig) -> None:
+        self.engine = engine
+        self.tok = tok
+        self.config = config
+        self.nc: Client | None = None
+        self.engine_started = False
+        self.service: WorkerService | None = None
+        self.status: EmbeddedServer | None = None
+        self.status_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> WorkerService:
+        engine, config = self.engine, self.config
+
+        async def reconnected() -> None:
+            if self.service is not None:
+                await self.service.republish()
+
+        self.nc = await connect(config.nats, f"worker {engine.card.name}", reconnected)
+        if isinstance(engine, Lifecycle):
+            await engine.start()
+            self.engine_started = True
+        service = WorkerService(self.nc, engine, self.tok)
+        await service.start()
+        self.service = service
+        settle()
+        if config.system_port:
+            self.status = status_server(service, config.system_port)
+            self.status_task = asyncio.create_task(self.status.serve())
+        return service
+
+    async def close(self) -> None:
+        if self.service is not None:
+            await self.service.stop()
+        if self.status is not None and self.status_task is not None:
+            self.status.should_exit = True
+            with contextlib.suppress(Exception):
+                await self.status_task
+        if self.engine_started and isinstance(self.engine, Lifecycle):
+            await self.engine.stop()
+        if self.nc is not None:
+            with contextlib.suppress(Exception):
+                await self.nc.drain()

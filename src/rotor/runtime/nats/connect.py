@@ -1,19 +1,26 @@
-"""Connecting to NATS: retry with backoff until it answers (saying so on
-stderr every few seconds), then let nats-py reconnect on its own forever."""
+"""Connecting to NATS: wait for it to answer, saying so within a second and
+every few seconds after, then let nats-py reconnect on its own forever.
+
+nats-py's `connect` with reconnects allowed retries the first connection
+itself, forever and silently; it is run as a task here, and this waits on it
+with a clock of its own, so a NATS that is not there is said at once (with
+the last error nats-py met) and the wait can be cancelled at any point (a
+SIGTERM during startup)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import sys
-import time
 from collections.abc import Awaitable, Callable
 
 import nats
 from nats.aio.client import Client
 
+from rotor import logs
+
 log = logging.getLogger("rotor.runtime")
 
+FIRST_SAY_S = 1.0  # a NATS that has not answered by then is said to be missing
 SAY_EVERY_S = 3.0
 
 
@@ -22,10 +29,8 @@ async def connect(
     name: str,
     on_reconnect: Callable[[], Awaitable[None]] | None = None,
 ) -> Client:
-    """A connection to `url`; waits (with backoff) while NATS is not there."""
-    delay = 0.1
-    said = 0.0
-    start = time.monotonic()
+    """A connection to `url`; waits (saying so) while NATS is not there."""
+    last_error: list[str] = []
 
     async def reconnected() -> None:
         log.warning("%s: reconnected to NATS at %s", name, url)
@@ -36,33 +41,40 @@ async def connect(
         log.warning("%s: lost NATS at %s; reconnecting", name, url)
 
     async def error(e: Exception) -> None:
+        last_error[:] = [str(e) or type(e).__name__]
         log.debug("%s: NATS error: %s", name, e)
 
-    while True:
-        try:
-            return await nats.connect(
-                url,
-                name=name,
-                allow_reconnect=True,
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
-                connect_timeout=2,
-                ping_interval=5,
-                max_outstanding_pings=2,
-                reconnected_cb=reconnected,
-                disconnected_cb=disconnected,
-                error_cb=error,
+    loop = asyncio.get_running_loop()
+    attempt = loop.create_task(
+        nats.connect(
+            url,
+            name=name,
+            allow_reconnect=True,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            connect_timeout=2,
+            ping_interval=5,
+            max_outstanding_pings=2,
+            reconnected_cb=reconnected,
+            disconnected_cb=disconnected,
+            error_cb=error,
+        )
+    )
+    start = loop.time()
+    wait = FIRST_SAY_S
+    try:
+        while True:
+            done, _ = await asyncio.wait({attempt}, timeout=wait)
+            if done:
+                return attempt.result()
+            why = f" ({last_error[0]})" if last_error else ""
+            logs.say(
+                f"{name}: cannot reach NATS at {url}{why}; retrying "
+                f"(waited {loop.time() - start:.0f} s)",
+                logging.WARNING,
             )
-        except Exception as e:  # not there yet: say so now and then, keep trying
-            now = time.monotonic()
-            if now - said >= SAY_EVERY_S:
-                said = now
-                waited = now - start
-                print(
-                    f"rotor: {name}: cannot reach NATS at {url} ({e}); retrying "
-                    f"(waited {waited:.0f} s)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            wait = SAY_EVERY_S
+    finally:
+        if not attempt.done():
+            attempt.cancel()
+            await asyncio.gather(attempt, return_exceptions=True)

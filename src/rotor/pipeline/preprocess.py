@@ -23,14 +23,14 @@ from rotor.pipeline.decode import ChoiceDecoder
 from rotor.pipeline.errors import RequestError
 from rotor.pipeline.mock_calls import markup_choices
 from rotor.pipeline.params import engine_params, request_guided
-from rotor.pipeline.parse.base import ReasoningParser, Tools
+from rotor.pipeline.parse.base import ReasoningParser, ToolParser, Tools
 from rotor.pipeline.parse.message import MessageParser
 from rotor.pipeline.parse.reasoning import reasoning_parser
 from rotor.pipeline.parse.tools import tool_parser
 from rotor.pipeline.prompt import last_user_text, render_chat, thinking_disabled
 from rotor.pipeline.served import ServedModel
-from rotor.pipeline.tool_choice import check_tool_choice
-from rotor.pipeline.tool_plan import plan_tools
+from rotor.pipeline.tool_choice import ToolChoice, check_tool_choice
+from rotor.pipeline.tool_plan import ToolPlan, plan_tools
 from rotor.protocol.engine import EngineRequest, StopParams
 from rotor.protocol.mock import MockScript, parse_mock
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
@@ -62,107 +62,139 @@ def new_request_id() -> str:
 
 
 def prepare_chat(model: ServedModel, req: ChatCompletionRequest, request_id: str) -> Prepared:
-    card, tok = model.card, model.tokenizer
+    """The chat request as engine requests (one per choice) and their
+    choices' pipelines; RequestError for what the request cannot ask."""
     check_prompt_size(
         model, "conversation (messages and tools)", "messages", req.messages, req.tools
     )
     tools = Tools.from_openai(req.tools)
     choice = check_tool_choice(req.tool_choice, tools)
     family = tool_parser(model.tool_parser) if model.tool_parser else None
-
-    annotations: dict[str, Any] = {}
-    if tok is None:
-        prompt_text = None
-        echo_text = last_user_text(req.messages)
-        annotations["echo_text"] = echo_text
-        token_ids: list[int] = []
-        prompt_tokens = len(echo_text)
-    else:
-        prompt_text = render_chat(model, req, choice.active)
-        token_ids = tok.encode_chat(prompt_text)
-        prompt_tokens = len(token_ids)
-
+    prompt = _chat_prompt(model, req, choice.active)
     plan = plan_tools(model, family, tools, choice, request_guided(req), req.turn_grammar)
-
-    reasoning_cls: type[ReasoningParser] | None = None
-    thinking_off = thinking_disabled(req.chat_template_kwargs)
-    if model.reasoning_parser and not thinking_off and not (family and family.handles_reasoning):
-        reasoning_cls = reasoning_parser(model.reasoning_parser)
-    starts_inside = bool(
-        reasoning_cls is not None
-        and prompt_text is not None
-        and prompt_text.rstrip().endswith(reasoning_cls.start_tag)
-    )
-
-    visible: list[int] = []
-    if tok is not None and family is not None and choice.active:
-        for marker in family.visible_stop_markers:
-            tid = tok.token_to_id(marker)
-            if tid is not None:
-                visible.append(tid)
+    reasoning = _Reasoning.of(model, req, family, prompt.text)
+    tok = model.tokenizer
     skip_special = req.skip_special_tokens
     if skip_special is None:
         skip_special = not (family is not None and family.needs_special_tokens)
-    # Reasoning tags that are special tokens reach the parser whatever
-    # skip_special_tokens says (the parser strips them).
-    keep_special = (
-        tok.special_ids_in(reasoning_cls.markers())
-        if tok is not None and reasoning_cls is not None
-        else frozenset()
-    )
-
+    visible = _visible_stops(tok, family) if choice.active else []
     sampling, stop, output = engine_params(
-        model, req, prompt_tokens, plan.guided, visible, skip_special
+        model, req, prompt.tokens, plan.guided, visible, skip_special
     )
     base = EngineRequest(
         request_id=request_id,
-        model=card.name,
-        token_ids=token_ids,
+        model=model.card.name,
+        token_ids=prompt.token_ids,
         sampling=sampling,
         stop=stop,
         output=output,
-        annotations=annotations,
+        annotations=prompt.annotations,
     )
+    # Reasoning tags that are special tokens reach the parser whatever
+    # skip_special_tokens says (the parser strips them).
+    keep_special = reasoning.special_ids(tok)
     retain = bool(plan.grammar_installed and family is not None and family.wants_eos_text)
-    make_parser = plan.make_parser
-    # A scripted answer may be written in the family's markup under a
-    # constraint: those choices are parsed by the family.
-    markup = [False] * req.n
-    if req.mock is not None and choice.mode in ("required", "named"):
-        markup = markup_choices(
-            _script(req.mock, req.n),
-            req.n,
-            choice,
-            tools,
-            make_parser,
-            family,
-            lambda: reasoning_cls(starts_inside) if reasoning_cls else None,
-        )
+    markup = _markup_choices(req, choice, tools, plan, family, reasoning)
     choices = []
     for i in range(req.n):
         parser = MessageParser(
-            reasoning=reasoning_cls(starts_inside) if reasoning_cls else None,
-            tools=family(tools) if family and markup[i] else make_parser() if make_parser else None,
+            reasoning=reasoning.parser(),
+            tools=family(tools) if family and markup[i] else plan.parser(),
             parallel_tool_calls=req.parallel_tool_calls,
+        )
+        decoder = _decoder(
+            tok, stop, req.stop, req.include_stop_str_in_output, skip_special, retain, keep_special
         )
         choices.append(
             ChoicePipeline(
                 i,
-                _decoder(
-                    tok,
-                    stop,
-                    req.stop,
-                    req.include_stop_str_in_output,
-                    skip_special,
-                    retain,
-                    keep_special,
-                ),
+                decoder,
                 parser,
                 grammar_installed=plan.grammar_installed,
                 named_tool=choice.mode == "named",
             )
         )
-    return Prepared(_fan_out(base, req.n, req.mock), choices, prompt_tokens, prompt_text)
+    return Prepared(_fan_out(base, req.n, req.mock), choices, prompt.tokens, prompt.text)
+
+
+@dataclass
+class _Prompt:
+    """What the engine is given: token ids, or (no tokenizer: echo) the text to echo."""
+
+    text: str | None  # the rendered chat prompt; None without a tokenizer
+    token_ids: list[int]
+    tokens: int  # prompt_tokens, as usage counts them
+    annotations: dict[str, Any]
+
+
+def _chat_prompt(model: ServedModel, req: ChatCompletionRequest, tools_active: bool) -> _Prompt:
+    tok = model.tokenizer
+    if tok is None:
+        echo_text = last_user_text(req.messages)
+        return _Prompt(None, [], len(echo_text), {"echo_text": echo_text})
+    text = render_chat(model, req, tools_active)
+    token_ids = tok.encode_chat(text)
+    return _Prompt(text, token_ids, len(token_ids), {})
+
+
+@dataclass
+class _Reasoning:
+    """The reasoning parser each choice gets (or none), and whether it starts
+    inside the block (the rendered prompt opened it)."""
+
+    cls: type[ReasoningParser] | None
+    starts_inside: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        model: ServedModel,
+        req: ChatCompletionRequest,
+        family: type[ToolParser] | None,
+        prompt_text: str | None,
+    ) -> _Reasoning:
+        name = model.reasoning_parser
+        if not name or thinking_disabled(req.chat_template_kwargs):
+            return cls(None)
+        if family is not None and family.handles_reasoning:
+            return cls(None)
+        parser = reasoning_parser(name)
+        inside = prompt_text is not None and prompt_text.rstrip().endswith(parser.start_tag)
+        return cls(parser, inside)
+
+    def parser(self) -> ReasoningParser | None:
+        return self.cls(self.starts_inside) if self.cls is not None else None
+
+    def special_ids(self, tok: Tokenizer | None) -> frozenset[int]:
+        if tok is None or self.cls is None:
+            return frozenset()
+        return tok.special_ids_in(self.cls.markers())
+
+
+def _visible_stops(tok: Tokenizer | None, family: type[ToolParser] | None) -> list[int]:
+    """The family's markers that end a turn and stay in the text (a tool-end
+    token), as token ids."""
+    if tok is None or family is None:
+        return []
+    ids = (tok.token_to_id(marker) for marker in family.visible_stop_markers)
+    return [tid for tid in ids if tid is not None]
+
+
+def _markup_choices(
+    req: ChatCompletionRequest,
+    choice: ToolChoice,
+    tools: Tools,
+    plan: ToolPlan,
+    family: type[ToolParser] | None,
+    reasoning: _Reasoning,
+) -> list[bool]:
+    """Per choice: its scripted answer (`mock`) is written in the family's
+    markup under a constraint, so the family parses it."""
+    if req.mock is None or choice.mode not in ("required", "named"):
+        return [False] * req.n
+    return markup_choices(
+        _script(req.mock, req.n), req.n, choice, tools, plan.make_parser, family, reasoning.parser
+    )
 
 
 def prepare_completion(

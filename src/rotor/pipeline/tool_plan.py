@@ -21,6 +21,10 @@ class ToolPlan:
     guided: dict[str, Any] | None
     grammar_installed: bool
 
+    def parser(self) -> ToolParser | None:
+        """A choice's own tool parser (None: the output is not parsed for calls)."""
+        return self.make_parser() if self.make_parser is not None else None
+
 
 def plan_tools(
     model: ServedModel,

@@ -8,6 +8,7 @@ to the per-token path shows in a few alternating runs of two checkouts:
 
     python benchmarks/asgi_cpu.py                      # this checkout
     PYTHONPATH=../other/src python benchmarks/asgi_cpu.py
+    python benchmarks/asgi_cpu.py --api messages --scripted   # the APIs side by side
 
 Each "write" yields to the event loop once, as a socket write would.
 """
@@ -28,9 +29,25 @@ from rotor.model.builtin import builtin_test_model
 from rotor.pipeline.served import ServedModel
 from rotor.serve.system import System
 
+PATHS = {"chat": "/v1/chat/completions", "messages": "/v1/messages", "responses": "/v1/responses"}
 
-def scope(payload: bytes) -> dict[str, Any]:
-    path = "/v1/chat/completions"
+
+def body(api: str, prompt: str, output_len: int, script: str | None) -> dict[str, Any]:
+    """A streamed request of `api` for `output_len` tokens: the mocker's own
+    sampled answer (chat, with ignore_eos), or `script` cut at `output_len`
+    (the same answer for every API: Anthropic's and Responses' bodies have
+    no ignore_eos)."""
+    fields: dict[str, Any] = {"stream": True}
+    if script is not None:
+        fields["mock"] = {"output": script, "end": "length"}
+    elif api == "chat":
+        fields["ignore_eos"] = True
+    if api == "responses":
+        return {"input": prompt, "max_output_tokens": output_len, **fields}
+    return {"messages": [{"role": "user", "content": prompt}], "max_tokens": output_len, **fields}
+
+
+def scope(payload: bytes, path: str) -> dict[str, Any]:
     return {
         "type": "http",
         "method": "POST",
@@ -51,7 +68,9 @@ def scope(payload: bytes) -> dict[str, Any]:
     }
 
 
-async def main(streams: int, per_stream: int, input_len: int, output_len: int) -> None:
+async def main(
+    streams: int, per_stream: int, input_len: int, output_len: int, api: str, scripted: bool
+) -> None:
     card, tok = builtin_test_model()
     # a step at a time: every token pays the per-token path, the cost measured here
     engine = MockerEngine(card, tok, MockerConfig(speedup_ratio=0, step_slice_ms=0))
@@ -81,19 +100,12 @@ async def main(streams: int, per_stream: int, input_len: int, output_len: int) -
                 if not message.get("more_body"):
                     done.set()
 
-        await app(scope(payload), receive, send)
+        await app(scope(payload, PATHS[api]), receive, send)
 
     async def client(n: int) -> None:
         for _ in range(n):
-            prompt = words(rng, input_len)
-            await call(
-                {
-                    "messages": [{"role": "user", "content": prompt}],
-                    "max_tokens": output_len,
-                    "ignore_eos": True,
-                    "stream": True,
-                }
-            )
+            script = words(rng, 2 * output_len) if scripted else None
+            await call(body(api, words(rng, input_len), output_len, script))
 
     async with app.router.lifespan_context(app):
         await asyncio.gather(*(client(2) for _ in range(streams)))  # warm up
@@ -101,8 +113,11 @@ async def main(streams: int, per_stream: int, input_len: int, output_len: int) -
         await asyncio.gather(*(client(per_stream) for _ in range(streams)))
         cpu = time.process_time() - cpu0
         tokens = engine.tokens_generated - tokens0
-        per_response = (writes - writes0) / (streams * per_stream)
-        print(f"{1e6 * cpu / tokens:.1f} µs CPU per token, {per_response:.0f} writes per response")
+        responses = streams * per_stream
+        print(
+            f"{1e6 * cpu / tokens:.1f} µs CPU per token, {tokens / responses:.0f} tokens and "
+            f"{(writes - writes0) / responses:.0f} writes per response"
+        )
 
 
 if __name__ == "__main__":
@@ -111,5 +126,9 @@ if __name__ == "__main__":
     p.add_argument("--requests-per-stream", type=int, default=8)
     p.add_argument("--input-len", type=int, default=150)
     p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--api", choices=sorted(PATHS), default="chat")
+    p.add_argument("--scripted", action="store_true", help="the same scripted answer for any API")
     a = p.parse_args()
-    asyncio.run(main(a.streams, a.requests_per_stream, a.input_len, a.output_len))
+    asyncio.run(
+        main(a.streams, a.requests_per_stream, a.input_len, a.output_len, a.api, a.scripted)
+    )

@@ -259,16 +259,13 @@ LENIENT = [
     ),
 ]
 
-# Without active tools (`tool_choice: "none"`, or no tools) there is no grammar
-# and the parser has no tools declared: a call the model writes anyway is no
-# call. Its arguments, as a JSON object, are reasoning (its analysis segment);
-# no markup shows and the choice stops.
+# `tool_choice: "none"`: there is no grammar and nothing may be called: a call
+# the model writes anyway is no call. Its arguments, as a JSON object, are
+# reasoning (its analysis segment); no markup shows and the choice stops.
 NONE = {"tool_choice": "none"}
-NO_TOOLS = {"tools": None}
 PARIS_ARGS = '{"city": "Paris"}'
 UNCALLED = [
     Case("B3-none", B3_TEXT, "eos", Message(reasoning=PARIS_ARGS), request=NONE),
-    Case("B3-no-tools", B3_TEXT, "eos", Message(reasoning=PARIS_ARGS), request=NO_TOOLS),
     Case(
         "B2-none",
         B3_TEXT + "<|call|>" + LATER + "<|channel|>final<|message|>Hi",

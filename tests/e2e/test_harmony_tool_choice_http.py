@@ -1,9 +1,10 @@
 """harmony (gpt-oss) under `tool_choice` through HTTP: the mocker plays a scripted
 turn in which the model calls a tool. With active tools it is a call; under
-`none`, and without tools, the parser still frames channels but has no tools
-declared, so no call is returned: the call segment's body is content, the
-analysis is reasoning, no marker reaches the client (docs/tool-calling.md,
-tool_choice). Streaming and not, at one and four tokens per engine step."""
+`none` the parser still frames channels but nothing may be called, so no call
+is returned: the call segment's body is content, the analysis is reasoning, no
+marker reaches the client (docs/tool-calling.md, tool_choice). Without tools
+(and no `none`) the call is returned, to an undeclared tool. Streaming and
+not, at one and four tokens per engine step."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ CALL = (
     '<|message|>{"city": "Paris"}<|call|>'
 )
 BODY = '{"city": "Paris"}'
-OFF = {"none": {"tools": TOOLS, "tool_choice": "none"}, "no-tools": {}}
+NONE = {"tools": TOOLS, "tool_choice": "none"}
 
 
 @pytest.fixture(scope="module")
@@ -114,21 +115,27 @@ def _both(http: httpx.Client, server: Server, output: str, fields: dict[str, Any
     return results[0]
 
 
-@pytest.mark.parametrize("fields", list(OFF.values()), ids=list(OFF))
-def test_a_call_without_active_tools_is_content(
-    http: httpx.Client, server: Server, fields: dict[str, Any]
-) -> None:
-    got = _both(http, server, ANALYSIS + CALL, fields)
+def test_a_call_under_none_is_content(http: httpx.Client, server: Server) -> None:
+    got = _both(http, server, ANALYSIS + CALL, NONE)
     assert got == {"content": BODY, "reasoning": "Need the weather.", "calls": [], "finish": "stop"}
 
 
-@pytest.mark.parametrize("fields", list(OFF.values()), ids=list(OFF))
-def test_preamble_and_call_body_are_content_in_order(
-    http: httpx.Client, server: Server, fields: dict[str, Any]
+def test_preamble_and_call_body_under_none_are_content_in_order(
+    http: httpx.Client, server: Server
 ) -> None:
-    got = _both(http, server, ANALYSIS + PREAMBLE + CALL, fields)
+    got = _both(http, server, ANALYSIS + PREAMBLE + CALL, NONE)
     assert got["calls"] == [] and got["finish"] == "stop"
     assert (got["content"], got["reasoning"]) == ("Let me check." + BODY, "Need the weather.")
+
+
+def test_without_tools_the_call_is_one_to_an_undeclared_tool(
+    http: httpx.Client, server: Server
+) -> None:
+    """No tools and no `none`: harmony still frames the turn, and the call the
+    model wrote is returned (docs/tool-calling.md)."""
+    got = _both(http, server, ANALYSIS + CALL, {})
+    assert got["calls"] == [("get_weather", {"city": "Paris"})]
+    assert got["reasoning"] == "Need the weather." and got["finish"] == "tool_calls"
 
 
 def test_with_active_tools_the_same_turn_is_a_call(http: httpx.Client, server: Server) -> None:

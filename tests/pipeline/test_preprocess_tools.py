@@ -192,9 +192,10 @@ HARMONY_CALL = (
     [{}, {"tools": TOOLS, "tool_choice": "none"}, {"tools": TOOLS}],
     ids=["no-tools", "none", "auto"],
 )
-def test_harmony_calls_only_with_active_tools(tmp_path: Path, fields: dict[str, Any]) -> None:
-    """Under `none` (or without tools) harmony still frames channels, with no tools
-    declared: the call segment's body is content, and no call is returned."""
+def test_harmony_calls_except_under_none(tmp_path: Path, fields: dict[str, Any]) -> None:
+    """Under `none` harmony still frames channels, but nothing may be called:
+    the call segment's body is content, and no call is returned. Without tools
+    the call is returned (to an undeclared tool); with them, as ever."""
     card, tok = load_model(harmony_model(tmp_path))
     model = ServedModel.build(card, tok, tool_parser_name="harmony")
     prepared = prepare(model, **fields)
@@ -205,7 +206,7 @@ def test_harmony_calls_only_with_active_tools(tmp_path: Path, fields: dict[str, 
     msg = fold(play(model, choice, HARMONY_ANALYSIS + HARMONY_CALL))
     assert msg.reasoning == "Need the weather."
     assert choice.finished is not None
-    if active:
+    if fields.get("tool_choice") != "none":
         assert (msg.calls, msg.content) == ([("get_weather", {"city": "Paris"})], None)
         assert choice.finished.finish_reason == "tool_calls"
     else:
@@ -316,18 +317,25 @@ def test_beam_without_active_tools_has_no_grammar_and_no_visible_stop(
     assert fold(pieces).content == "Hi"
 
 
-@pytest.mark.parametrize(
-    "fields", [{}, {"tools": TOOLS, "tool_choice": "none"}], ids=["no-tools", "none"]
-)
-def test_beam_without_active_tools_returns_no_call(beam_dir: Path, fields: dict[str, Any]) -> None:
-    """A call written anyway is read with no tools declared: its arguments are text
-    of its analysis segment (reasoning), no markup shows, and the choice stops."""
+def test_beam_under_none_returns_no_call(beam_dir: Path) -> None:
+    """A call written anyway under `none` is no call: its arguments are text of
+    its analysis segment (reasoning), no markup shows, and the choice stops."""
     model = beam(beam_dir)
-    choice = prepare(model, **fields).choices[0]
+    choice = prepare(model, tools=TOOLS, tool_choice="none").choices[0]
     pieces = play(model, choice, BEAM_PARIS + "<|call|><|channel|>final<|message|>Hi")
     msg = fold(pieces)
     assert (msg.calls, msg.reasoning, msg.content) == ([], '{"city": "Paris"}', "Hi")
     assert choice.finished is not None and choice.finished.finish_reason == "stop"
+
+
+def test_beam_without_tools_returns_the_call_at_the_end(beam_dir: Path) -> None:
+    """No tools and no `none` (docs/beam.md): the call is returned at the end,
+    as a call to an undeclared tool."""
+    model = beam(beam_dir)
+    choice = prepare(model).choices[0]
+    pieces = play(model, choice, BEAM_PARIS + "<|call|><|channel|>final<|message|>Hi")
+    msg = fold(pieces)
+    assert (msg.calls, msg.content) == ([("get_weather", {"city": "Paris"})], "Hi")
 
 
 @pytest.mark.parametrize("tool_choice", ["auto", "required", NAMED])

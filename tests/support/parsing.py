@@ -133,8 +133,9 @@ class Case:
     content: str | None  # expected content (None: no content)
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     reasoning: str | None = None
-    # name → parameters JSON schema; None declares every called name without a schema
-    tools: dict[str, dict[str, Any]] | None = None
+    # name → parameters JSON schema; None declares every called name without a
+    # schema; a Tools as it is (Tools.forbidden(): tool_choice "none")
+    tools: dict[str, dict[str, Any]] | Tools | None = None
 
 
 @dataclass
@@ -146,6 +147,8 @@ class Message:
 
 
 def declared_tools(case: Case) -> Tools:
+    if isinstance(case.tools, Tools):
+        return case.tools
     if case.tools is not None:
         return Tools(case.tools)
     return Tools({name: {} for name, _ in case.calls} or {"unused_tool": {}})

@@ -17,6 +17,9 @@ Mode = Literal["none", "auto", "required", "named"]
 class ToolChoice:
     mode: Mode
     name: str | None = None  # the forced tool, for "named"
+    # `tool_choice: "none"` as the request said it (not merely no tools):
+    # nothing may be called, even by a family that parses without tools.
+    forbids_calls: bool = False
 
     @property
     def active(self) -> bool:
@@ -38,7 +41,7 @@ def check_tool_choice(raw: str | dict[str, Any] | None, tools: Tools) -> ToolCho
             raise RequestError("tool_choice 'required' needs tools", "tool_choice")
         if raw == "auto" and not tools:
             return ToolChoice("none")
-        return ToolChoice(raw)  # type: ignore[arg-type]
+        return ToolChoice(raw, forbids_calls=raw == "none")  # type: ignore[arg-type]
     fn = raw.get("function") if isinstance(raw, dict) else None
     name = fn.get("name") if isinstance(fn, dict) else None
     if raw.get("type") != "function" or not isinstance(name, str):

@@ -60,9 +60,10 @@ def plan_tools(
         assert named is not None
         make_parser = lambda: NamedToolParser(tools, named)  # noqa: E731
     elif make_parser is None and family is not None and (frames_output or choice.active):
-        # harmony/beam frame reasoning themselves: they run even without tools.
-        # Under `none` they get no tools declared, so they read no calls: a
-        # segment addressed to a tool is text of its channel.
-        active = tools if choice.active else Tools()
+        # harmony/beam frame reasoning themselves: they run even without tools
+        # (with none declared: a call is one to an undeclared tool). Under
+        # `tool_choice: "none"` nothing may be called: a segment addressed to
+        # a tool is text of its channel.
+        active = tools if choice.active else Tools.forbidden() if choice.forbids_calls else Tools()
         make_parser = lambda: family(active)  # noqa: E731
     return ToolPlan(make_parser, guided, grammar_installed)

@@ -46,12 +46,22 @@ class ParseError(Exception):
 
 
 class Tools:
-    """The tools a request declared: name → JSON schema of its parameters."""
+    """The tools a request declared: name → JSON schema of its parameters.
+    `calls` False: nothing may be called at all (`tool_choice: "none"`), for
+    the families whose parser runs even then (harmony, beam)."""
 
-    __slots__ = ("schemas",)
+    __slots__ = ("schemas", "calls")
 
-    def __init__(self, schemas: dict[str, dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self, schemas: dict[str, dict[str, Any]] | None = None, calls: bool = True
+    ) -> None:
         self.schemas: dict[str, dict[str, Any]] = schemas or {}
+        self.calls = calls
+
+    @classmethod
+    def forbidden(cls) -> Tools:
+        """No tools, and no call may be returned (`tool_choice: "none"`)."""
+        return cls(calls=False)
 
     @classmethod
     def from_openai(cls, tools: list[dict[str, Any]] | None) -> Tools:

@@ -222,18 +222,17 @@ CASES = [
     beam_case("plain_text_without_framing", "Hello there", "Hello there"),
 ]
 
-# No tools declared (`tool_choice: "none"`, or none sent): nothing is called. A
-# call written anyway is read, and its arguments (as the JSON object the call
+# `tool_choice: "none"`: nothing is called. A call written anyway is read, and its arguments (as the JSON object the call
 # would have carried, untyped: no schema) are text of its analysis segment, so
 # reasoning; broken markup is dropped as ever. Markup never reaches the client.
-NO_TOOLS: dict[str, dict] = {}
+NONE = Tools.forbidden()  # `tool_choice: "none"`: nothing may be called
 UNCALLED = [
     Case(
         "none_call_is_reasoning_as_its_arguments",
         HEADER + P("city", "Paris") + "<|call|>",
         None,
         reasoning='{"city": "Paris"}',
-        tools=NO_TOOLS,
+        tools=NONE,
     ),
     Case(
         "none_analysis_call_and_final_in_order",
@@ -246,41 +245,41 @@ UNCALLED = [
         + "Hi",
         "Hi",
         reasoning='Need the weather.{"city": "Paris", "days": "2"}',
-        tools=NO_TOOLS,
+        tools=NONE,
     ),
     Case(
         "none_unterminated_complete_body",
         HEADER + P("city", " Montréal "),
         None,
         reasoning='{"city": " Montréal "}',
-        tools=NO_TOOLS,
+        tools=NONE,
     ),
     Case(
         "none_two_calls",
         HEADER + P("city", "Paris") + "<|end|>" + header(later=True) + P("city", "Rome"),
         None,
         reasoning='{"city": "Paris"}{"city": "Rome"}',
-        tools=NO_TOOLS,
+        tools=NONE,
     ),
     Case(
         "none_partial_parameter_dropped",
         ANALYSIS + header(later=True) + '<rfl:parameter name="city">Par',
         None,
         reasoning="Need the weather.",
-        tools=NO_TOOLS,
+        tools=NONE,
     ),
     Case(
         "none_broken_body_dropped",
         HEADER + "junk " + P("city", "Paris") + "<|call|>" + FINAL + "ok",
         "ok",
-        tools=NO_TOOLS,
+        tools=NONE,
     ),
     Case(
         "none_empty_call_is_an_empty_object",
         header("ping") + "<|call|>",
         None,
         reasoning="{}",
-        tools=NO_TOOLS,
+        tools=NONE,
     ),
 ]
 
@@ -492,10 +491,17 @@ def test_no_marker_ever_reaches_content_or_reasoning() -> None:
             assert "<rfl:parameter name=" not in text, (case.id, text)
 
 
-def test_with_no_tools_declared_nothing_is_called_and_nothing_is_held() -> None:
+def test_under_none_nothing_is_called_and_nothing_is_held() -> None:
     """`tool_choice: "none"`: the call goes out as reasoning when it closes, even
     after a deviation (which would hold a call back), never as a call."""
-    parser = make_parser(FAMILY, Tools())
+    parser = make_parser(FAMILY, Tools.forbidden())
     assert parser.feed("stray" + HEADER + P("city", "Paris")) == [Content("stray")]
     assert parser.feed("<|end|>") == [Reasoning('{"city": "Paris"}')]
     assert parser.finish() == []
+
+
+def test_without_tools_a_call_is_returned_at_the_end_as_one_to_an_undeclared_tool() -> None:
+    """No tools and no `none` (docs/beam.md): the call is read and held (a call
+    to an undeclared tool is a deviation), then returned at the end."""
+    msg = run([HEADER + P("city", "Paris") + "<|call|>"], Tools(), strict=False)
+    assert msg.calls == [PARIS]

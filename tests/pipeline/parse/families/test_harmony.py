@@ -153,16 +153,16 @@ CASES = [
     ),
 ]
 
-# No tools declared (`tool_choice: "none"`, or none sent): a recipient makes no
-# call; the segment is text of its channel (docs/tool-calling.md, tool_choice).
-NO_TOOLS: dict[str, dict] = {}
+# `tool_choice: "none"`: a recipient makes no call; the segment is text of its
+# channel (docs/tool-calling.md, tool_choice).
+NONE = Tools.forbidden()
 UNCALLED = [
     Case(
         "none_analysis_then_call_body_is_content",
         ANALYSIS + WEATHER,
         '{"location": "Tokyo"}',
         reasoning="User asks about the weather in Tokyo.",
-        tools=NO_TOOLS,
+        tools=NONE,
     ),
     Case(
         "none_preamble_call_and_final_are_content_in_order",
@@ -170,45 +170,45 @@ UNCALLED = [
         + WEATHER
         + "<|start|>assistant<|channel|>final<|message|>Done.",
         'Let me check.{"location": "Tokyo"}Done.',
-        tools=NO_TOOLS,
+        tools=NONE,
     ),
     Case(
         "none_recipient_before_channel",
         '<|start|>assistant to=functions.lookup<|channel|>commentary json<|message|>{"id": 7}<|call|>',
         '{"id": 7}',
-        tools=NO_TOOLS,
+        tools=NONE,
     ),
     Case(
         "none_first_segment_recipient_only",
         ' to=functions.lookup<|channel|>commentary <|constrain|>json<|message|>{"id": 8}<|call|>',
         '{"id": 8}',
-        tools=NO_TOOLS,
+        tools=NONE,
     ),
     Case(
         "none_analysis_addressed_to_a_tool_is_reasoning",
         '<|channel|>analysis to=functions.f <|constrain|>json<|message|>{"a": 1}<|call|>',
         None,
         reasoning='{"a": 1}',
-        tools=NO_TOOLS,
+        tools=NONE,
     ),
     Case(
         "none_body_that_is_no_json_is_content_as_written",
         "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{not json}<|call|>",
         "{not json}",
-        tools=NO_TOOLS,
+        tools=NONE,
     ),
     Case(
         "none_body_cut_off_is_content",
         '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": ',
         '{"a": ',
-        tools=NO_TOOLS,
+        tools=NONE,
     ),
     Case(
         "none_two_calls_are_content",
         '<|channel|>commentary to=functions.a <|constrain|>json<|message|>{"x": 1}<|call|>'
         '<|start|>assistant<|channel|>commentary to=functions.b <|constrain|>json<|message|>{"y": 2}<|end|>',
         '{"x": 1}{"y": 2}',
-        tools=NO_TOOLS,
+        tools=NONE,
     ),
 ]
 
@@ -243,11 +243,21 @@ def test_call_is_emitted_when_closed() -> None:
     assert pieces[0].name == "f" and pieces[0].arguments == '{"a": 1}'
 
 
-def test_with_no_tools_declared_a_call_body_streams_as_content() -> None:
+def test_under_none_a_call_body_streams_as_content() -> None:
     """`tool_choice: "none"`: the body goes out as it arrives, no call at the end."""
-    parser = HarmonyParser(Tools())
+    parser = HarmonyParser(Tools.forbidden())
     assert parser.feed("<|channel|>commentary to=functions.f <|constrain|>json<|message|>") == []
     assert parser.feed('{"a": ') == [Content('{"a": ')]
     assert parser.feed("1}") == [Content("1}")]
     assert parser.feed("<|call|>") == []
     assert parser.finish() == []
+
+
+def test_without_tools_a_call_is_one_to_an_undeclared_tool() -> None:
+    """No tools and no `none`: the call the model wrote is returned, as before."""
+    parser = HarmonyParser(Tools())
+    pieces = parser.feed(
+        '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": 1}'
+    )
+    pieces += parser.feed("<|call|>") + parser.finish()
+    assert pieces == [ToolCall("f", '{"a": 1}')]

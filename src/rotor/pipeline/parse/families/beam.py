@@ -13,10 +13,11 @@ deviation from the grammar seen in the turn is a `ParseError`. Deviations are
 noted as they happen; once one is noted, later calls are held back until the
 end so that no call goes out ahead of the error.
 
-With no tools declared (`tool_choice: "none"`, or no tools) nothing is called:
-a call the model writes anyway is read as before, and its arguments, as the
-JSON object the call would have carried, are text of the segment's channel
-(analysis: reasoning). Its markup never reaches the client.
+When nothing may be called (`tool_choice: "none"`), a call the model writes
+anyway is read as before, and its arguments, as the JSON object the call
+would have carried, are text of the segment's channel (analysis: reasoning).
+Its markup never reaches the client. Without tools (and no `none`), such a
+call is returned, as a call to an undeclared tool.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ class BeamParser(HarmonyParser):
             self._fault("final ended by the call marker")
 
     def emit(self, call: ToolCall) -> list[Piece]:
-        if not self.tools:  # nothing may be called: the arguments are the segment's text
+        if not self.tools.calls:  # nothing may be called: the arguments are the segment's text
             return [self._text(call.arguments)]
         if call.name not in self.tools:
             self._fault(f"a call to the undeclared tool {shown(call.name)}")

@@ -10,10 +10,11 @@ its body to `<|end|>`, `<|call|>` or `<|return|>`:
     <|start|>assistant to=functions.f<|channel|>commentary json<|message|>{…}<|call|>
     <|start|>assistant<|channel|>final<|message|>…<|return|>    → content
 
-With no tools declared (`tool_choice: "none"`, or a request without tools) a
-recipient makes no call: the segment is text of its channel, so a
-`commentary to=functions.f` body is content, as written, and no call is
-returned (docs/tool-calling.md, tool_choice).
+When nothing may be called (`tool_choice: "none"`) a recipient makes no call:
+the segment is text of its channel, so a `commentary to=functions.f` body is
+content, as written, and no call is returned (docs/tool-calling.md,
+tool_choice). A request without tools still gets the call, to an undeclared
+tool.
 
 `HarmonyParser` is also the machine Beam (`beam.py`) builds on: the segment
 framing is the same, only the call body and the rules at the end differ, and
@@ -93,10 +94,10 @@ class HarmonyParser(ToolParser):
     # -- the hooks a Harmony-framed family may change --------------------------
 
     def segment(self, header: str) -> tuple[bool, str | None]:
-        """(is reasoning, called name or None) for a complete header. With no
-        tools declared there is nothing to call: the segment is its channel's text."""
+        """(is reasoning, called name or None) for a complete header. When
+        nothing may be called, the segment is its channel's text."""
         channel, name = header_parts(header)
-        if name is not None and self.tools:
+        if name is not None and self.tools.calls:
             return False, name.removeprefix("functions.")
         return channel == "analysis", None
 

@@ -108,21 +108,26 @@ def _fault(pieces: list[Piece], choice: ToolChoice, tools: Tools) -> str | None:
             return f"makes {len(calls)} calls; a named tool_choice makes exactly one"
         if calls[0].name != choice.name:
             return f"calls {calls[0].name!r}, not {choice.name!r}"
+    validators: dict[str, Draft202012Validator] = {}  # one per tool, not per call
     for call in calls:
         if call.name not in tools:
             return f"calls {call.name!r}, which is not among the tools"
-        problem = _arguments_fault(call, tools.schemas[call.name])
+        validator = validators.get(call.name)
+        if validator is None:
+            validator = Draft202012Validator(_checkable(tools.schemas[call.name]))
+            validators[call.name] = validator
+        problem = _arguments_fault(call, validator)
         if problem is not None:
             return problem
     return None
 
 
-def _arguments_fault(call: ToolCall, schema: dict[str, Any]) -> str | None:
+def _arguments_fault(call: ToolCall, validator: Draft202012Validator) -> str | None:
     try:
         args = json_loads(call.arguments)
     except ValueError:
         return f"gives {call.name!r} arguments that are not JSON"
-    error = best_match(Draft202012Validator(_checkable(schema)).iter_errors(args))
+    error = best_match(validator.iter_errors(args))
     if error is None:
         return None
     at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)

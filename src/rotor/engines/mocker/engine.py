@@ -16,6 +16,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from rotor.engines.mocker.config import MockerConfig
@@ -41,6 +42,17 @@ logger = logging.getLogger(__name__)
 # At speedup ratio 0, the fewest steps a slice runs (a step of a large batch
 # can take longer than the whole `step_slice_ms`).
 MIN_SLICE_STEPS = 4
+
+# Scripts longer than this (all choices' texts together) are tokenized off
+# the event loop: a 1 MB script takes a third of a second to tokenize, and
+# sixteen of them admitted at once held the loop (`/live` too) for seconds.
+# The tokenizer releases the GIL while it works, so the loop really runs
+# meanwhile. Shorter ones are tokenized on the loop: the hop costs more.
+OFF_LOOP_SCRIPT_CHARS = 4096
+# One thread tokenizes long scripts, one after another, as the loop did: a
+# tokenization peaks at ~170 bytes per character of script (1.4 GB for 8 MB),
+# so running them side by side would multiply the worst case.
+SCRIPT_WORKERS = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +184,10 @@ class MockerEngine:
         self.simulated_ms = 0.0
         self.tokens_generated = 0
         self._requests: dict[str, _Request] = {}
+        # Requests whose long script is being tokenized off the loop, and the
+        # choices aborted meanwhile (None: all of them), applied once admitted.
+        self._tokenizing: dict[str, set[int] | None] = {}
+        self._script_pool: ThreadPoolExecutor | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         # How the step loop waits out a step's simulated time (tests record it).
@@ -193,14 +209,20 @@ class MockerEngine:
     async def start(self) -> None:
         if self._task is None:
             self._wake = asyncio.Event()  # bound to the running loop
+            self._script_pool = ThreadPoolExecutor(
+                SCRIPT_WORKERS, thread_name_prefix="rotor-mocker-script"
+            )
             self._task = asyncio.create_task(self._loop(), name="mocker-step-loop")
 
     async def stop(self) -> None:
         task, self._task = self._task, None
+        pool, self._script_pool = self._script_pool, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if pool is not None:
+            pool.shutdown(wait=False)  # a script still tokenizing is refused once done
         self._fail_all("engine stopped")
 
     # -- Engine interface --------------------------------------------------
@@ -209,12 +231,15 @@ class MockerEngine:
         """Admit the request's n sequences and relay their outputs until every
         choice has ended; leaving early aborts whatever is still running."""
         script = self._parse(request)
-        if self._task is None:
-            raise EngineError("the mocker engine is not started", "unavailable")
+        self._check_admissible(request.request_id)
         rid = request.request_id
-        if rid in self._requests:
-            raise EngineError(f"request_id {rid!r} is already running", "internal")
-        req = self._admit(request, script)
+        ids = await self._script_ids(request, script) if script is not None else None
+        aborted = self._tokenizing.pop(rid, set())  # while it was tokenized
+        req = self._admit(request, script, ids)
+        if aborted is None:
+            self.abort(rid)
+        for index in sorted(aborted or ()):
+            self.abort(rid, index)
         done: set[int] = set()
         try:
             while len(done) < request.n:
@@ -240,6 +265,14 @@ class MockerEngine:
     def abort(self, request_id: str, index: int | None = None) -> None:
         """Stop one choice (or all): its blocks are freed now and the consumer
         sees no further output for it, even output already queued."""
+        if request_id in self._tokenizing:  # aborted once it is admitted
+            aborted = self._tokenizing[request_id]
+            if aborted is not None:
+                if index is None:
+                    self._tokenizing[request_id] = None
+                else:
+                    aborted.add(index)
+            return
         req = self._requests.get(request_id)
         if req is None:
             return
@@ -253,7 +286,7 @@ class MockerEngine:
     def state(self) -> EngineState:
         kv = self.scheduler.kv
         return EngineState(
-            active_requests=len(self._requests),
+            active_requests=len(self._requests) + len(self._tokenizing),
             waiting=len(self.scheduler.waiting),
             running=len(self.scheduler.running),
             tokens_generated=self.tokens_generated,
@@ -305,7 +338,65 @@ class MockerEngine:
             )
         return script
 
-    def _admit(self, request: EngineRequest, parsed: MockScript | None) -> _Request:
+    def _check_admissible(self, rid: str) -> None:
+        if self._task is None:
+            raise EngineError("the mocker engine is not started", "unavailable")
+        if rid in self._requests or rid in self._tokenizing:
+            raise EngineError(f"request_id {rid!r} is already running", "internal")
+
+    async def _script_ids(self, request: EngineRequest, script: MockScript) -> list[list[int]]:
+        """The token ids of each of the script's texts (its one text, or one
+        per choice), as many as the request can play (`_playable`); a long
+        script's are made in the script pool, off the loop, and the engine
+        may have been stopped by the time they come."""
+        texts = _texts(script)
+        encode, keep = self.tokenizer.encode, self._playable(request)
+
+        def ids_of(text: str) -> list[int]:
+            ids = encode(text)
+            return ids if len(ids) <= keep else ids[:keep]
+
+        if sum(map(len, texts)) <= OFF_LOOP_SCRIPT_CHARS:
+            return [ids_of(text) for text in texts]
+        pool = self._script_pool
+        assert pool is not None  # started: `_check_admissible`
+        rid = request.request_id
+        self._tokenizing[rid] = set()
+        logger.debug("request %s: its mock script is tokenized off the event loop", rid)
+        try:
+            ids = await asyncio.get_running_loop().run_in_executor(
+                pool, lambda: [ids_of(text) for text in texts]
+            )
+        except BaseException:
+            self._tokenizing.pop(rid, None)
+            raise
+        logger.debug(
+            "request %s: its mock script is tokenized (%d characters, %d tokens kept)",
+            rid,
+            sum(map(len, texts)),
+            sum(map(len, ids)),
+        )
+        if self._script_pool is not pool:
+            self._tokenizing.pop(rid, None)
+            raise EngineError("engine stopped", "unavailable")
+        return ids
+
+    def _playable(self, request: EngineRequest) -> int:
+        """How many of a script's tokens the request can reach, and one more: a
+        sequence fills (finish `length`) after `max_seq_len - prompt` tokens,
+        from `resume_from` on, so a script cut there plays as the whole one
+        does, and a 1 MB script keeps 32k ids in memory, not 800k."""
+        resume = int(request.annotations.get("resume_from", 0))
+        return max(resume, 0) + max(self.max_seq_len - len(request.token_ids), 0) + 1
+
+    def _admit(
+        self,
+        request: EngineRequest,
+        parsed: MockScript | None,
+        script_ids: list[list[int]] | None = None,
+    ) -> _Request:
+        """Queue the request's sequences; `script_ids`: the token ids of the
+        script's texts (`_script_ids`), when it has one."""
         eos_id = self._eos_id(request)
         seqs: list[Sequence] = []
         makers: list[LogprobMaker | None] = []
@@ -320,7 +411,8 @@ class MockerEngine:
             if parsed is None and guided is not None:
                 text = constrained_text(guided, random.Random("guided:" + key))
             if parsed is not None:
-                ids = self.tokenizer.encode(parsed.output(index))
+                assert script_ids is not None, "a script's texts are tokenized before admission"
+                ids = script_ids[0 if isinstance(parsed.outputs, str) else index]
                 source = ScriptSource(ids, parsed.end, parsed.tokens_per_step, eos_id)
                 # A request resumed on this engine after another one died: the
                 # script goes on where that one stopped.
@@ -447,3 +539,8 @@ class MockerEngine:
         return what the cache holds now, the state those events apply to."""
         self.scheduler.kv.sink = sink
         return self.scheduler.kv.snapshot()
+
+
+def _texts(script: MockScript) -> tuple[str, ...]:
+    """A script's distinct texts: its one text, or one per choice."""
+    return (script.outputs,) if isinstance(script.outputs, str) else script.outputs

@@ -10,6 +10,7 @@ the part that differs between the OpenAI, Anthropic and Responses APIs.
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncGenerator
 
 from rotor.api.anthropic.stream import MessageStream
 from rotor.api.openai.chat import ChatShaper
@@ -40,7 +41,12 @@ class _Counted:
 
 def response() -> StartedResponse:
     usage = Usage(20, [_Counted()])  # type: ignore[list-item]
-    return StartedResponse("chatcmpl-x", ServedModel(ModelCard("m")), 0, 1, usage, None)
+    return StartedResponse("chatcmpl-x", ServedModel(ModelCard("m")), 0, 1, usage, _no_events())
+
+
+async def _no_events() -> AsyncGenerator[ChoiceEvent, None]:
+    return
+    yield
 
 
 def run(name: str, make, encode) -> float:  # noqa: ANN001

@@ -145,10 +145,10 @@ class StartedResponse:
     created: int
     n: int
     usage: Usage
-    token_text: Callable[[int], str] | None
-    token_bytes: Callable[[int], bytes] | None = None  # a token's real bytes, for logprobs
-    events: AsyncGenerator[ChoiceEvent, None] = field(init=False)
+    events: AsyncGenerator[ChoiceEvent, None]
     headers: dict[str, str] = field(default_factory=dict)  # where it was routed
+    token_text: Callable[[int], str] | None = None
+    token_bytes: Callable[[int], bytes] | None = None  # a token's real bytes, for logprobs
 
     @property
     def model(self) -> str:
@@ -209,14 +209,19 @@ class Frontend:
             sum(p.prompt_tokens for p in prepared),
             [c.decoder for p in prepared for c in p.choices],
         )
+        events = await _primed(run_all(entry.engine, prepared, usage))
         token_text = model.token_text if logprobs and model.tokenizer is not None else None
-        token_bytes = model.tokenizer.token_bytes if token_text is not None else None
-        resp = StartedResponse(
-            response_id, model, int(time.time()), usage.choices, usage, token_text, token_bytes
+        return StartedResponse(
+            id=response_id,
+            served=model,
+            created=int(time.time()),
+            n=usage.choices,
+            usage=usage,
+            events=events,
+            headers=entry.routed(prepared[0].requests[0].request_id),
+            token_text=token_text,
+            token_bytes=model.tokenizer.token_bytes if token_text is not None else None,
         )
-        resp.events = await _primed(run_all(entry.engine, prepared, usage))
-        resp.headers = entry.routed(prepared[0].requests[0].request_id)
-        return resp
 
 
 async def _primed(

@@ -142,13 +142,12 @@ async def test_a_failed_write_is_a_disconnect() -> None:
 
 async def test_observed_counts_a_raising_stream_as_a_500_not_cancelled() -> None:
     metrics = Metrics()
-    resp = StartedResponse("chatcmpl-x", ServedModel(ModelCard("m")), 0, 1, Usage(), None)
 
     async def events() -> AsyncIterator[ChoiceEvent]:
         yield ChoiceEvent(0, [])
         raise RuntimeError("boom")
 
-    resp.events = events()
+    resp = StartedResponse("chatcmpl-x", ServedModel(ModelCard("m")), 0, 1, Usage(), events())
     stream = observed(resp, metrics, "chat", True, 0.0)
     with pytest.raises(RuntimeError):
         async for _ in stream:

@@ -173,7 +173,9 @@ class Frontend:
         by the preparer: a chat template is untrusted code. A short
         conversation is tried on the loop first, under a CPU alarm (the thread
         hop each way cost more than the work). Raises RequestError."""
-        short = text_size((req.messages, req.tools), LONG_PROMPT_CHARS) <= LONG_PROMPT_CHARS
+        # A `mock` script is checked here too (its tool calls, under a constraint).
+        work = (req.messages, req.tools, req.mock)
+        short = text_size(work, LONG_PROMPT_CHARS) <= LONG_PROMPT_CHARS
         return await self.preparer.run(
             prepare_chat, model, req, new_request_id(), inline=model.name if short else None
         )

@@ -16,8 +16,8 @@ import pytest
 from rotor.api.app import create_app
 from rotor.api.body import OFF_LOOP_BYTES
 from rotor.engines.mocker import MockerConfig, MockerEngine
-from rotor.model.served import ServedModel
-from rotor.system import System
+from rotor.pipeline.served import ServedModel
+from rotor.serve.system import System
 
 from support.gated import GatedTokenizer
 from support.mocker import CARD, TOK

@@ -12,10 +12,10 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from rotor.model.builtin import builtin_test_model
-from rotor.model.served import ServedModel
 from rotor.pipeline import mock_calls
 from rotor.pipeline.errors import RequestError
 from rotor.pipeline.preprocess import prepare_chat
+from rotor.pipeline.served import ServedModel
 from rotor.protocol.openai import ChatCompletionRequest
 
 from support.tool_choice import MESSAGES, TOOLS

@@ -386,7 +386,7 @@ class MockerEngine:
         sequence fills (finish `length`) after `max_seq_len - prompt` tokens,
         from `resume_from` on, so a script cut there plays as the whole one
         does, and a 1 MB script keeps 32k ids in memory, not 800k."""
-        resume = int(request.annotations.get("resume_from", 0))
+        resume = int(request.annotations.get(RESUME_FROM, 0))
         return max(resume, 0) + max(self.max_seq_len - len(request.token_ids), 0) + 1
 
     def _admit(

@@ -27,7 +27,7 @@ from rotor.config import HTTPConfig
 from rotor.frontend import ModelEntry
 from rotor.runtime.socket.client import SocketEngine
 from rotor.runtime.socket.server import serve_engine
-from rotor.serve.gc import settle, settle_after_startup
+from rotor.serve.gc import settle
 from rotor.serve.processes import (
     ProcessError,
     fork_each,
@@ -80,7 +80,6 @@ def _http_process(
     http: HTTPConfig,
     log_level: str,
 ) -> int:
-    from rotor.api.app import create_app
     from rotor.pipeline.preparer import Preparer
     from rotor.serve.http import http_server
 
@@ -92,13 +91,7 @@ def _http_process(
         # threads of this process's own (threads do not survive fork), with the parent's budget
         preparer=Preparer(budget_s=parent.frontend.preparer.budget_s),
     )
-    app = create_app(
-        system.frontend,
-        api_key=http.api_key,
-        on_startup=[system.start, settle_after_startup],
-        on_shutdown=[system.stop],
-        max_queued=http.max_queued_requests,
-    )
+    app = system.app(http)
     # the same server as one process's: --shutdown-grace ends its open streams
     server = http_server(app, http, log_level)
     server.run(sockets=[sock])

@@ -8,7 +8,6 @@ import logging
 from rotor import logs
 from rotor.config import HTTPConfig, RunConfig
 from rotor.serve.build import StartupError, build_system, check_limits
-from rotor.serve.gc import settle_after_startup
 from rotor.serve.http import http_server
 from rotor.serve.system import System
 
@@ -54,15 +53,7 @@ def serve(system: System, http: HTTPConfig, log_level: str) -> int:
             logs.say(str(e), logging.ERROR)
             return 2
 
-    from rotor.api.app import create_app
-
-    app = create_app(
-        system.frontend,
-        api_key=http.api_key,
-        on_startup=[system.start, settle_after_startup],
-        on_shutdown=[system.stop],
-        max_queued=http.max_queued_requests,
-    )
+    app = system.app(http)
     names = ", ".join(repr(n) for n in system.frontend.registry.names())
     http_server(app, http, log_level, f"serving {names} on {{url}}").run()
     return 0

@@ -6,7 +6,9 @@ start)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from rotor.config import HTTPConfig
 from rotor.engines.base import Engine, Lifecycle
 from rotor.frontend import Frontend
 from rotor.pipeline.preparer import Preparer
@@ -42,3 +44,17 @@ class System:
         """Stop what started (startup may have been cut short)."""
         while self._started:
             await self._started.pop().stop()
+
+    def app(self, http: HTTPConfig) -> Any:
+        """The HTTP API over this system: its engines start and stop with the
+        server, and the garbage collector settles once they have started."""
+        from rotor.api.app import create_app
+        from rotor.serve.gc import settle_after_startup
+
+        return create_app(
+            self.frontend,
+            api_key=http.api_key,
+            on_startup=[self.start, settle_after_startup],
+            on_shutdown=[self.stop],
+            max_queued=http.max_queued_requests,
+        )

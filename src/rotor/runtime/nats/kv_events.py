@@ -18,6 +18,7 @@ from nats.aio.msg import Msg
 from rotor.protocol import codec
 from rotor.protocol.kv import KVEvent, KVSnapshot
 from rotor.runtime.nats import subjects
+from rotor.runtime.nats.subscriptions import Subscriptions
 
 log = logging.getLogger("rotor.kv_events")
 
@@ -30,17 +31,13 @@ class KVEventFeed:
     def __init__(self, nc: Client, on_event: OnEvent) -> None:
         self.nc = nc
         self.on_event = on_event
-        self._sub = None
+        self._subs = Subscriptions(nc)
 
     async def start(self) -> None:
-        self._sub = await self.nc.subscribe(subjects.KV_PREFIX + "*", cb=self._on_msg)
+        await self._subs.add(subjects.KV_PREFIX + "*", self._on_msg)
 
     async def stop(self) -> None:
-        if self._sub is not None:
-            try:
-                await self._sub.unsubscribe()
-            except Exception:
-                pass
+        await self._subs.close()
 
     async def _on_msg(self, msg: Msg) -> None:
         worker = msg.subject.rsplit(".", 1)[-1]

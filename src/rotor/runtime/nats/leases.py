@@ -20,6 +20,7 @@ from rotor.model.tokenizer import Tokenizer
 from rotor.protocol import codec
 from rotor.protocol.lease import Lease
 from rotor.runtime.nats import subjects
+from rotor.runtime.nats.subscriptions import Subscriptions
 
 log = logging.getLogger("rotor.discovery")
 
@@ -30,18 +31,14 @@ class LeaseFeed:
     def __init__(self, nc: Client, on_lease: OnLease) -> None:
         self.nc = nc
         self.on_lease = on_lease
-        self._sub = None
+        self._subs = Subscriptions(nc)
 
     async def start(self) -> None:
-        self._sub = await self.nc.subscribe(subjects.LEASE_PREFIX + "*", cb=self._on_msg)
+        await self._subs.add(subjects.LEASE_PREFIX + "*", self._on_msg)
         await self._read_bucket()
 
     async def stop(self) -> None:
-        if self._sub is not None:
-            try:
-                await self._sub.unsubscribe()
-            except Exception:
-                pass
+        await self._subs.close()
 
     async def _read_bucket(self) -> None:
         try:

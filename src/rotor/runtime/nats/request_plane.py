@@ -21,6 +21,7 @@ from nats.aio.msg import Msg
 from rotor.protocol import codec
 from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest
 from rotor.runtime.nats import messages, subjects
+from rotor.runtime.nats.subscriptions import Subscriptions
 from rotor.runtime.stream import OutputStream
 
 log = logging.getLogger("rotor.request_plane")
@@ -37,17 +38,13 @@ class RequestPlane:
         self._streams: dict[str, OutputStream] = {}
         self._by_worker: dict[str, set[str]] = {}
         self._publishing: set[asyncio.Task[None]] = set()
-        self._sub = None
+        self._subs = Subscriptions(nc)
 
     async def start(self) -> None:
-        self._sub = await self.nc.subscribe(subjects.responses(self.frontend_id), cb=self._on_msg)
+        await self._subs.add(subjects.responses(self.frontend_id), self._on_msg)
 
     async def stop(self) -> None:
-        if self._sub is not None:
-            try:
-                await self._sub.unsubscribe()
-            except Exception:
-                pass
+        await self._subs.close()
 
     async def _on_msg(self, msg: Msg) -> None:
         stream = self._streams.get(msg.subject.rsplit(".", 1)[-1])

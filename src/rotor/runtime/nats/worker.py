@@ -31,6 +31,7 @@ from rotor.protocol.kv import KVEvent
 from rotor.protocol.lease import LEASE_TTL_S, RENEW_S, Lease
 from rotor.runtime.nats import messages as wire
 from rotor.runtime.nats import subjects
+from rotor.runtime.nats.subscriptions import Subscriptions
 
 log = logging.getLogger("rotor.worker")
 
@@ -75,7 +76,7 @@ class WorkerService:
             address=self.identity.address,
         )
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._subs: list = []
+        self._subs = Subscriptions(nc)
         self._renewer: asyncio.Task[None] | None = None
         self._kv_out: asyncio.Queue[bytes] = asyncio.Queue()
         self._kv_pump: asyncio.Task[None] | None = None
@@ -91,11 +92,9 @@ class WorkerService:
         await self._publish_card()
         await self._check_peers()
         wid = self.worker_id
-        self._subs = [
-            await self.nc.subscribe(subjects.generate(wid), cb=self._on_generate),
-            await self.nc.subscribe(subjects.abort(wid), cb=self._on_abort),
-            await self.nc.subscribe(subjects.kv_snapshot(wid), cb=self._on_kv_snapshot),
-        ]
+        await self._subs.add(subjects.generate(wid), self._on_generate)
+        await self._subs.add(subjects.abort(wid), self._on_abort)
+        await self._subs.add(subjects.kv_snapshot(wid), self._on_kv_snapshot)
         if isinstance(self.engine, KVEventSource):
             self._kv_pump = asyncio.create_task(self._pump_kv_events(), name="kv-events")
             self.engine.kv_events(self._relay_kv_event)
@@ -138,11 +137,7 @@ class WorkerService:
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-        for sub in self._subs:
-            try:
-                await sub.unsubscribe()
-            except Exception:
-                pass
+        await self._subs.close()
         for task in self._tasks.values():
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)

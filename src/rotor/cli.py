@@ -43,9 +43,20 @@ in=/out= ↔ ROTOR_IN/ROTOR_OUT. The echo engine's pace is ROTOR_ECHO_DELAY_MS
 
 
 HTTP_FLAGS = [
-    Flag("--host", "address to bind (in=http)", str, "127.0.0.1"),
-    Flag("--port", "port to bind (in=http)", int, 8000, minimum=0, maximum=65535),
-    Flag("--api-key", "require 'Authorization: Bearer KEY' on /v1/*"),
+    Flag("--host", "address the HTTP API binds (rotor run: in=http)", str, "127.0.0.1"),
+    Flag(
+        "--port",
+        "port the HTTP API binds (rotor run: in=http; 0: a free one)",
+        int,
+        8000,
+        minimum=0,
+        maximum=65535,
+    ),
+    Flag(
+        "--api-key",
+        "require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on /v1/*, /tokenize, "
+        "/detokenize",
+    ),
     Flag("--reasoning-field", "name of the reasoning field in responses", str, "reasoning_content"),
     # reliability: admission control and the prompt-preparation budget
     Flag(
@@ -217,8 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("io", nargs="*", metavar="in=INPUT out=ENGINE", help="input and engine")
     _add_flags(run, FLAGS + engine_flags())
     nats = sub.add_parser("nats", help="run a local nats-server with JetStream (development)")
-    nats.add_argument("--host", default="127.0.0.1", help="address to bind")
-    nats.add_argument("--port", type=int, default=4222, help="port to bind")
+    nats.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
+    nats.add_argument("--port", type=int, default=4222, help="port to bind (4222)")
     nats.add_argument("--store", help="JetStream storage directory (default: a temp dir)")
     frontend = sub.add_parser(
         "frontend", help="the HTTP API over every model that live workers on NATS offer"

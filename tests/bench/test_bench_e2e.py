@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import orjson
 import pytest
 
 from support.server import Server, rotor_server
+from support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -42,8 +42,7 @@ def bench(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 def counters(srv: Server) -> dict[str, float]:
     """The server's own accounting, once no request is in flight any more."""
-    while srv.metric("rotor_requests_in_flight") > 0:
-        time.sleep(0.01)
+    wait_for("no request in flight", lambda: srv.metric("rotor_requests_in_flight") == 0)
     return {
         "ok": srv.metric("rotor_requests_total", 'status="200"'),
         "prompt": srv.metric("rotor_prompt_tokens_total"),

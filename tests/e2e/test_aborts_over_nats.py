@@ -16,6 +16,7 @@ from rotor.protocol import codec
 from rotor.runtime.nats import subjects
 
 from support.cluster import Frontend, Nats, Worker, nats_server, start_frontend, start_worker
+from support.wait import wait_for_async
 
 pytestmark = pytest.mark.e2e
 
@@ -79,7 +80,9 @@ async def test_one_abort_for_a_choice_the_frontend_ended_none_for_one_the_engine
         both = await asyncio.to_thread(chat, frontend, LONG, stop=["five"], n=2)
         assert [c["message"]["content"] for c in both["choices"]] == ["one two three four "] * 2
         await asyncio.to_thread(chat, frontend)  # its request closes the count of the others
-        await wait_until(lambda: sum(kind == "generate" for kind, _ in seen) == 5)
+        await wait_for_async(
+            "five requests on the wire", lambda: sum(kind == "generate" for kind, _ in seen) == 5
+        )
         requests = [rid for kind, rid in seen if kind == "generate"]
         aborts = {
             rid: sum(1 for kind, r in seen if kind == "abort" and r == rid) for rid in requests
@@ -89,11 +92,3 @@ async def test_one_abort_for_a_choice_the_frontend_ended_none_for_one_the_engine
     finally:
         await sub.unsubscribe()
         await nc.close()
-
-
-async def wait_until(check: object, timeout: float = 30) -> None:
-    async def poll() -> None:
-        while not check():  # type: ignore[operator]
-            await asyncio.sleep(0.02)
-
-    await asyncio.wait_for(poll(), timeout)

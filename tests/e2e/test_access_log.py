@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 
 from support.server import Server, rotor_server
 from support.sse import data_events
+from support.wait import wait_for
 
 TIMEOUT_S = 30
 CHAT = {"model": "echo", "messages": [{"role": "user", "content": "hello there"}]}
@@ -48,15 +48,16 @@ def records(server: Server) -> list[dict[str, Any]]:
 
 def access_records(server: Server, rid: str) -> list[dict[str, Any]]:
     """The access records of request `rid`, once at least one was written."""
-    deadline = time.monotonic() + TIMEOUT_S
-    while True:
-        found = [
+    found: list[dict[str, Any]] = []
+
+    def written() -> bool:
+        found[:] = [
             r for r in records(server) if r["logger"] == "rotor.access" and r["request_id"] == rid
         ]
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"no access record for {rid}:\n{server.log}"
-        time.sleep(0.02)
+        return bool(found)
+
+    wait_for(f"an access record for {rid}", written, TIMEOUT_S, detail=lambda: server.log)
+    return found
 
 
 def only_record(server: Server, rid: str) -> dict[str, Any]:
@@ -228,19 +229,19 @@ def test_text_lines_read_at_a_glance_and_probes_log_at_debug() -> None:
             + r"completion_tokens=\d+ duration_ms=\d+\.\d request_id=text-1"
         )
         probe = r" DEBUG rotor\.access: GET /health 200 duration_ms=\d+\.\d request_id=probe-1$"
-        deadline = time.monotonic() + TIMEOUT_S
-        while not (re.search(pattern, srv.log, re.M) and re.search(probe, srv.log, re.M)):
-            assert time.monotonic() < deadline, srv.log
-            time.sleep(0.02)
+        wait_for(
+            "the request's and the probe's lines",
+            lambda: bool(re.search(pattern, srv.log, re.M) and re.search(probe, srv.log, re.M)),
+            TIMEOUT_S,
+            detail=lambda: srv.log,
+        )
         assert len(re.findall(pattern, srv.log, re.M)) == 1, srv.log
         assert "HTTP/1.1" not in srv.log  # uvicorn's own access line stays off
         # the request's path quoted when it could split the line
         r = httpx.get(srv.url + "/a%20b%0Aforged", timeout=TIMEOUT_S)
         assert r.status_code == 404
         quoted = 'GET "/a b\\nforged" 404 duration_ms='
-        while quoted not in srv.log:
-            assert time.monotonic() < deadline, srv.log
-            time.sleep(0.02)
+        wait_for("the quoted path's line", lambda: quoted in srv.log, TIMEOUT_S, lambda: srv.log)
 
 
 def test_no_access_line_below_warning() -> None:

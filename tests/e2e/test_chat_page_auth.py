@@ -14,6 +14,8 @@ from playwright.sync_api import BrowserContext, expect
 from support.browser import ChatPage, chromium
 from support.server import Server, rotor_server
 
+pytestmark = pytest.mark.browser  # drives chromium: `-m "not browser"` leaves it out
+
 KEY = "sekret"
 
 

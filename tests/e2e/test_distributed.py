@@ -4,7 +4,6 @@ processes, the official openai SDK, and faults made with real signals."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -172,10 +171,23 @@ def test_a_client_that_leaves_stops_the_work_on_the_worker(
             if has_text(line):
                 assert worker.metric("rotor_engine_active_requests") == 1
                 break  # leaving the line iterator closes the connection
-    wait_for("the worker to stop", lambda: worker.metric("rotor_engine_active_requests") == 0, 5)
+    wait_for("the worker to stop", lambda: worker.metric("rotor_engine_active_requests") == 0)
     generated = worker.metric("rotor_engine_tokens_generated")
-    time.sleep(0.3)  # it would have made ~30 more tokens by now, were it still running
-    assert worker.metric("rotor_engine_tokens_generated") == generated
+    # A request this worker answered afterwards: it ran, and made that
+    # request's tokens alone (a 10 ms step each: the story would have gone on)
+    probe = {"messages": ASK, "mock": {"output": " ".join(["probe"] * 8)}}
+    answered: list[int] = []
+
+    def answered_by_the_worker() -> bool:
+        r = httpx.post(frontend.v1 + "/chat/completions", json=probe, timeout=30)
+        assert r.status_code == 200, r.text
+        if r.headers["x-rotor-worker"] == worker.id:
+            answered.append(r.json()["usage"]["completion_tokens"])
+        return bool(answered)
+
+    wait_for("a request answered by the same worker", answered_by_the_worker)
+    assert answered[0] > 30
+    assert worker.metric("rotor_engine_tokens_generated") == generated + answered[0]
 
 
 # -- faults ---------------------------------------------------------------------------------

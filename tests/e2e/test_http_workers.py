@@ -9,13 +9,13 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 
 from support.server import Server, free_port, rotor_server
+from support.wait import wait_for
 
 TEXT = "Two processes, one port: every answer is still the question. 東京 🙂"
 
@@ -83,17 +83,26 @@ def test_a_client_that_leaves_aborts_the_engine_request() -> None:
         # One keep-alive connection: every read asks the same HTTP process,
         # whose view of the engine is refreshed a few times a second.
         with httpx.Client(timeout=5) as poll:
-            deadline = time.monotonic() + 30
-            while True:
-                state = engine_state(poll, server)
-                if state["tokens_generated"] > 0 and state["active_requests"] == 0:
-                    break  # it ran, and it runs no more
-                assert time.monotonic() < deadline, f"the engine still runs the request: {state}"
-                time.sleep(0.1)
-            generated = state["tokens_generated"]
+            states: list[dict] = []
+
+            def let_go() -> bool:
+                states.append(engine_state(poll, server))
+                return states[-1]["tokens_generated"] > 0 and states[-1]["active_requests"] == 0
+
+            wait_for("the engine to let go of the request", let_go, detail=lambda: str(states[-1]))
+            generated = states[-1]["tokens_generated"]
             assert generated < len(long_text)
-            time.sleep(1.0)
-            assert engine_state(poll, server)["tokens_generated"] == generated  # nothing ran on
+            # A request answered afterwards (1 s at 20 ms a character: the
+            # left one would have had ~50 more): the engine made its tokens alone.
+            probe = "p" * 50
+            assert chat(server, probe, False) == probe
+
+            def counted() -> bool:
+                states.append(engine_state(poll, server))
+                return states[-1]["tokens_generated"] >= generated + len(probe)
+
+            wait_for("the answered request in the engine's count", counted)
+            assert states[-1]["tokens_generated"] == generated + len(probe)  # nothing ran on
 
 
 def test_a_refusal_from_the_engine_process_is_a_400_naming_the_field() -> None:
@@ -154,7 +163,8 @@ def test_a_killed_parent_takes_its_http_processes_with_it() -> None:
         assert len(pids) == 2 and all(running(p) for p in pids)
         server.process.kill()
         server.process.wait(10)
-        deadline = time.monotonic() + 30
-        while any(running(p) for p in pids):
-            assert time.monotonic() < deadline, f"orphans left: {[p for p in pids if running(p)]}"
-            time.sleep(0.05)
+        wait_for(
+            "the HTTP processes to end",
+            lambda: not any(running(p) for p in pids),
+            detail=lambda: f"orphans left: {[p for p in pids if running(p)]}",
+        )

@@ -22,6 +22,7 @@ import pytest
 from support.scripts import hermes
 from support.server import free_port, rotor_server
 from support.sse import data_events
+from support.wait import wait_for
 
 MOCKER = ("out=mocker", "--speedup-ratio", "0")
 
@@ -40,7 +41,6 @@ def while_running(url: str, hostile: Callable[[], Any]) -> tuple[Any, int, int]:
     worker = threading.Thread(target=lambda: result.append(hostile()))
     worker.start()
     answered = missed = 0
-    time.sleep(0.05)
     while worker.is_alive():
         try:
             httpx.get(url + "/live", timeout=2).raise_for_status()
@@ -180,16 +180,32 @@ def test_slow_readers_stop_the_engine_and_their_disconnect_stalls_nothing() -> N
             "top_logprobs": 5,
         }
         readers = [_slow_reader(port, body) for _ in range(10)]
-        time.sleep(3)  # unthrottled, the engine makes all 300k tokens well within this
-        generated = srv.metric("rotor_engine_tokens_generated")
-        assert generated < 10 * 30000 / 2, f"{generated} tokens made for clients reading nothing"
+        probe = {"messages": [{"role": "user", "content": "probe"}], "max_tokens": 3}
+        probe |= {"ignore_eos": True}
+        made: list[float] = []
+
+        def stopped() -> bool:
+            """A request answered meanwhile, and the engine made its tokens
+            alone: it stepped, and none of the ten streams had a token in the
+            steps. (Unthrottled it stops too, at the end: after 300k tokens.)"""
+            generated = srv.metric("rotor_engine_tokens_generated")
+            r = chat(srv.url, probe)
+            assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3, r.text
+            made.append(srv.metric("rotor_engine_tokens_generated"))
+            return made[-1] - generated == 3
+
+        wait_for("the engine to stop making tokens for the unread streams", stopped, 120)
+        assert srv.metric("rotor_engine_active_requests") == 10  # held, not ended
+        assert made[-1] < 10 * 30000 / 2, f"{made[-1]} tokens made for clients reading nothing"
         grown = rss_mb(srv.process.pid) - before
 
         def close_all() -> None:
             for s in readers:
                 s.close()
-            while srv.metric("rotor_engine_active_requests"):
-                time.sleep(0.05)
+            wait_for(
+                "the engine to let the streams go",
+                lambda: srv.metric("rotor_engine_active_requests") == 0,
+            )
 
         _, answered, missed = while_running(srv.url, close_all)
         assert missed == 0
@@ -243,9 +259,7 @@ def test_requests_beyond_the_queue_limit_get_503_before_any_stream_byte() -> Non
             waiting = [threading.Thread(target=wait_in_queue, daemon=True) for _ in range(2)]
             for t in waiting:
                 t.start()
-            deadline = time.monotonic() + 10
-            while srv.metric("rotor_queued_requests") < 2 and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for("two requests in the queue", lambda: srv.metric("rotor_queued_requests") >= 2)
             assert srv.metric("rotor_queued_requests") == 2
             r = chat(srv.url, long)
             assert r.status_code == 503 and r.headers["retry-after"] == "1"
@@ -299,10 +313,7 @@ def test_sigterm_ends_streams_longer_than_the_grace_with_an_error_then_the_end()
         readers = [threading.Thread(target=consume, args=(k,)) for k in received]
         for t in readers:
             t.start()
-        deadline = time.monotonic() + 20
-        while not all(received.values()):  # both streams have begun
-            assert time.monotonic() < deadline, "the streams did not start"
-            time.sleep(0.01)
+        wait_for("both streams to begin", lambda: all(received.values()))
         srv.process.send_signal(signal.SIGTERM)
         for t in readers:
             t.join(20)
@@ -348,16 +359,16 @@ def test_an_empty_api_key_stops_startup() -> None:
 def test_a_body_cut_short_logs_one_line_and_counts() -> None:
     with rotor_server() as srv:
         port = int(srv.url.rsplit(":", 1)[1])
-        for _ in range(5):
+        for sent in range(1, 6):
             with socket.create_connection(("127.0.0.1", port)) as sock:
                 sock.sendall(
                     b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
                     b'content-type: application/json\r\ncontent-length: 100000\r\n\r\n{"mes'
                 )
-                time.sleep(0.1)
-        deadline = time.monotonic() + 10
-        while srv.metric("rotor_body_aborted_total") < 5 and time.monotonic() < deadline:
-            time.sleep(0.05)
+            wait_for(  # this one counted before the next is sent
+                f"body {sent} counted as cut short",
+                lambda n=sent: srv.metric("rotor_body_aborted_total") >= n,
+            )
         assert srv.metric("rotor_body_aborted_total") == 5
         log = srv.log
     assert log.count("client disconnected while sending the body") == 5

@@ -209,12 +209,23 @@ async def test_steps_really_sleep(make_engine: MakeEngine) -> None:
     assert await _timed_run(engine, 5) >= 0.1 * 0.9  # sleeping never takes less than asked
 
 
-async def test_speedup_zero_never_sleeps(make_engine: MakeEngine) -> None:
+async def test_speedup_zero_never_sleeps(
+    make_engine: MakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     engine = await make_engine(**_timed_config(0.0, 1000.0))
-    elapsed = await _timed_run(engine, 50)
-    simulated_s = engine.state().simulated_ms / 1000
-    assert simulated_s == pytest.approx(50.0)
-    assert elapsed < simulated_s / 10
+    real_sleep = asyncio.sleep
+    asked: list[float] = []  # any asyncio.sleep besides the step loop's own
+
+    async def recorded(delay: float, result: Any = None) -> Any:
+        asked.append(delay)
+        return await real_sleep(0, result)
+
+    monkeypatch.setattr(asyncio, "sleep", recorded)
+    sleeps = await _recorded_sleeps(engine, 50)
+    assert engine.state().simulated_ms == pytest.approx(50_000.0)  # 50 s simulated
+    # Only the loop's turn after each step (step_slice_ms 0): never a wait.
+    assert all(delay == 0 for delay in asked), asked
+    assert sleeps == [0] * engine.state().steps
 
 
 async def test_decode_cost_grows_mildly_with_batch() -> None:

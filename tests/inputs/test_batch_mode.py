@@ -9,13 +9,14 @@ import select
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rotor.inputs.batch import output_path, percentile
+
+from support.wait import wait_for
 
 TIMEOUT_S = 60  # a deadline for a hung process, not an expected duration
 
@@ -197,28 +198,29 @@ def test_a_progress_bar_on_a_terminal(tmp_path: Path) -> None:
         env=env,
     )
     os.close(slave)
-    seen = b""
-    deadline = time.monotonic() + TIMEOUT_S
+    seen: list[bytes] = []
+
+    def ended() -> bool:
+        """Read what the terminal got; True once the child closed it or exited."""
+        ready, _, _ = select.select([master], [], [], 0.1)
+        if not ready:
+            return proc.poll() is not None
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            return True
+        seen.append(data)
+        return not data
+
     try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.1)
-            if ready:
-                try:
-                    data = os.read(master, 65536)
-                except OSError:  # EIO: the child closed the terminal
-                    break
-                if not data:
-                    break
-                seen += data
-            elif proc.poll() is not None:
-                break
+        wait_for("the batch run to end", ended, TIMEOUT_S)
         assert proc.wait(TIMEOUT_S) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         os.close(master)
-    text = seen.decode(errors="replace")
+    text = b"".join(seen).decode(errors="replace")
     assert "━" in text and "20/20" in text
     assert "20 requests, 0 errors" in text
 
@@ -237,10 +239,14 @@ def test_ctrl_c_keeps_the_lines_written_so_far_and_exits_130(tmp_path: Path) -> 
         env=env,
     )
     try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while not (out.exists() and out.read_text().endswith("\n")):
-            assert time.monotonic() < deadline and proc.poll() is None, "no line written"
-            time.sleep(0.02)
+
+        def a_line_written() -> bool:
+            if out.exists() and out.read_text().endswith("\n"):
+                return True
+            assert proc.poll() is None, "the run ended before any line was written"
+            return False
+
+        wait_for("a line written", a_line_written, TIMEOUT_S)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(TIMEOUT_S) == 130
         stderr = proc.stderr.read() if proc.stderr else ""

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import tokenizers
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from tokenizers import normalizers, pre_tokenizers
 
@@ -98,6 +98,8 @@ def test_ascii_text_gets_the_words_and_ids_the_tokenizer_gives(
     shape: tuple[tokenizers.Tokenizer, WordEncoder], text: str
 ) -> None:
     tok, encoder = shape
+    # Its contract: text with no added token in it (segments.py cuts those out first)
+    assume(not any(t.content in text for t in tok.get_added_tokens_decoder().values()))
     assert encoder.words(text) == [w for w, _ in tok.pre_tokenizer.pre_tokenize_str(text)]
     want = tok.encode(text, add_special_tokens=False).ids
     assert encoder.encode(text) == want

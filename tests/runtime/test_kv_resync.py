@@ -19,22 +19,13 @@ from rotor.runtime.nats.worker import WorkerService
 
 from support.cluster import Nats, nats_server
 from support.mocker import TOK, collect, request
+from support.wait import wait_for_async
 
 
 @pytest.fixture(scope="module")
 def nats() -> Iterator[Nats]:
     with nats_server() as server:
         yield server
-
-
-async def until(check, what: str) -> None:  # noqa: ANN001
-    import asyncio
-
-    for _ in range(400):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def test_a_gap_brings_a_resync_that_matches_the_cache(nats: Nats, make_engine) -> None:  # noqa: ANN001
@@ -60,16 +51,16 @@ async def test_a_gap_brings_a_resync_that_matches_the_cache(nats: Nats, make_eng
     try:
         watch.resync(service.worker_id)  # a worker that joins: its blocks so far
         wid = service.worker_id
-        await until(lambda: watch.resyncs == 1, "the first resync")
+        await wait_for_async("the first resync", lambda: watch.resyncs == 1)
         for i in range(6):
             prompt = f"<|im_start|>user\nprompt number {i} with some length to it<|im_end|>\n"
             await collect(engine, request({"output": f"answer {i}"}, prompt=prompt))
-            await until(
+            await wait_for_async(
+                "the index to match the cache",
                 lambda: (
                     router.index.blocks_of(wid) == set(engine.scheduler.kv.hash_to_block)
                     and not router.index.awaiting_resync(wid)
                 ),
-                "the index to match the cache",
             )
         assert dropped, "no event was dropped"
         assert watch.resyncs >= 2  # the join, and the gap

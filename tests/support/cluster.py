@@ -10,8 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO
@@ -21,17 +20,9 @@ import httpx
 from rotor.runtime.nats.server import command as nats_command
 
 from support.server import ANNOUNCED, Server, free_port, log_text
+from support.wait import wait_for  # the cluster tests import it from here too
 
 WORKER_LINE = re.compile(rb"worker ([0-9a-f]+) serves")  # text or --log-format json
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float = 30) -> None:
-    """Poll `check` until it holds (an observable state, not a sleep)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @dataclass
@@ -136,16 +127,19 @@ def start_worker(
         cmd += ["--system-port", str(port)]
         system_url = f"http://127.0.0.1:{port}"
     proc = _spawn(cmd + engine_words, env)
-    deadline = time.monotonic() + timeout
-    while True:
+    found: list[str] = []
+
+    def registered() -> bool:
         match = WORKER_LINE.search(log_text(proc.log).encode())
         if match:
-            return Worker(match.group(1).decode(), proc, system_url)
+            found.append(match.group(1).decode())
+            return True
         if proc.process.poll() is not None:
             raise RuntimeError(f"the worker exited with {proc.process.returncode}:\n{proc.text()}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the worker did not register in {timeout} s:\n{proc.text()}")
-        time.sleep(0.05)
+        return False
+
+    wait_for("the worker to register", registered, timeout, detail=proc.text)
+    return Worker(found[0], proc, system_url)
 
 
 @dataclass

@@ -138,6 +138,158 @@ class Case:
     tools: dict[str, dict[str, Any]] | Tools | None = None
 
 
+def json_list_cases(start: str, end: str, partial_start: str) -> list[Case]:
+    """The cases of a family whose calls are `start`, a JSON list of
+    `{"name", "arguments"}` objects (the parallel calls), then `end` (jamba,
+    nemotron_deci): one format, one set of cases. `partial_start`: a prefix of
+    `start` that plain text may end with."""
+    return [
+        Case(
+            "one_call",
+            start + '[{"name": "get_weather", "arguments": {"city": "Paris"}}]' + end,
+            None,
+            [("get_weather", {"city": "Paris"})],
+        ),
+        Case(
+            "parallel_in_one_list",
+            start
+            + '[{"name": "a", "arguments": {"x": 1}}, {"name": "b", "arguments": {"y": [1, 2]}}]'
+            + end,
+            None,
+            [("a", {"x": 1}), ("b", {"y": [1, 2]})],
+        ),
+        Case(
+            "two_sections",
+            start
+            + '[{"name": "a", "arguments": {}}]'
+            + end
+            + "\n"
+            + start
+            + '[{"name": "b", "arguments": {}}]'
+            + end,
+            None,
+            [("a", {}), ("b", {})],
+        ),
+        Case(
+            "text_around",
+            "Let me check.\n" + start + '[{"name": "f", "arguments": {}}]' + end + "\nDone.",
+            "Let me check.\n\nDone.",
+            [("f", {})],
+        ),
+        Case(
+            "nested_unicode",
+            start
+            + '[{"name": "f", "arguments": {"q": {"city": "Montréal", "tags": ["東京", "🙂"]}}}]'
+            + end,
+            None,
+            [("f", {"q": {"city": "Montréal", "tags": ["東京", "🙂"]}})],
+        ),
+        Case(
+            "empty_args_parameters_key",
+            start + '[{"name": "ping", "parameters": {}}]' + end,
+            None,
+            [("ping", {})],
+        ),
+        Case(
+            "bare_object_is_one_call",
+            start + '{"name": "f", "arguments": {"a": 1}}' + end,
+            None,
+            [("f", {"a": 1})],
+        ),
+        Case(
+            "malformed_is_content",
+            "Hi " + start + "[{not json}]" + end + " after",
+            "Hi " + start + "[{not json}]" + end + " after",
+        ),
+        Case(
+            "one_bad_item_makes_the_section_content",
+            start + '[{"name": "a", "arguments": {}}, {"arguments": {}}]' + end,
+            start + '[{"name": "a", "arguments": {}}, {"arguments": {}}]' + end,
+        ),
+        Case(
+            "cut_off_incomplete_is_content",
+            "Sure " + start + '[{"name": "f", "argu',
+            "Sure " + start + '[{"name": "f", "argu',
+        ),
+        Case(
+            "cut_off_complete_body_recovered",
+            start + '[{"name": "f", "arguments": {"a": "b"}}]',
+            None,
+            [("f", {"a": "b"})],
+        ),
+        Case(
+            "plain_text",
+            "Just text with a < sign and " + partial_start,
+            "Just text with a < sign and " + partial_start,
+        ),
+        Case(
+            "undeclared_name_still_returned",
+            start + '[{"name": "other", "arguments": {"k": true}}]' + end,
+            None,
+            [("other", {"k": True})],
+            tools={"declared": {}},
+        ),
+    ]
+
+
+# `get_weather` with a `city` string and a `days` integer (JSON Schema's type names)
+WEATHER: dict[str, dict[str, Any]] = {
+    "get_weather": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+    }
+}
+
+
+def call_cases(
+    call: Callable[..., str], weather: dict[str, dict[str, Any]] = WEATHER
+) -> list[Case]:
+    """The cases every family that writes a call as markup around a name and
+    `(key, value)` parameters shares (glm45, qwen3_coder, seed_oss): `call(name,
+    *pairs)` writes one call as the family does; `weather` declares `get_weather`
+    as WEATHER does, by the family's own type names."""
+    return [
+        Case(
+            "one_call_typed_by_schema",
+            call("get_weather", ("city", "Paris"), ("days", "3")),
+            None,
+            [("get_weather", {"city": "Paris", "days": 3})],
+            tools=weather,
+        ),
+        Case(
+            "parallel",
+            call("get_weather", ("city", "Paris")) + "\n" + call("get_weather", ("city", "Oslo")),
+            None,
+            [("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Oslo"})],
+            tools=weather,
+        ),
+        Case(
+            "text_around",
+            "Let me check.\n" + call("f", ("q", "x")) + "\nDone.",
+            "Let me check.\n\nDone.",
+            [("f", {"q": "x"})],
+        ),
+        Case(
+            "nested_unicode",
+            call(
+                "f",
+                ("q", '{"city": "Montréal", "tags": ["東京", "🙂"]}'),
+                ("label", "naïve café ☕"),
+            ),
+            None,
+            [("f", {"q": {"city": "Montréal", "tags": ["東京", "🙂"]}, "label": "naïve café ☕"})],
+            tools={"f": {"properties": {"q": {"type": "object"}, "label": {"type": "string"}}}},
+        ),
+        Case(
+            "undeclared_name_still_returned",
+            call("other", ("k", "v")),
+            None,
+            [("other", {"k": "v"})],
+            tools={"declared": {}},
+        ),
+    ]
+
+
 @dataclass
 class Message:
     content: str | None
@@ -219,6 +371,7 @@ def family_tests(
     special_tokens: bool | None = None,
     fast_path: str | None = None,
     fast_path_tools: dict[str, dict[str, Any]] | None = None,
+    released: tuple[str, str, str] | None = None,
     examples: int = 60,
 ) -> dict[str, Callable[..., None]]:
     """The tests every family file runs on its `cases`, by the names pytest
@@ -230,6 +383,10 @@ def family_tests(
       (`test_markers_are_plain_text`), the parser's `needs_special_tokens`.
     - with `fast_path`: `test_plain_text_takes_the_fast_path`, that text fed to a
       parser declared `fast_path_tools` (default none) comes back as one piece.
+    - with `released` = (partial, breaker, opening):
+      `test_text_is_released_once_it_cannot_be_a_marker`: text ending in
+      `partial` (a marker's start) is held back, released with `breaker` (which
+      makes it no marker), and an `opening` left unfinished is content at the end.
     """
 
     @pytest.mark.parametrize("case", cases, ids=lambda c: c.id)
@@ -270,6 +427,20 @@ def family_tests(
             assert pieces == [Content(text)], f"{family}: {pieces!r}"
 
         tests["test_plain_text_takes_the_fast_path"] = test_plain_text_takes_the_fast_path
+
+    if released is not None:
+        partial, breaker, opening = released
+
+        def test_text_is_released_once_it_cannot_be_a_marker() -> None:
+            parser = tool_parser(family)(Tools({"f": {}}))
+            assert parser.feed("Hi " + partial) == [Content("Hi ")]
+            assert parser.feed(breaker) == [Content(partial + breaker)]
+            assert parser.feed(" " + opening) == [Content(" ")]
+            assert parser.finish() == [Content(opening)]
+
+        tests["test_text_is_released_once_it_cannot_be_a_marker"] = (
+            test_text_is_released_once_it_cannot_be_a_marker
+        )
 
     for name, test in tests.items():
         test.__name__ = test.__qualname__ = name

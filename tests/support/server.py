@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,6 +16,8 @@ from typing import IO, Any
 import anthropic
 import httpx
 import openai
+
+from support.wait import wait_for
 
 
 def free_port() -> int:
@@ -115,22 +116,24 @@ def rotor_server(
     cmd = [sys.executable, "-m", "rotor.cli", "run", *own, "--port", "0", *rest]
     log = tempfile.TemporaryFile()  # noqa: SIM115 - outlives this block; closed in finally
     proc = subprocess.Popen(cmd, env=full_env, stdout=log, stderr=subprocess.STDOUT)
-    url: str | None = None
-    deadline = time.monotonic() + timeout
+    url: list[str] = []
+
+    def healthy() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"rotor exited with {proc.returncode}:\n{log_text(log)}")
+        if not url:
+            found = _announced_url(log)
+            if found is None:
+                return False
+            url.append(found)
+        try:
+            return httpx.get(url[0] + "/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"rotor exited with {proc.returncode}:\n{log_text(log)}")
-            url = url or _announced_url(log)
-            try:
-                if url and httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"rotor did not become healthy in {timeout} s:\n{log_text(log)}")
-            time.sleep(0.05)
-        yield Server(url, proc, log)
+        wait_for("rotor to become healthy", healthy, timeout, detail=lambda: log_text(log))
+        yield Server(url[0], proc, log)
     finally:
         proc.terminate()
         try:

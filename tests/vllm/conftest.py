@@ -3,7 +3,8 @@ machines). Engine start is slow (40-75 s on two cores), so each module
 starts ONE server and its tests share it. All of them form one
 `xdist_group` (`--dist loadgroup`): one pytest-xdist worker runs them in
 turn, so each engine starts once and never two at a time (two engines
-starting together on two cores take minutes each)."""
+starting together on two cores take minutes each). They are marked `vllm`
+too: `pytest -m "not vllm"` runs everything else."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in item.path.resolve().parents:
             item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.vllm)  # `-m "not vllm"` leaves them out
             item.add_marker(pytest.mark.xdist_group("vllm"))
             # the first test of a module also waits for the engine to start
             item.add_marker(pytest.mark.timeout(900))

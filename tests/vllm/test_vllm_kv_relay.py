@@ -4,8 +4,6 @@ relay itself fed vLLM's own event classes."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from rotor.serve.build import build_engine, load
 from support.llama import add_llama_weights
 from support.models import chatml_model
 from support.vllm_setup import VLLM_ARGS, VLLM_ENV
+from support.wait import wait_for_async
 
 BLOCK = 32
 
@@ -41,11 +40,14 @@ async def _run(engine, rid: str, prompt: list[int]) -> list[EngineOutput]:
     return [out async for out in engine.generate(request)]
 
 
-async def _settle(events: list[KVEvent], at_least: int) -> None:
-    """Events cross a ZMQ socket: wait until `at_least` have come."""
-    deadline = time.monotonic() + 30
-    while len(events) < at_least and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+async def _until_held(events: list[KVEvent], blocks: set[int]) -> None:
+    """Events cross a ZMQ socket: wait until replaying them holds `blocks`
+    (a count of events to wait for could already be reached, or never be)."""
+    await wait_for_async(
+        f"the relayed events to hold {len(blocks)} blocks",
+        lambda: _replay(events) == blocks,
+        detail=lambda: f"{len(_replay(events))} blocks held; events: {events}",
+    )
 
 
 @pytest.mark.asyncio
@@ -67,12 +69,11 @@ async def test_relayed_blocks_are_what_a_repeated_prompt_finds_cached(
         prompt = [(i * 7) % 500 + 1 for i in range(200)]  # 6 full blocks and 8 tokens
         first = await _run(engine, "kv-1", prompt)
         assert first[0].cached_tokens == 0
-        await _settle(events, 1)
-        stored = _replay(events)
         expected = block_hashes(prompt, BLOCK)
         assert len(expected) == 6
         # every stored block is a full block of the prompt, named by rotor's hash
-        assert stored == set(expected)
+        await _until_held(events, set(expected))
+        stored = _replay(events)
         assert all(isinstance(e, BlocksStored) and e.block_size == BLOCK for e in events)
 
         second = await _run(engine, "kv-2", prompt)
@@ -83,8 +84,7 @@ async def test_relayed_blocks_are_what_a_repeated_prompt_finds_cached(
         other = prompt[:64] + [3] * 70  # shares two blocks with the prompt
         third = await _run(engine, "kv-3", other)
         assert third[0].cached_tokens == 2 * BLOCK
-        await _settle(events, len(events) + 1)
-        assert _replay(events) == set(expected) | set(block_hashes(other, BLOCK))
+        await _until_held(events, set(expected) | set(block_hashes(other, BLOCK)))
 
         # the snapshot rebuilds what the events built, parents first
         snap = engine.kv_events(None)
@@ -101,9 +101,8 @@ async def test_relayed_blocks_are_what_a_repeated_prompt_finds_cached(
         # step carries the clear, then what that request stored
         fourth = await _run(engine, "kv-4", other)
         assert fourth[0].cached_tokens == 0
-        await _settle(events, snap.event_id + 2)
+        await _until_held(events, set(block_hashes(other, BLOCK)))
         assert isinstance(events[snap.event_id], AllCleared)
-        assert _replay(events) == set(block_hashes(other, BLOCK))
         assert {h for h, _ in engine.kv_events(None).blocks} == _replay(events)
     finally:
         await engine.stop()

@@ -3,19 +3,10 @@
 
 from __future__ import annotations
 
-from rotor.pipeline.parse.base import Content, Tools
-from rotor.pipeline.parse.tools import tool_parser
-
-from support.parsing import Case, family_tests
+from support.parsing import WEATHER, Case, call_cases, family_tests
 
 FAMILY = "glm45"
 
-WEATHER = {
-    "get_weather": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-    }
-}
 TYPED = {
     "set": {
         "type": "object",
@@ -36,14 +27,7 @@ def call(name: str, *pairs: tuple[str, str]) -> str:
     return f"<tool_call>{name}\n{args}</tool_call>"
 
 
-CASES = [
-    Case(
-        "one_call_typed_by_schema",
-        call("get_weather", ("city", "Paris"), ("days", "3")),
-        None,
-        [("get_weather", {"city": "Paris", "days": 3})],
-        tools=WEATHER,
-    ),
+CASES = call_cases(call) + [
     Case(
         "glm47_compact",
         "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value>"
@@ -51,26 +35,6 @@ CASES = [
         None,
         [("get_weather", {"city": "Paris", "days": 3})],
         tools=WEATHER,
-    ),
-    Case(
-        "parallel",
-        call("get_weather", ("city", "Paris")) + "\n" + call("get_weather", ("city", "Oslo")),
-        None,
-        [("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Oslo"})],
-        tools=WEATHER,
-    ),
-    Case(
-        "text_around",
-        "I will look.\n" + call("f", ("q", "x")) + "\nDone.",
-        "I will look.\n\nDone.",
-        [("f", {"q": "x"})],
-    ),
-    Case(
-        "nested_unicode",
-        call("f", ("q", '{"city": "Montréal", "tags": ["東京", "🙂"]}'), ("label", "naïve ☕")),
-        None,
-        [("f", {"q": {"city": "Montréal", "tags": ["東京", "🙂"]}, "label": "naïve ☕"})],
-        tools={"f": {"properties": {"q": {"type": "object"}, "label": {"type": "string"}}}},
     ),
     Case("no_args", "<tool_call>ping\n</tool_call>", None, [("ping", {})]),
     Case("no_args_glm47", "<tool_call>ping</tool_call>", None, [("ping", {})]),
@@ -132,22 +96,15 @@ CASES = [
         [("f", {"a": "b"})],
     ),
     Case("plain_text", "x <arg_key> y <tool", "x <arg_key> y <tool"),
-    Case(
-        "undeclared_name_still_returned",
-        call("other", ("k", "v")),
-        None,
-        [("other", {"k": "v"})],
-        tools={"declared": {}},
-    ),
 ]
 
 
-globals().update(family_tests(FAMILY, CASES, fast_path="no markup here", fast_path_tools={"f": {}}))
-
-
-def test_text_is_released_once_it_cannot_be_a_marker() -> None:
-    parser = tool_parser(FAMILY)(Tools({"f": {}}))
-    assert parser.feed("Hi <tool") == [Content("Hi ")]
-    assert parser.feed("box") == [Content("<toolbox")]
-    assert parser.feed(" <tool_call>f") == [Content(" ")]
-    assert parser.finish() == [Content("<tool_call>f")]
+globals().update(
+    family_tests(
+        FAMILY,
+        CASES,
+        fast_path="no markup here",
+        fast_path_tools={"f": {}},
+        released=("<tool", "box", "<tool_call>f"),
+    )
+)

@@ -3,10 +3,7 @@
 
 from __future__ import annotations
 
-from rotor.pipeline.parse.base import Content, Tools
-from rotor.pipeline.parse.tools import tool_parser
-
-from support.parsing import Case, family_tests
+from support.parsing import WEATHER, Case, family_tests
 
 FAMILY = "minimax_m2"
 
@@ -14,12 +11,6 @@ SEARCH = {
     "search_web": {
         "type": "object",
         "properties": {"query_list": {"type": "array"}, "query_tag": {"type": "array"}},
-    }
-}
-WEATHER = {
-    "get_weather": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
     }
 }
 
@@ -169,12 +160,12 @@ CASES = [
 ]
 
 
-globals().update(family_tests(FAMILY, CASES, fast_path="no markup here", fast_path_tools={"f": {}}))
-
-
-def test_text_is_released_once_it_cannot_be_a_marker() -> None:
-    parser = tool_parser(FAMILY)(Tools({"f": {}}))
-    assert parser.feed("Hi <minimax") == [Content("Hi ")]
-    assert parser.feed("!") == [Content("<minimax!")]
-    assert parser.feed(' <minimax:tool_call><invoke name="f">') == [Content(" ")]
-    assert parser.finish() == [Content('<minimax:tool_call><invoke name="f">')]
+globals().update(
+    family_tests(
+        FAMILY,
+        CASES,
+        fast_path="no markup here",
+        fast_path_tools={"f": {}},
+        released=("<minimax", "!", '<minimax:tool_call><invoke name="f">'),
+    )
+)

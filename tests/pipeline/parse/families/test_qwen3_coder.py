@@ -3,19 +3,10 @@
 
 from __future__ import annotations
 
-from rotor.pipeline.parse.base import Content, Tools
-from rotor.pipeline.parse.tools import tool_parser
-
-from support.parsing import Case, family_tests
+from support.parsing import Case, call_cases, family_tests
 
 FAMILY = "qwen3_coder"
 
-WEATHER = {
-    "get_weather": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-    }
-}
 TYPED = {
     "set": {
         "type": "object",
@@ -53,38 +44,7 @@ def call(name: str, *params: tuple[str, str]) -> str:
     return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
 
 
-CASES = [
-    Case(
-        "one_call_typed_by_schema",
-        call("get_weather", ("city", "Paris"), ("days", "3")),
-        None,
-        [("get_weather", {"city": "Paris", "days": 3})],
-        tools=WEATHER,
-    ),
-    Case(
-        "parallel",
-        call("get_weather", ("city", "Paris")) + "\n" + call("get_weather", ("city", "Oslo")),
-        None,
-        [("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Oslo"})],
-        tools=WEATHER,
-    ),
-    Case(
-        "text_around",
-        "Let me check.\n" + call("f", ("q", "x")) + "\nDone.",
-        "Let me check.\n\nDone.",
-        [("f", {"q": "x"})],
-    ),
-    Case(
-        "nested_unicode",
-        call(
-            "f",
-            ("q", '{"city": "Montréal", "tags": ["東京", "🙂"]}'),
-            ("label", "naïve café ☕"),
-        ),
-        None,
-        [("f", {"q": {"city": "Montréal", "tags": ["東京", "🙂"]}, "label": "naïve café ☕"})],
-        tools={"f": {"properties": {"q": {"type": "object"}, "label": {"type": "string"}}}},
-    ),
+CASES = call_cases(call) + [
     Case(
         "empty_args",
         "<tool_call>\n<function=ping>\n</function>\n</tool_call>",
@@ -215,22 +175,15 @@ CASES = [
         "a < b and <function=x> and <tool",
         "a < b and <function=x> and <tool",
     ),
-    Case(
-        "undeclared_name_still_returned",
-        call("other", ("k", "v")),
-        None,
-        [("other", {"k": "v"})],
-        tools={"declared": {}},
-    ),
 ]
 
 
-globals().update(family_tests(FAMILY, CASES, fast_path="no markup here", fast_path_tools={"f": {}}))
-
-
-def test_text_is_released_once_it_cannot_be_a_marker() -> None:
-    parser = tool_parser(FAMILY)(Tools({"f": {}}))
-    assert parser.feed("Hi <tool") == [Content("Hi ")]
-    assert parser.feed("box") == [Content("<toolbox")]
-    assert parser.feed(" <tool_call>\n<function=f>") == [Content(" ")]
-    assert parser.finish() == [Content("<tool_call>\n<function=f>")]
+globals().update(
+    family_tests(
+        FAMILY,
+        CASES,
+        fast_path="no markup here",
+        fast_path_tools={"f": {}},
+        released=("<tool", "box", "<tool_call>\n<function=f>"),
+    )
+)

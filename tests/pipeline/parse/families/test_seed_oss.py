@@ -4,7 +4,7 @@ a closed `<seed:think>` block is content, calls in it included."""
 
 from __future__ import annotations
 
-from support.parsing import Case, family_tests
+from support.parsing import Case, call_cases, family_tests
 
 FAMILY = "seed_oss"
 
@@ -34,34 +34,7 @@ BUDGET_512 = (
     "tokens remaining for use.</seed:cot_budget_reflect>\n The unit can be omitted.</seed:think>"
 )
 
-CASES = [
-    Case(
-        "one_call_typed_by_schema",
-        call("get_weather", ("city", "Paris"), ("days", "3")),
-        None,
-        [("get_weather", {"city": "Paris", "days": 3})],
-        tools=WEATHER,
-    ),
-    Case(
-        "parallel",
-        call("get_weather", ("city", "Paris")) + "\n" + call("get_weather", ("city", "Oslo")),
-        None,
-        [("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Oslo"})],
-        tools=WEATHER,
-    ),
-    Case(
-        "text_around",
-        "Let me check.\n" + call("f", ("q", "x")) + "\nDone.",
-        "Let me check.\n\nDone.",
-        [("f", {"q": "x"})],
-    ),
-    Case(
-        "nested_unicode",
-        call("f", ("q", '{"city": "Montréal", "tags": ["東京", "🙂"]}'), ("label", "naïve ☕")),
-        None,
-        [("f", {"q": {"city": "Montréal", "tags": ["東京", "🙂"]}, "label": "naïve ☕"})],
-        tools={"f": {"properties": {"q": {"type": "object"}, "label": {"type": "string"}}}},
-    ),
+CASES = call_cases(call, WEATHER) + [
     Case(
         "empty_args",
         "<seed:tool_call>\n<function=ping>\n</function>\n</seed:tool_call>",
@@ -157,13 +130,6 @@ CASES = [
         [("f", {"q": "a <seed:think> b"})],
     ),
     Case("plain_text", "a < b and <seed: and <function=x>", "a < b and <seed: and <function=x>"),
-    Case(
-        "undeclared_name_still_returned",
-        call("other", ("k", "v")),
-        None,
-        [("other", {"k": "v"})],
-        tools={"declared": {}},
-    ),
 ]
 
 

@@ -23,6 +23,7 @@ from rotor.engines.registry import ENGINES, engine_flags, engine_names, engine_s
 from rotor.inputs.style import COLOR_MODES
 from rotor.logs import FORMATS
 from rotor.pipeline.preparer import DEFAULT_BUDGET_S
+from rotor.protocol.lease import ROLES
 
 USAGE = """\
 rotor run [in=INPUT] [out=ENGINE] [flags] [-- ENGINE_ARGS...]
@@ -155,6 +156,14 @@ WORKER_FLAGS = [
         maximum=65535,
     ),
     Flag("--grace-period", "seconds to finish running requests on SIGTERM", float, 30.0, minimum=0),
+    Flag(
+        "--disaggregation-mode",
+        "agg: whole requests; prefill: only their prefill (decode workers fetch the KV); "
+        "decode: the rest after a prefill worker's",
+        str.lower,
+        "agg",
+        choices=ROLES,
+    ),
 ]
 FLAGS = HTTP_FLAGS + MODEL_FLAGS + LOG_FLAGS + RUN_FLAGS
 
@@ -417,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
                 nats=args.nats,
                 system_port=args.system_port,
                 grace_period=args.grace_period,
+                role=args.disaggregation_mode,
                 log_level=args.log_level,
                 log_format=args.log_format,
             )

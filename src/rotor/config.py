@@ -97,6 +97,7 @@ class WorkerConfig:
     nats: str = DEFAULT_NATS
     system_port: int | None = None  # /health and /metrics of the worker
     grace_period: float = 30.0  # seconds to finish running requests on SIGTERM
+    role: str = "agg"  # --disaggregation-mode: agg | prefill | decode (protocol/lease.Role)
     log_level: str = "warning"
     log_format: str = "text"  # text | json (rotor.logs)
 

@@ -15,7 +15,7 @@ caller asks `isinstance`, never `getattr`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
 from rotor.model.card import ModelCard
@@ -60,4 +60,25 @@ class KVEventSource(Protocol):
     def kv_events(self, sink: Callable[[KVEvent], None] | None) -> KVSnapshot:
         """Send the cache's events to `sink` from now on (None: to nobody) and
         return what the cache holds now, the state those events apply to."""
+        ...
+
+
+# (the kv_transfer of a decode request, the block hashes it lacks) -> the
+# hashes the prefill worker handed over
+KVFetch = Callable[[dict, list[int]], Awaitable[list[int]]]
+
+
+@runtime_checkable
+class KVHandover(Protocol):
+    """Engines whose KV blocks a worker moves itself, over rotor's transport
+    (the mocker; vLLM's connectors move its blocks inside vLLM)."""
+
+    def kv_fetcher(self, fetch: KVFetch) -> None:
+        """How this engine, as a decode engine, fetches the blocks it lacks."""
+        ...
+
+    def kv_release(self, transfer_id: str, hashes: list[int]) -> list[int]:
+        """As a prefill engine: hand over (and unpin) those of the transfer's
+        blocks that are asked for; the hashes handed over (none: unknown or
+        expired)."""
         ...

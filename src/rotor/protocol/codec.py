@@ -257,6 +257,8 @@ def _output_map(out: EngineOutput) -> dict[str, Any]:
         m["cached_tokens"] = out.cached_tokens
     if out.error is not None:
         m["error"] = out.error
+    if out.kv_transfer is not None:
+        m["kv_transfer"] = out.kv_transfer
     return m
 
 
@@ -292,7 +294,7 @@ def _output(value: Any, name: str) -> EngineOutput:
     get = value.get
     index, ids, text = get("index", 0), get("token_ids", ()), get("text")
     logprobs, finish, matched = get("logprobs"), get("finish"), get("matched")
-    cached, error = get("cached_tokens"), get("error")
+    cached, error, transfer = get("cached_tokens"), get("error"), get("kv_transfer")
     if type(index) is not int:
         raise _wrong(f"{name}.index", "an integer", index)
     if type(ids) is not tuple:
@@ -310,6 +312,10 @@ def _output(value: Any, name: str) -> EngineOutput:
         raise _wrong(f"{name}.cached_tokens", "an integer", cached)
     if error is not None and type(error) is not str:
         raise _wrong(f"{name}.error", "a string", error)
+    if transfer is not None:
+        if type(transfer) is not dict:
+            raise _wrong(f"{name}.kv_transfer", "a map", transfer)
+        transfer = _lists(transfer)
     return EngineOutput(
         index=index,
         token_ids=ids,
@@ -319,7 +325,18 @@ def _output(value: Any, name: str) -> EngineOutput:
         matched=matched,
         cached_tokens=cached,
         error=error,
+        kv_transfer=transfer,
     )
+
+
+def _lists(value: Any) -> Any:
+    """A value read with arrays as tuples, with lists again (kv_transfer's
+    values go back onto the wire and into engines as they were)."""
+    if type(value) is tuple or type(value) is list:
+        return [_lists(v) for v in value]
+    if type(value) is dict:
+        return {k: _lists(v) for k, v in value.items()}
+    return value
 
 
 def encode_output(output: EngineOutput) -> bytes:

@@ -95,6 +95,16 @@ class OutputParams:
 # (echo, the mocker's `mock`) continue from there.
 RESUME_FROM = "resume_from"
 
+# Disaggregated serving (router/disagg.py decides, the engines act; see
+# docs/disaggregation.md). PREFILL_ONLY (True): compute the prompt, sample the
+# first token, and keep the prompt's KV blocks for a decode worker: one output,
+# that token with finish "length", whose `kv_transfer` says how to fetch them.
+# KV_TRANSFER: a prefill's `kv_transfer`, with "worker" (the prefill worker's
+# id) added by the router: fetch the blocks this engine lacks before computing
+# the prompt (a failed fetch: compute them, unless "enforce" is true).
+PREFILL_ONLY = "prefill_only"
+KV_TRANSFER = "kv_transfer"
+
 
 @dataclass(slots=True)
 class EngineRequest:
@@ -129,6 +139,9 @@ class EngineOutput:
     matched: int | str | None = None  # the EOS/stop id (or string) that ended it
     cached_tokens: int | None = None
     error: str | None = None
+    # A PREFILL_ONLY request's last output: what a decode worker needs to
+    # fetch the prompt's KV blocks (engine-specific, plain msgpack values).
+    kv_transfer: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -148,6 +161,13 @@ class EngineState:
     preemptions: int = 0
     steps: int = 0
     simulated_ms: float = 0.0
+    # disaggregated serving: blocks held for a decode worker, holds that ran
+    # out before the fetch, blocks fetched from a prefill worker, and
+    # fetches that failed (the prompt was then computed here)
+    kv_blocks_pinned: int = 0
+    kv_hold_timeouts: int = 0
+    kv_blocks_fetched: int = 0
+    kv_fetch_failures: int = 0
 
 
 def merge_outputs(items: list[EngineOutput]) -> list[EngineOutput]:

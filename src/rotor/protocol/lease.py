@@ -18,6 +18,11 @@ RENEW_S = 1.0
 LEASE_TTL_S = 5.0
 
 Status = Literal["serving", "leaving"]
+# What a worker does for its model's requests: all of a request (agg), only
+# its prefill (prefill: a decode worker fetches the KV blocks), or the rest
+# of it after a prefill worker's (decode; it can also prefill itself).
+Role = Literal["agg", "prefill", "decode"]
+ROLES = ("agg", "prefill", "decode")
 _STATE_FIELDS = tuple(f.name for f in dataclasses.fields(EngineState))
 
 
@@ -30,6 +35,7 @@ class Lease:
     address: str  # host:pid, for people reading /health
     status: Status = "serving"
     state: EngineState = field(default_factory=EngineState)
+    role: Role = "agg"
 
     def encode(self) -> bytes:
         return msgpack.packb(
@@ -40,6 +46,7 @@ class Lease:
                 "compat": self.compat,
                 "address": self.address,
                 "status": self.status,
+                "role": self.role,
                 "state": {k: getattr(self.state, k) for k in _STATE_FIELDS},
             }
         )
@@ -54,6 +61,9 @@ class Lease:
             status = m.get("status", "serving")
             if status not in ("serving", "leaving"):
                 raise ValueError(f"unknown lease status {status!r}")
+            role = m.get("role", "agg")
+            if role not in ROLES:
+                raise ValueError(f"unknown worker role {role!r}")
             return cls(
                 str(m["worker_id"]),
                 str(m["model"]),
@@ -62,6 +72,7 @@ class Lease:
                 str(m.get("address", "")),
                 status,
                 state,
+                role,
             )
         except (KeyError, TypeError, ValueError, msgpack.UnpackException) as e:
             raise ValueError(f"not a lease: {e}") from None

@@ -29,7 +29,9 @@ def build(config: WorkerConfig) -> tuple[Engine, Tokenizer | None]:
     """The engine, its card carrying the parser choice (frontends read it there)."""
     spec = engine_spec(config.engine.name)
     card, tok = load(config.model, spec)
-    engine = build_engine(spec, card, tok, config.engine.options)
+    # the engine knows its role (vLLM configures its KV connector by it)
+    options = {**config.engine.options, "disaggregation_mode": config.role}
+    engine = build_engine(spec, card, tok, options)
     served = serve_model(config.model, engine.card, tok)
     engine.card.tool_call_parser = served.tool_parser
     engine.card.reasoning_parser = served.reasoning_parser
@@ -70,7 +72,8 @@ async def _serve(engine: Engine, tok: Tokenizer | None, config: WorkerConfig) ->
         logs.say(str(e), logging.ERROR)
         await worker.close()
         return 2
-    logs.say(f"worker {service.worker_id} serves {engine.card.name!r} on {config.nats}")
+    role = "" if config.role == "agg" else f" ({config.role})"
+    logs.say(f"worker {service.worker_id} serves {engine.card.name!r}{role} on {config.nats}")
     await stop.wait()
     logs.say(f"worker {service.worker_id} is leaving")
     await service.withdraw()
@@ -104,7 +107,7 @@ class _Worker:
         if isinstance(engine, Lifecycle):
             await engine.start()
             self.engine_started = True
-        service = WorkerService(self.nc, engine, self.tok)
+        service = WorkerService(self.nc, engine, self.tok, role=self.config.role)  # type: ignore[arg-type]
         await service.start()
         self.service = service
         settle()

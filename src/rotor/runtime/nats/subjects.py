@@ -5,6 +5,8 @@ bucket name, so both sides always agree.
   to the reply subject it names, in order, numbered.
 - `rotor.worker.<id>.abort`     a request id to stop now.
 - `rotor.worker.<id>.kv`        request/reply: the worker's KV snapshot (resync).
+- `rotor.worker.<id>.kv_fetch`  request/reply: the KV blocks a prefill pinned
+  (`{"transfer_id", "hashes"}` → `{"hashes": the ones handed over}`).
 - `rotor.lease.<id>`            each lease renewal (and withdrawal), as it happens.
 - `rotor.kv.<id>`               the worker's KV events.
 - `rotor.resp.<frontend>.<rid>` one request's output stream.
@@ -26,6 +28,11 @@ def generate(worker_id: str) -> str:
 
 def abort(worker_id: str) -> str:
     return f"rotor.worker.{worker_id}.abort"
+
+
+def kv_fetch(worker_id: str) -> str:
+    """request/reply: a decode worker takes the KV blocks a prefill pinned for it."""
+    return f"rotor.worker.{worker_id}.kv_fetch"
 
 
 def kv_snapshot(worker_id: str) -> str:

@@ -28,7 +28,7 @@ from rotor.model.tokenizer import Tokenizer
 from rotor.protocol import codec
 from rotor.protocol.engine import EngineError
 from rotor.protocol.kv import KVEvent
-from rotor.protocol.lease import LEASE_TTL_S, RENEW_S, Lease
+from rotor.protocol.lease import LEASE_TTL_S, RENEW_S, Lease, Role
 from rotor.runtime.nats import messages as wire
 from rotor.runtime.nats import subjects
 from rotor.runtime.nats.subscriptions import Subscriptions
@@ -62,6 +62,7 @@ class WorkerService:
         engine: Engine,
         tokenizer: Tokenizer | None,
         identity: WorkerIdentity | None = None,
+        role: Role = "agg",
     ) -> None:
         self.nc = nc
         self.engine = engine
@@ -74,6 +75,7 @@ class WorkerService:
             card=hashlib.sha256(self.card_bytes).hexdigest(),
             compat=compat_hash(card),
             address=self.identity.address,
+            role=role,
         )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._subs = Subscriptions(nc)

@@ -25,9 +25,13 @@ ErrorKind = Literal["refused", "unavailable", "internal"]
 # worker_gone   — the worker's process or its lease is gone;
 # timeout       — it stopped answering, or sent no output for too long;
 # shutting_down — it is draining and takes no new requests;
-# no_worker     — no live worker serves the model;
+# no_worker     — no live worker serves the model (or, disaggregated, no
+#                 prefill worker when it must be used);
+# kv_transfer   — a decode engine could not fetch a prefill's KV blocks;
 # unavailable   — any other reason (an engine not started, or dead).
-Cause = Literal["worker_gone", "timeout", "shutting_down", "no_worker", "unavailable"]
+Cause = Literal[
+    "worker_gone", "timeout", "shutting_down", "no_worker", "kv_transfer", "unavailable"
+]
 CAUSES = frozenset(get_args(Cause))
 
 

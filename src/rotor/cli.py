@@ -24,6 +24,12 @@ from rotor.inputs.style import COLOR_MODES
 from rotor.logs import FORMATS
 from rotor.pipeline.preparer import DEFAULT_BUDGET_S
 from rotor.protocol.lease import ROLES
+from rotor.router.disagg import (
+    DEFAULT_MAX_CACHED_RATIO,
+    DEFAULT_MIN_TOKENS,
+    POLICIES,
+    DisaggPolicy,
+)
 
 USAGE = """\
 rotor run [in=INPUT] [out=ENGINE] [flags] [-- ENGINE_ARGS...]
@@ -146,6 +152,43 @@ FRONTEND_FLAGS = [
         action="store_true",
     ),
     Flag("--router-ttl", "kv router with --no-kv-events: seconds a decision counts", float, 120.0),
+    # disaggregated serving (router/disagg.py)
+    Flag(
+        "--disagg-policy",
+        "with prefill workers: when a request is prefilled on one (else on its decode worker)",
+        str.lower,
+        "isl_or_load",
+        choices=POLICIES,
+    ),
+    Flag(
+        "--disagg-min-tokens",
+        "isl: prompts shorter than this (less what the decode worker caches) prefill locally",
+        int,
+        DEFAULT_MIN_TOKENS,
+        minimum=0,
+    ),
+    Flag(
+        "--disagg-max-cached-ratio",
+        "isl: prompts the decode worker already holds this share of prefill locally",
+        float,
+        DEFAULT_MAX_CACHED_RATIO,
+        minimum=0,
+        maximum=1,
+    ),
+    Flag(
+        "--prefill-busy-threshold",
+        "load: queued prompt tokens past which a prefill worker is busy (0: 4 × its step budget)",
+        int,
+        0,
+        minimum=0,
+    ),
+    Flag(
+        "--enforce-disagg",
+        "never prefill on a decode worker: without a working prefill worker, a 503",
+        bool,
+        False,
+        action="store_true",
+    ),
 ]
 WORKER_FLAGS = [
     Flag(
@@ -410,6 +453,13 @@ def main(argv: list[str] | None = None) -> int:
                 kv_overlap_weight=args.kv_overlap_weight,
                 kv_events=not args.no_kv_events,
                 router_ttl=args.router_ttl,
+                disagg=DisaggPolicy(
+                    policy=args.disagg_policy,
+                    min_tokens=args.disagg_min_tokens,
+                    max_cached_ratio=args.disagg_max_cached_ratio,
+                    busy_tokens=args.prefill_busy_threshold,
+                    enforce=args.enforce_disagg,
+                ),
                 template_timeout=args.template_timeout,
                 log_level=args.log_level,
                 log_format=args.log_format,

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rotor.router.disagg import DisaggPolicy
+
 
 @dataclass(frozen=True)
 class Flag:
@@ -115,6 +117,8 @@ class FrontendConfig:
     kv_overlap_weight: float = 4.0
     kv_events: bool = True  # False: --no-kv-events, the router records its own decisions
     router_ttl: float = 120.0  # how long a recorded decision counts (--no-kv-events)
+    # disaggregated serving: where each request of a model with prefill workers is prefilled
+    disagg: DisaggPolicy = field(default_factory=DisaggPolicy)
     template_timeout: float = 5.0  # seconds per prompt in the prepare pool
     log_level: str = "warning"
     log_format: str = "text"  # text | json (rotor.logs)

@@ -77,6 +77,11 @@ class RemoteEngine(Protocol):
         """The response headers that explain where a request was routed."""
         ...
 
+    def pools(self) -> dict[str, list[str]]:
+        """The live workers by what they do ("decode": agg and decode
+        workers, "prefill": prefill workers)."""
+        ...
+
 
 @dataclass
 class ModelEntry:

@@ -153,7 +153,7 @@ def test_a_resumed_request_carries_its_output_so_far() -> None:
     progress = Progress()
     progress.add(EngineOutput(0, [7, 8]))
     progress.add(EngineOutput(0, [9]))
-    again = resumed(req, progress, 1)
+    again = resumed(req, progress, "r-m1")
     assert again.request_id == "r-m1"
     assert again.token_ids == [1, 2, 7, 8, 9]
     assert (again.stop.max_tokens, again.stop.min_tokens) == (7, 1)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from rotor.api.admission import Admission
 from rotor.protocol.engine import EngineState
@@ -53,7 +53,7 @@ class _RouterCollector:
     def __init__(self, pools: Pools) -> None:
         self._pools = pools
 
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]:
         decisions = CounterMetricFamily(
             "rotor_router_decisions", "Requests routed, by worker", labels=["model", "worker"]
         )
@@ -85,8 +85,25 @@ class _RouterCollector:
             "kv router: requests routed to a worker holding part of their prefix",
             labels=["model", "worker"],
         )
+        disagg = CounterMetricFamily(
+            "rotor_disagg_prefill",
+            "Prefill decisions of models with prefill workers: where (remote, local, "
+            "refused) and why",
+            labels=["model", "where", "reason"],
+        )
+        handover = HistogramMetricFamily(
+            "rotor_disagg_handover_seconds",
+            "From a prefill worker's answer to the decode worker's first token",
+            labels=["model"],
+        )
         for model, pool in self._pools():
             stats, live = pool.stats, pool.describe()
+            for (where, reason), count in stats.disagg.items():
+                disagg.add_metric([model, where, reason], count)
+            if stats.handover.count:
+                handover.add_metric(
+                    [model], stats.handover.cumulative(), sum_value=stats.handover.total
+                )
             kv = pool.kv_stats()
             if kv is not None:
                 for worker, count in kv.prompt_blocks.items():
@@ -105,7 +122,7 @@ class _RouterCollector:
                 active.add_metric([model, w["id"]], w["active_requests"])
                 blocks.add_metric([model, w["id"]], w["kv_blocks_used"])
         yield from (decisions, migrations, no_worker, workers, active, blocks)
-        yield from (kv_prompt, kv_overlap, kv_hits)
+        yield from (kv_prompt, kv_overlap, kv_hits, disagg, handover)
 
 
 class _AdmissionCollector:

@@ -31,6 +31,7 @@ def register_ops(app: FastAPI, frontend: Frontend, metrics: Metrics) -> None:
         workers = {e.model.name: e.remote.describe() for e in entries if e.remote is not None}
         if workers:
             body["workers"] = workers
+            body["pools"] = {e.model.name: e.remote.pools() for e in entries if e.remote}
         if down:
             body["down"] = down
         ok = frontend.ready and not down

@@ -229,6 +229,11 @@ class ModelEntry(_Closed):
     created: int
     owned_by: str
     max_model_len: int = Field(description="the context length")
+    pools: dict[str, list[str]] | None = Field(
+        default=None,
+        description="a model served by workers: its live workers by pool (decode: agg and "
+        "decode workers; prefill: prefill workers)",
+    )
 
 
 class ModelList(_Closed):
@@ -447,6 +452,9 @@ class Health(BaseModel):
     models: list[str] = Field(description="the models that something serves")
     engines: dict[str, dict[str, Any]] = Field(description="each model's engine state")
     workers: dict[str, Any] | None = Field(default=None, description="remote workers, per model")
+    pools: dict[str, dict[str, list[str]]] | None = Field(
+        default=None, description="per model, its live workers' ids by pool (decode, prefill)"
+    )
     down: list[str] | None = Field(default=None, description="models nothing serves now")
 
 

@@ -172,6 +172,7 @@ class EngineState:
     kv_hold_timeouts: int = 0
     kv_blocks_fetched: int = 0
     kv_fetch_failures: int = 0
+    max_batched_tokens: int = 0  # the engine's token budget of one step (0: not said)
 
 
 def merge_outputs(items: list[EngineOutput]) -> list[EngineOutput]:

@@ -7,6 +7,7 @@ never its message."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from rotor.model.card import ModelCard
 from rotor.protocol.engine import RESUME_FROM, EngineError, EngineOutput, EngineRequest
@@ -38,8 +39,8 @@ def refusal(
 ) -> EngineError | None:
     """Why the request may not move after `error` (the error to end it
     with), or None: it may."""
-    if error.kind != "unavailable":
-        return error
+    if error.kind != "unavailable" or error.cause == "kv_transfer":
+        return error  # (a decode worker that may not prefill itself: the same elsewhere)
     if migrations >= limit:
         return EngineError(
             f"{error.message}; gave up after {migrations} migration(s)",
@@ -55,21 +56,28 @@ def refusal(
     return None
 
 
-def resumed(request: EngineRequest, progress: Progress, migration: int) -> EngineRequest:
-    """The request as another worker continues it: its output so far is now
-    part of the prompt, and the limits count what is already done."""
+def resumed(
+    request: EngineRequest,
+    progress: Progress,
+    request_id: str,
+    annotations: dict[str, Any] | None = None,
+) -> EngineRequest:
+    """The request as another worker continues it (as `request_id`, with
+    these annotations added): its output so far is now part of the prompt,
+    and the limits count what is already done."""
     done = progress.tokens
     stop = replace(
         request.stop,
         max_tokens=max(1, request.stop.max_tokens - done),
         min_tokens=max(0, request.stop.min_tokens - done),
     )
-    annotations = dict(request.annotations)
-    annotations[RESUME_FROM] = annotations.get(RESUME_FROM, 0) + done
+    extra = dict(request.annotations)
+    extra[RESUME_FROM] = extra.get(RESUME_FROM, 0) + done
+    extra.update(annotations or {})
     return replace(
         request,
-        request_id=f"{request.request_id}-m{migration}",
+        request_id=request_id,
         token_ids=[*request.token_ids, *progress.token_ids],
         stop=stop,
-        annotations=annotations,
+        annotations=extra,
     )

@@ -6,30 +6,50 @@ unavailable mid-stream (killed, partitioned, lease gone, silent) resend the
 request to another one (router/migration.py), up to `migration_limit` times,
 so the consumer sees one uninterrupted stream.
 
+When the model has prefill workers (`Lease.role`), a request is routed in
+two stages: its decode worker first (the pool's router, over the agg and
+decode workers), then — when the disaggregation policy says so
+(router/disagg.py) — a prefill worker (`prefill_router`, over the prefill
+workers), which computes the prompt and answers with the first token and
+where its KV blocks are; the decode worker fetches them and goes on. A
+prefill that cannot happen (no prefill worker, a refusal, a failure, a
+death) is done by the decode worker itself, counted, unless the policy
+enforces disaggregation (then it is a 503).
+
 The pool reaches its workers through a `WorkerLink` (the NATS request plane
 fills it), and tells whoever built it when a worker joins (`on_join`).
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Any, Protocol
 
 from rotor.model.card import ModelCard
-from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineState
+from rotor.protocol.engine import (
+    KV_TRANSFER,
+    PREFILL_ONLY,
+    EngineError,
+    EngineOutput,
+    EngineRequest,
+    EngineState,
+)
 from rotor.protocol.lease import Lease
 from rotor.router import migration
+from rotor.router.disagg import Choice, DisaggPolicy
 from rotor.router.kv import KVRouter, KVStats
 from rotor.router.modes import Decision, LocalLoad, Router, WorkerState
+from rotor.router.stats import PoolStats
 
 log = logging.getLogger("rotor.router")
 
 _STATE_FIELDS = tuple(f.name for f in dataclasses.fields(EngineState))
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
+DECODE_ROLES = ("agg", "decode")
 
 
 class WorkerLink(Protocol):
@@ -45,14 +65,19 @@ class WorkerLink(Protocol):
         """The worker left: its running streams end now (and may migrate)."""
         ...
 
+    def release_kv(self, worker_id: str, transfer_id: str) -> None:
+        """A prefill's pinned KV blocks are not wanted after all: free them now."""
+        ...
 
-@dataclass
-class PoolStats:
-    """What /metrics reports about routing (`rotor_router_*`)."""
 
-    decisions: collections.Counter[str] = field(default_factory=collections.Counter)
-    migrations: collections.Counter[str] = field(default_factory=collections.Counter)
-    no_worker: int = 0
+@dataclasses.dataclass
+class _Handover:
+    """A remote prefill's answer: its first output, where the blocks are."""
+
+    first: EngineOutput
+    worker: str
+    transfer: dict[str, Any]
+    at: float  # when the answer came (monotonic)
 
 
 class Pool:
@@ -64,10 +89,17 @@ class Pool:
         migration_limit: int = 3,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S,
         on_join: Callable[[str], None] | None = None,
+        prefill_router: Router | None = None,
+        disagg: DisaggPolicy | None = None,
     ) -> None:
+        """`router` picks among the agg and decode workers, `prefill_router`
+        (by default one like `router`'s mode is not shared: give one) among
+        the prefill workers."""
         self.card = card
         self.link = link
         self.router = router
+        self.prefill_router = prefill_router
+        self.disagg = disagg or DisaggPolicy()
         self.migration_limit = migration_limit
         self.request_timeout = request_timeout
         self.on_join = on_join
@@ -80,6 +112,15 @@ class Pool:
     def kv(self) -> KVRouter | None:
         return self.router if isinstance(self.router, KVRouter) else None
 
+    def kv_router_of(self, worker_id: str) -> KVRouter | None:
+        """The kv router whose index follows this worker's KV events (the
+        prefill router's for a prefill worker)."""
+        lease = self.workers.get(worker_id)
+        router = (
+            self.prefill_router if lease is not None and lease.role == "prefill" else self.router
+        )
+        return router if isinstance(router, KVRouter) else None
+
     # -- membership ------------------------------------------------------------------
 
     def upsert(self, lease: Lease) -> None:
@@ -91,29 +132,43 @@ class Pool:
     def remove(self, worker_id: str) -> None:
         self.workers.pop(worker_id, None)
         self.link.worker_gone(worker_id)
-        if isinstance(self.router, WorkerState):
-            self.router.remove_worker(worker_id)
+        for router in (self.router, self.prefill_router):
+            if isinstance(router, WorkerState):
+                router.remove_worker(worker_id)
 
-    def live(self) -> list[Lease]:
-        return [w for w in self.workers.values() if w.status == "serving"]
+    def live(self, roles: tuple[str, ...] | None = None) -> list[Lease]:
+        """The workers taking requests (of those roles)."""
+        return [
+            w
+            for w in self.workers.values()
+            if w.status == "serving" and (roles is None or w.role in roles)
+        ]
 
     def describe(self) -> list[dict[str, Any]]:
         """The live workers, for /health."""
-        kv = self.kv
-        index = kv.index if kv is not None else None
         out = []
         for w in sorted(self.live(), key=lambda w: w.worker_id):
             info = {
                 "id": w.worker_id,
                 "address": w.address,
+                "role": w.role,
                 "active_requests": w.state.active_requests,
                 "in_flight_here": self.load.in_flight[w.worker_id],
                 "kv_blocks_used": w.state.kv_blocks_total - w.state.kv_blocks_free,
             }
-            if index is not None:  # kv routing: what this frontend's index holds of it
-                info["kv_blocks_indexed"] = index.num_blocks(w.worker_id)
+            kv = self.kv_router_of(w.worker_id)
+            if kv is not None and kv.index is not None:  # what this frontend's index holds
+                info["kv_blocks_indexed"] = kv.index.num_blocks(w.worker_id)
             out.append(info)
         return out
+
+    def pools(self) -> dict[str, list[str]]:
+        """The live workers by what they do: the decode pool (agg and decode
+        workers) and the prefill pool."""
+        return {
+            "decode": sorted(w.worker_id for w in self.live(DECODE_ROLES)),
+            "prefill": sorted(w.worker_id for w in self.live(("prefill",))),
+        }
 
     def kv_stats(self) -> KVStats | None:
         kv = self.kv
@@ -138,11 +193,18 @@ class Pool:
         tried: set[str] = set()
         attempt = request
         migrations = 0
+        handover: _Handover | None = None  # until its decode worker has fetched
         try:
             while True:
                 decision = self._choose(attempt, tried)
                 self._decisions.setdefault(rid, decision)
                 worker = decision.worker_id
+                if migrations == 0 and progress.tokens == 0:
+                    handover = await self._remote_prefill(request, decision)
+                    if handover is not None:
+                        progress.add(handover.first)
+                        yield handover.first
+                        attempt = self._decode_request(request, progress, handover)
                 prefill = self._sent(worker, attempt, decision)
                 stream = self.link.generate(worker, attempt, self.request_timeout)
                 try:
@@ -150,10 +212,16 @@ class Pool:
                         if prefill:
                             self._prefilled(worker, prefill)
                             prefill = 0
+                        if handover is not None:  # the blocks moved: the handover is over
+                            self.stats.handover.observe(time.monotonic() - handover.at)
+                            handover = None
                         progress.add(out)
                         yield out
                     return
                 except EngineError as e:
+                    if handover is not None:  # its decode worker failed: nobody will fetch
+                        self.link.release_kv(handover.worker, _transfer_id(handover))
+                        handover = None
                     refused = migration.refusal(
                         e, migrations, self.migration_limit, request, self.card
                     )
@@ -170,12 +238,124 @@ class Pool:
                         self.migration_limit,
                         progress.tokens,
                     )
-                    attempt = migration.resumed(request, progress, migrations)
+                    attempt = migration.resumed(request, progress, f"{rid}-m{migrations}")
                 finally:
                     await stream.aclose()  # type: ignore[attr-defined]  # aborts it if it runs
                     self._done(worker, prefill)
         finally:
             self._decisions.pop(rid, None)
+            if handover is not None:  # ended before its decode worker fetched: free them now
+                self.link.release_kv(handover.worker, _transfer_id(handover))
+
+    # -- disaggregation ------------------------------------------------------------------
+
+    async def _remote_prefill(self, request: EngineRequest, decision: Decision) -> _Handover | None:
+        """The prompt prefilled on a prefill worker, when the policy says so
+        and one can; None: the decode worker prefills it."""
+        prefill_workers = self.live(("prefill",))
+        if not prefill_workers and not self.disagg.enforce:
+            return None  # an aggregated model: no decision to count
+        prompt = len(request.token_ids)
+        cached = prompt - decision.prefill_tokens if decision.prefill_tokens is not None else 0
+        queues = [
+            (w.state.pending_prefill_tokens + self.load.prefilling[w.worker_id],
+             w.state.max_batched_tokens)
+            for w in prefill_workers
+        ]  # fmt: skip
+        choice = self.disagg.decide(prompt, cached, queues)
+        if choice.where == "local" and self.disagg.enforce:
+            raise self._unavailable(request, "no live prefill worker serves the model")
+        handover = None
+        if choice.where == "remote":
+            handover = await self._prefill_on(prefill_workers, request, decision)
+            if handover is None:
+                choice = Choice("local", "prefill_failed")
+                decision.headers["x-rotor-worker"] = decision.worker_id
+        self.stats.disagg[(choice.where, choice.reason)] += 1
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "request %s: prefill %s (%s): %d prompt tokens, %d cached on %s, %d prefill "
+                "worker(s) queued %s",
+                request.request_id,
+                choice.where,
+                choice.reason,
+                prompt,
+                cached,
+                decision.worker_id,
+                len(queues),
+                [q for q, _ in queues],
+            )
+        return handover
+
+    async def _prefill_on(
+        self, workers: list[Lease], request: EngineRequest, decision: Decision
+    ) -> _Handover | None:
+        """Run the prefill on one of `workers`; None when it did not work
+        out (a 503 instead when disaggregation is enforced)."""
+        router = self.prefill_router or self.router
+        job = replace(
+            request,
+            request_id=f"{request.request_id}-p",
+            stop=replace(request.stop, max_tokens=1, min_tokens=min(request.stop.min_tokens, 1)),
+            annotations={**request.annotations, PREFILL_ONLY: True},
+        )
+        chosen = router.choose(workers, job, self.load)
+        worker = chosen.worker_id
+        self.stats.decisions[worker] += 1
+        decision.headers["x-rotor-worker"] = f"prefill={worker}, decode={decision.worker_id}"
+        tokens = self._sent(worker, job, chosen)
+        first: EngineOutput | None = None
+        stream = self.link.generate(worker, job, self.request_timeout)
+        try:
+            async for out in stream:
+                if out.kv_transfer is not None:
+                    first = out
+        except EngineError as e:
+            if self.disagg.enforce:
+                raise self._unavailable(
+                    request, f"the prefill on worker {worker} failed: {e.message}"
+                ) from None
+            log.warning("request %s: prefill on %s failed (%s); prefilling locally",
+                        request.request_id, worker, e.message)  # fmt: skip
+            return None
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
+            self._done(worker, tokens)
+        if first is None or first.kv_transfer is None:
+            if self.disagg.enforce:
+                raise self._unavailable(request, f"worker {worker} handed over no KV blocks")
+            log.warning("request %s: worker %s handed over no KV blocks; prefilling locally",
+                        request.request_id, worker)  # fmt: skip
+            return None
+        transfer = first.kv_transfer
+        answer = EngineOutput(
+            index=first.index,
+            token_ids=first.token_ids,
+            logprobs=first.logprobs,
+            cached_tokens=first.cached_tokens,
+        )
+        return _Handover(answer, worker, transfer, time.monotonic())
+
+    def _decode_request(
+        self, request: EngineRequest, progress: migration.Progress, handover: _Handover
+    ) -> EngineRequest:
+        """The request as its decode worker continues it: the first token is
+        part of its prompt, and it fetches the prompt's blocks."""
+        transfer = {**handover.transfer, "worker": handover.worker}
+        if self.disagg.enforce:
+            transfer["enforce"] = True
+        return migration.resumed(
+            request, progress, f"{request.request_id}-d", {KV_TRANSFER: transfer}
+        )
+
+    def _unavailable(self, request: EngineRequest, why: str) -> EngineError:
+        self.stats.disagg[("refused", "enforced")] += 1
+        return EngineError(
+            f"{why}; --enforce-disagg keeps {self.card.name!r} from prefilling on its decode "
+            f"workers",
+            "unavailable",
+            cause="no_worker",
+        )
 
     # -- the frontend's own view of each worker's load ----------------------------------
 
@@ -202,7 +382,7 @@ class Pool:
             del in_flight[worker]
 
     def _choose(self, request: EngineRequest, tried: set[str]) -> Decision:
-        live = self.live()
+        live = self.live(DECODE_ROLES)
         candidates = [w for w in live if w.worker_id not in tried] or live
         if not candidates:
             self.stats.no_worker += 1
@@ -215,3 +395,7 @@ class Pool:
         self.stats.decisions[decision.worker_id] += 1
         decision.headers.setdefault("x-rotor-worker", decision.worker_id)
         return decision
+
+
+def _transfer_id(handover: _Handover) -> str:
+    return str(handover.transfer.get("transfer_id", ""))

@@ -80,7 +80,7 @@ class Cluster:
 
     def _kv_router_of(self, worker: str) -> KVRouter | None:
         pool = self.discovery.pool_of(worker) if self.discovery is not None else None
-        return pool.kv if pool is not None else None
+        return pool.kv_router_of(worker) if pool is not None else None
 
     def _new_model(
         self, card: ModelCard, tok: Tokenizer | None, plane: RequestPlane, sync: KVSync
@@ -95,6 +95,9 @@ class Cluster:
             migration_limit=config.migration_limit,
             request_timeout=config.request_timeout,
             on_join=sync.resync if follows_events else None,  # a new worker: its blocks so far
+            # the prefill workers' own router (and, for kv, their own index)
+            prefill_router=make_router(config, card),
+            disagg=config.disagg,
         )
         try:
             served = ServedModel.build(card, tok, card.tool_call_parser, card.reasoning_parser)

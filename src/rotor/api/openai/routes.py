@@ -15,7 +15,7 @@ from rotor.api.openai.completions import CompletionShaper, completion_body
 from rotor.api.openapi import route
 from rotor.api.respond import APIView, Responder
 from rotor.api.sse import OPENAI
-from rotor.frontend import StartedResponse
+from rotor.frontend import ModelEntry, StartedResponse
 from rotor.pipeline.served import ServedModel
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 
@@ -66,19 +66,19 @@ def register_openai(app: FastAPI, responder: Responder, body_limit: int) -> None
 
     @app.get("/v1/models", **route("models"))
     async def list_models(request: Request) -> Response:
-        models = [e.model for e in frontend.registry.entries() if e.live()]
+        entries = [e for e in frontend.registry.entries() if e.live()]
         if "anthropic-version" in request.headers:
-            return JSONResponse(anthropic_models(models))
-        return JSONResponse({"object": "list", "data": [model_entry(m) for m in models]})
+            return JSONResponse(anthropic_models([e.model for e in entries]))
+        return JSONResponse({"object": "list", "data": [model_entry(e) for e in entries]})
 
     @app.get("/v1/models/{model_id:path}", **route("model"))
     async def get_model(request: Request, model_id: str) -> Response:
         if model_id not in frontend.registry.live_names():
             raise APIError(404, f"the model {model_id!r} does not exist", "model")
-        model = frontend.model(model_id).model
+        entry = frontend.model(model_id)
         if "anthropic-version" in request.headers:
-            return JSONResponse(anthropic_model(model))
-        return JSONResponse(model_entry(model))
+            return JSONResponse(anthropic_model(entry.model))
+        return JSONResponse(model_entry(entry))
 
 
 def echo_texts(model: ServedModel, req: CompletionRequest) -> list[str]:
@@ -90,12 +90,17 @@ def echo_texts(model: ServedModel, req: CompletionRequest) -> list[str]:
     ]
 
 
-def model_entry(model: ServedModel) -> dict[str, Any]:
-    card = model.card
-    return {
+def model_entry(entry: ModelEntry) -> dict[str, Any]:
+    """OpenAI's model object; a model served by workers also names its live
+    workers by pool (`decode`, `prefill`)."""
+    card = entry.model.card
+    out: dict[str, Any] = {
         "id": card.name,
         "object": "model",
         "created": card.created,
         "owned_by": "rotor",
         "max_model_len": card.context_length,
     }
+    if entry.remote is not None:
+        out["pools"] = entry.remote.pools()
+    return out

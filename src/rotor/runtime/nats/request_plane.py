@@ -15,6 +15,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 
+import msgpack
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
@@ -91,6 +92,12 @@ class RequestPlane:
             )
 
         return stream.read(send)
+
+    def release_kv(self, worker_id: str, transfer_id: str) -> None:
+        """Tell a prefill worker its pinned blocks for `transfer_id` are not
+        wanted: a fetch of nothing, with no reply asked for."""
+        data = msgpack.packb({"transfer_id": transfer_id, "hashes": []})
+        self._publish_soon(subjects.kv_fetch(worker_id), data)
 
     def _publish_soon(self, subject: str, data: bytes) -> None:
         """Publish without waiting for it (a lost abort costs the worker the

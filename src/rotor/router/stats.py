@@ -1,0 +1,48 @@
+"""What a pool counts for /metrics (`rotor_router_*`, `rotor_disagg_*`):
+plain counters, read at scrape time; nothing here is on a token's path."""
+
+from __future__ import annotations
+
+import bisect
+import collections
+from dataclasses import dataclass, field
+
+# Seconds from a prefill worker's answer to the decode worker's first token
+# (the KV fetch, the rest of the prompt, one step): the buckets of its histogram.
+HANDOVER_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+@dataclass
+class Histogram:
+    """Observations in fixed buckets (cumulative when rendered)."""
+
+    bounds: tuple[float, ...] = HANDOVER_BUCKETS
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """(le, count) pairs, Prometheus style, "+Inf" last."""
+        out, running = [], 0
+        for bound, n in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
+            running += n
+            out.append((bound, running))
+        return out
+
+
+@dataclass
+class PoolStats:
+    decisions: collections.Counter[str] = field(default_factory=collections.Counter)
+    migrations: collections.Counter[str] = field(default_factory=collections.Counter)
+    no_worker: int = 0
+    # disaggregation: (where, reason) of every prefill decision, and handovers
+    disagg: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
+    handover: Histogram = field(default_factory=Histogram)

@@ -1,0 +1,63 @@
+"""Conditional disaggregation (router/disagg.py): each policy's decision on
+constructed prompts, with its reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from rotor.router.disagg import BUSY_BUDGETS, FALLBACK_BUDGET, Choice, DisaggPolicy
+
+IDLE = [(0, 8192)]  # one prefill worker, nothing queued, a budget of 8192 tokens a step
+BUSY = [(4 * 8192 + 1, 8192)]
+
+
+@pytest.mark.parametrize(
+    ("policy", "prompt", "cached", "queues", "expected"),
+    [
+        # always: remote whenever there is a prefill worker
+        ("always", 10, 0, IDLE, Choice("remote", "always")),
+        ("always", 10, 0, BUSY, Choice("remote", "always")),
+        ("always", 10_000, 0, [], Choice("local", "no_prefill_worker")),
+        # isl: the effective prompt (less the decode worker's cache) and the cached share
+        ("isl", 2047, 0, IDLE, Choice("local", "short")),
+        ("isl", 2048, 0, IDLE, Choice("remote", "long")),
+        ("isl", 10_000, 8_000, IDLE, Choice("local", "short")),  # 2000 to compute
+        ("isl", 20_000, 14_000, IDLE, Choice("local", "cached")),  # 6000 left, but 70 % held
+        ("isl", 20_000, 13_000, IDLE, Choice("remote", "long")),  # 65 %
+        ("isl", 20_000, 0, BUSY, Choice("remote", "long")),  # isl alone ignores load
+        # load: every prefill worker busier than the threshold
+        ("load", 100, 0, IDLE, Choice("remote", "idle")),
+        ("load", 100_000, 0, BUSY, Choice("local", "busy")),
+        ("load", 100_000, 0, [*BUSY, (0, 8192)], Choice("remote", "idle")),  # one is free
+        # isl_or_load: local when either says so
+        ("isl_or_load", 100, 0, IDLE, Choice("local", "short")),
+        ("isl_or_load", 100_000, 0, BUSY, Choice("local", "busy")),
+        ("isl_or_load", 100_000, 0, IDLE, Choice("remote", "long")),
+    ],
+)
+def test_each_policy_decides_with_its_reason(
+    policy: str, prompt: int, cached: int, queues: list, expected: Choice
+) -> None:
+    assert DisaggPolicy(policy).decide(prompt, cached, queues) == expected  # type: ignore[arg-type]
+
+
+def test_busy_is_measured_in_the_workers_own_step_budget_or_a_threshold() -> None:
+    policy = DisaggPolicy("load")
+    assert not policy.busy(BUSY_BUDGETS * 1000, 1000)
+    assert policy.busy(BUSY_BUDGETS * 1000 + 1, 1000)
+    assert policy.busy(BUSY_BUDGETS * FALLBACK_BUDGET + 1, 0)  # a worker that says no budget
+    fixed = DisaggPolicy("load", busy_tokens=500)
+    assert fixed.busy(501, 10**6) and not fixed.busy(500, 1)
+
+
+def test_enforced_is_always_remote_and_bad_settings_are_refused() -> None:
+    assert DisaggPolicy("isl", enforce=True).decide(10, 0, IDLE) == Choice("remote", "always")
+    assert DisaggPolicy("isl", enforce=True).decide(10, 0, []).where == "local"  # none: a 503
+    for bad in (
+        {"policy": "sometimes"},
+        {"min_tokens": -1},
+        {"max_cached_ratio": 1.5},
+        {"busy_tokens": -2},
+    ):
+        with pytest.raises(ValueError):
+            DisaggPolicy(**bad)  # type: ignore[arg-type]

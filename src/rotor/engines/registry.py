@@ -4,8 +4,10 @@ here, so adding one is one entry, not an edit of every command."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rotor.config import Flag
@@ -61,8 +63,39 @@ def _build_mocker(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any
         speedup_ratio=options["speedup_ratio"],
         step_slice_ms=options["step_slice_ms"],
         structural_tags=not options["no_structural_tags"],
+        prefill_overhead_ms=options["prefill_overhead_ms"],
+        prefill_ms_per_token=options["prefill_ms_per_token"],
+        decode_ms_per_step=options["decode_ms_per_step"],
+        decode_ms_per_seq=options["decode_ms_per_seq"],
+        kv_hold_timeout_s=options["kv_hold_timeout"],
+        kv_transfer_gbps=options["kv_transfer_bandwidth"],
+        kv_bytes_per_token=options["kv_bytes_per_token"] or kv_bytes_per_token(card.path),
     )
     return MockerEngine(card, tok, config)
+
+
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
+def kv_bytes_per_token(model_dir: str | None) -> int:
+    """One token's KV cache in bytes, from a model's config.json: layers × 2
+    (K and V) × KV heads × head dim × dtype bytes; the mocker's default (a
+    Llama-3-8B's) when the directory or a field is missing."""
+    from rotor.engines.mocker.config import DEFAULT_KV_BYTES_PER_TOKEN as default
+
+    if not model_dir:
+        return default
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+        config = config.get("text_config", config)
+        layers = int(config["num_hidden_layers"])
+        heads = int(config["num_attention_heads"])
+        kv_heads = int(config.get("num_key_value_heads") or heads)
+        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        return default
+    dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
+    return layers * 2 * kv_heads * head_dim * _DTYPE_BYTES.get(dtype, 2)
 
 
 def _vllm_builtin(name: str | None) -> tuple[ModelCard, Tokenizer | None, str]:
@@ -91,6 +124,48 @@ MOCKER_FLAGS = (
         " the frontend (0 = after every step)",
         float,
         1.0,
+        minimum=0,
+    ),
+    Flag(
+        "--prefill-overhead-ms", "mocker: fixed cost of a step that prefills", float, 2.0, minimum=0
+    ),
+    Flag(
+        "--prefill-ms-per-token",
+        "mocker: cost of each prompt token computed",
+        float,
+        0.05,
+        minimum=0,
+    ),
+    Flag(
+        "--decode-ms-per-step", "mocker: cost of a decode step at batch 1", float, 10.0, minimum=0
+    ),
+    Flag(
+        "--decode-ms-per-seq",
+        "mocker: cost of each further sequence in a decode step",
+        float,
+        0.05,
+        minimum=0,
+    ),
+    Flag(
+        "--kv-hold-timeout",
+        "mocker, as a prefill worker: seconds a prompt's blocks stay"
+        " pinned unfetched (0 = until fetched)",
+        float,
+        30.0,
+        minimum=0,
+    ),
+    Flag(
+        "--kv-transfer-bandwidth",
+        "mocker, as a decode worker: GB/s of a simulated KV fetch (0 = instant)",
+        float,
+        25.0,
+        minimum=0,
+    ),
+    Flag(
+        "--kv-bytes-per-token",
+        "mocker: bytes of KV cache per token (0 = from the model's config.json)",
+        int,
+        0,
         minimum=0,
     ),
     Flag(

@@ -253,7 +253,7 @@ class Pool:
         """The prompt prefilled on a prefill worker, when the policy says so
         and one can; None: the decode worker prefills it."""
         prefill_workers = self.live(("prefill",))
-        if not prefill_workers and not self.disagg.enforce:
+        if not prefill_workers and not self.disagg.enforce and not self.live(("decode",)):
             return None  # an aggregated model: no decision to count
         prompt = len(request.token_ids)
         cached = prompt - decision.prefill_tokens if decision.prefill_tokens is not None else 0

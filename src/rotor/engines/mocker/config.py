@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# A Llama-3-8B's KV cache per token: 32 layers × 2 × 8 KV heads × 128 head dim × 2 bytes.
+DEFAULT_KV_BYTES_PER_TOKEN = 131072
+
 
 @dataclass(slots=True)
 class MockerConfig:
@@ -25,6 +28,13 @@ class MockerConfig:
     prefill_ms_per_token: float = 0.05
     decode_ms_per_step: float = 10.0  # a decode step at batch 1
     decode_ms_per_seq: float = 0.05  # each further sequence in the decode batch
+    # Disaggregated serving: a prefill's pinned blocks are freed after this
+    # long unfetched (0: only when fetched or dropped); a decode worker's
+    # fetch costs tokens × kv_bytes_per_token / bandwidth of simulated time
+    # (bandwidth 0: instant).
+    kv_hold_timeout_s: float = 30.0
+    kv_transfer_gbps: float = 25.0
+    kv_bytes_per_token: int = DEFAULT_KV_BYTES_PER_TOKEN
     eos_probability: float = 0.02  # per generated token, seeded output only
     structural_tags: bool = True  # advertised on the card (the mocker never enforces it)
     seed: int = 0
@@ -37,6 +47,9 @@ class MockerConfig:
             raise ValueError(f"mocker speedup_ratio must be >= 0, got {self.speedup_ratio}")
         if not self.step_slice_ms >= 0:
             raise ValueError(f"mocker step_slice_ms must be >= 0, got {self.step_slice_ms}")
+        for name in ("kv_hold_timeout_s", "kv_transfer_gbps", "kv_bytes_per_token"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"mocker {name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.eos_probability <= 1.0:
             raise ValueError(
                 f"mocker eos_probability must be in [0, 1], got {self.eos_probability}"

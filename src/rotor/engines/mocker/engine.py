@@ -19,8 +19,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from rotor.engines.base import KVFetch
 from rotor.engines.mocker.config import MockerConfig
 from rotor.engines.mocker.constrained import constrained_text, refuse_unsupported
+from rotor.engines.mocker.handover import Holds, missing, transfer_seconds
 from rotor.engines.mocker.sampler import LogprobMaker, RandomSource, biased, readable_vocab
 from rotor.engines.mocker.scheduler import Scheduler
 from rotor.engines.mocker.script import ScriptSource, parse_script
@@ -28,6 +30,8 @@ from rotor.engines.mocker.sequence import Sequence, SequenceStatus, TokenSource
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol.engine import (
+    KV_TRANSFER,
+    PREFILL_ONLY,
     RESUME_FROM,
     EngineError,
     EngineOutput,
@@ -149,6 +153,7 @@ class _Request:
     logprobs: list[LogprobMaker | None]
     queue: _Outbox
     aborted: set[int] = field(default_factory=set)
+    prefill_only: bool = False  # one token, then the prompt's blocks pinned for a decode worker
 
     @property
     def cached_tokens(self) -> int:
@@ -184,6 +189,11 @@ class MockerEngine:
         self.simulated_ms = 0.0
         self.tokens_generated = 0
         self._requests: dict[str, _Request] = {}
+        self.holds = Holds(self.scheduler.kv, config.kv_hold_timeout_s)
+        self._fetch: KVFetch | None = None  # set by the worker that serves this engine
+        self._releasing: set[asyncio.Task[None]] = set()
+        self.kv_blocks_fetched = 0
+        self.kv_fetch_failures = 0
         # Requests whose long script is being tokenized off the loop, and the
         # choices aborted meanwhile (None: all of them), applied once admitted.
         self._tokenizing: dict[str, set[int] | None] = {}
@@ -233,6 +243,9 @@ class MockerEngine:
         script = self._parse(request)
         self._check_admissible(request.request_id)
         rid = request.request_id
+        transfer = request.annotations.get(KV_TRANSFER)
+        if transfer is not None:
+            await self._fetch_blocks(request, transfer)
         ids = await self._script_ids(request, script) if script is not None else None
         aborted = self._tokenizing.pop(rid, set())  # while it was tokenized
         req = self._admit(request, script, ids)
@@ -285,6 +298,7 @@ class MockerEngine:
 
     def state(self) -> EngineState:
         kv = self.scheduler.kv
+        self.holds.expire()
         return EngineState(
             active_requests=len(self._requests) + len(self._tokenizing),
             waiting=len(self.scheduler.waiting),
@@ -297,6 +311,11 @@ class MockerEngine:
             preemptions=self.scheduler.preemptions,
             steps=self.steps,
             simulated_ms=self.simulated_ms,
+            kv_blocks_pinned=self.holds.num_pinned,
+            kv_hold_timeouts=self.holds.timeouts,
+            kv_blocks_fetched=self.kv_blocks_fetched,
+            kv_fetch_failures=self.kv_fetch_failures,
+            max_batched_tokens=self.config.max_num_batched_tokens,
         )
 
     # -- admission -----------------------------------------------------------
@@ -361,7 +380,7 @@ class MockerEngine:
         pool = self._script_pool
         assert pool is not None  # started: `_check_admissible`
         rid = request.request_id
-        self._tokenizing[rid] = set()
+        self._tokenizing.setdefault(rid, set())
         logger.debug("request %s: its mock script is tokenized off the event loop", rid)
         try:
             ids = await asyncio.get_running_loop().run_in_executor(
@@ -437,6 +456,7 @@ class MockerEngine:
                 else None
             )
         req = _Request(seqs, makers, _Outbox(asyncio.get_running_loop()))
+        req.prefill_only = bool(request.annotations.get(PREFILL_ONLY))
         self._requests[request.request_id] = req
         for seq in seqs:
             self.scheduler.add(seq)
@@ -501,6 +521,8 @@ class MockerEngine:
         req = self._requests[seq.request_id]
         first = seq.num_generated == 0  # every output carries tokens or the finish
         out = seq.source.next(seq.num_generated, self.max_seq_len - seq.num_tokens)
+        if req.prefill_only and out.token_ids:
+            self._hand_off(seq, out)
         seq.token_ids.extend(out.token_ids)
         self.tokens_generated += len(out.token_ids)
         closed = seq.source.closed
@@ -531,6 +553,108 @@ class MockerEngine:
                     req.queue.put_nowait(
                         EngineOutput(index=seq.index, finish="error", error=message)
                     )
+
+    # -- disaggregated serving: the KV handover ------------------------------
+
+    def kv_fetcher(self, fetch: KVFetch) -> None:
+        self._fetch = fetch
+
+    def kv_release(self, transfer_id: str, hashes: list[int]) -> list[int]:
+        return self.holds.release(transfer_id, hashes)
+
+    def _hand_off(self, seq: Sequence, out: EngineOutput) -> None:
+        """A prefill's answer: its first token, and its prompt's full blocks
+        pinned for the decode worker that the output's `kv_transfer` names them to."""
+        kv = self.scheduler.kv
+        full = seq.num_prompt_tokens // kv.block_size
+        if full:
+            kv.block_hash(seq, full - 1)  # named already; the memo makes sure
+        hashes = seq.block_hashes[:full]
+        del out.token_ids[1:]
+        out.finish, out.matched = "length", None
+        out.kv_transfer = {
+            "engine": "mocker",
+            "transfer_id": self.holds.pin(seq.block_table[:full], hashes),
+            "block_hashes": hashes,
+            "block_size": kv.block_size,
+            "prompt_tokens": seq.num_prompt_tokens,
+        }
+
+    async def _fetch_blocks(self, request: EngineRequest, transfer: dict) -> None:
+        """Before a decode request is admitted: fetch the prefill's blocks this
+        cache lacks, wait out the transfer, store them. A fetch that fails is
+        computed here instead (counted), unless the transfer is enforced."""
+        rid, kv = request.request_id, self.scheduler.kv
+        offered = [int(h) for h in transfer.get("block_hashes") or ()]
+        wanted = missing(kv, request.token_ids, offered)
+        if wanted is None:
+            self._release(transfer)
+            self._fetch_failed(request, "the offered blocks are not this prompt's")
+            return
+        if not wanted[1]:  # all held here already: the prefill's hold can go
+            self._release(transfer)
+            return
+        first, hashes = wanted
+        self._tokenizing.setdefault(rid, set())  # an abort meanwhile applies once admitted
+        try:
+            if self._fetch is None:
+                raise RuntimeError("this engine has no way to fetch blocks")
+            granted = await self._fetch(transfer, hashes)
+        except (asyncio.CancelledError, GeneratorExit):
+            self._tokenizing.pop(rid, None)
+            raise
+        except Exception as e:
+            self._tokenizing.pop(rid, None)
+            self._fetch_failed(
+                request, f"the fetch from worker {transfer.get('worker')} failed: {e}"
+            )
+            return
+        given = set(granted)
+        count = next((i for i, h in enumerate(hashes) if h not in given), len(hashes))
+        try:
+            seconds = transfer_seconds(
+                count * kv.block_size,
+                self.config.kv_bytes_per_token,
+                self.config.kv_transfer_gbps,
+                self.config.speedup_ratio,
+            )
+            if seconds > 0:
+                await self._sleep(seconds)
+        except BaseException:
+            self._tokenizing.pop(rid, None)
+            raise
+        parent = offered[first - 1] if first else None
+        self.kv_blocks_fetched += kv.store(hashes[:count], parent)
+        if count < len(hashes):
+            self._tokenizing.pop(rid, None)
+            self._fetch_failed(
+                request, f"{len(hashes) - count} of {len(hashes)} blocks not handed over"
+            )
+
+    def _release(self, transfer: dict) -> None:
+        """End a prefill's hold without taking anything (a fetch of nothing),
+        in the background: its answer is not needed."""
+        fetch = self._fetch
+        if fetch is None:
+            return
+
+        async def release() -> None:
+            try:
+                await fetch(transfer, [])
+            except Exception as e:  # the hold then times out
+                logger.debug("a KV hold could not be released: %s", e)
+
+        task = asyncio.get_running_loop().create_task(release())
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+
+    def _fetch_failed(self, request: EngineRequest, why: str) -> None:
+        self.kv_fetch_failures += 1
+        if request.annotations[KV_TRANSFER].get("enforce"):
+            raise EngineError(
+                f"request {request.request_id}: {why}", "unavailable", cause="kv_transfer"
+            )
+        logger.warning("request %s: %s; computing the prompt here", request.request_id, why)
 
     # -- KV events ---------------------------------------------------------
 

@@ -142,6 +142,59 @@ class KVCache:
         seq.block_table.clear()
         seq.num_hashed_blocks = 0
 
+    def pin(self, block_ids: Seq[int]) -> None:
+        """Hold blocks for someone outside any sequence (a decode worker that
+        will fetch them): eviction cannot take them until `unpin`."""
+        for block_id in block_ids:
+            block = self.blocks[block_id]
+            if block.ref_count == 0:
+                self.free_cached.pop(block_id, None)
+            block.ref_count += 1
+
+    def unpin(self, block_ids: Seq[int]) -> None:
+        """Let go of pinned blocks; unused ones stay cached for prefix reuse."""
+        for block_id in block_ids:
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count:
+                continue
+            if block.hash is not None and self.hash_to_block.get(block.hash) == block_id:
+                self.free_cached[block_id] = None
+            else:
+                block.hash = None
+                self.free_plain.append(block_id)
+
+    def store(self, hashes: Seq[int], parent: int | None) -> int:
+        """Blocks fetched from another worker, registered as if computed here
+        (one stored event) and left cached for the prompt that needs them;
+        how many leading ones fit (as many free blocks as there are)."""
+        count = min(len(hashes), self.num_free)
+        taken = [self._take() for _ in range(count)]
+        if self._evicted:
+            self._emit(BlocksRemoved(self._next_id(), self._evicted))
+            self._evicted = []
+        run: list[int] = []  # each unbroken run of new blocks is one stored event
+        run_parent = parent
+        for block_id, h in zip(taken, hashes, strict=False):
+            block = self.blocks[block_id]
+            block.ref_count = 0
+            if h in self.hash_to_block:  # computed here meanwhile: keep that one
+                self.free_plain.append(block_id)
+                if run:
+                    self._emit(BlocksStored(self._next_id(), run, run_parent, self.block_size))
+                    run = []
+            else:
+                block.hash, block.parent = h, parent
+                self.hash_to_block[h] = block_id
+                self.free_cached[block_id] = None
+                if not run:
+                    run_parent = parent
+                run.append(h)
+            parent = h
+        if run:
+            self._emit(BlocksStored(self._next_id(), run, run_parent, self.block_size))
+        return count
+
     def clear(self) -> None:
         """Forget every registration (vLLM's prefix-cache reset): cached blocks
         become plain free blocks, and blocks in use are never matched again."""

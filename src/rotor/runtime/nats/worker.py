@@ -18,11 +18,12 @@ import socket
 import uuid
 from dataclasses import dataclass
 
+import msgpack
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.errors import BucketNotFoundError, NotFoundError
 
-from rotor.engines.base import Engine, KVEventSource
+from rotor.engines.base import Engine, KVEventSource, KVHandover
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol import codec
@@ -34,6 +35,10 @@ from rotor.runtime.nats import subjects
 from rotor.runtime.nats.subscriptions import Subscriptions
 
 log = logging.getLogger("rotor.worker")
+
+# How long a decode worker waits for a prefill worker to answer a KV fetch
+# before it computes the prompt itself.
+KV_FETCH_TIMEOUT_S = 5.0
 
 
 class CardConflict(RuntimeError):
@@ -97,6 +102,9 @@ class WorkerService:
         await self._subs.add(subjects.generate(wid), self._on_generate)
         await self._subs.add(subjects.abort(wid), self._on_abort)
         await self._subs.add(subjects.kv_snapshot(wid), self._on_kv_snapshot)
+        if isinstance(self.engine, KVHandover):
+            await self._subs.add(subjects.kv_fetch(wid), self._on_kv_fetch)
+            self.engine.kv_fetcher(self._fetch_kv)
         if isinstance(self.engine, KVEventSource):
             self._kv_pump = asyncio.create_task(self._pump_kv_events(), name="kv-events")
             self.engine.kv_events(self._relay_kv_event)
@@ -295,3 +303,28 @@ class WorkerService:
             return
         snapshot = self.engine.kv_events(self._relay_kv_event)
         await self.nc.publish(msg.reply, codec.encode_kv_snapshot(snapshot))
+
+    # -- KV handover (disaggregated serving) ---------------------------------------------
+
+    async def _on_kv_fetch(self, msg: Msg) -> None:
+        """As a prefill worker: a decode worker takes the blocks it asks for
+        (a request/acknowledge; the KV data itself is the engine's business),
+        or the frontend drops a hold nobody will fetch (no reply asked)."""
+        assert isinstance(self.engine, KVHandover)
+        try:
+            ask = msgpack.unpackb(msg.data)
+            granted = self.engine.kv_release(str(ask["transfer_id"]), list(ask["hashes"]))
+        except Exception as e:  # a malformed fetch: nothing handed over
+            log.warning("worker %s: a KV fetch could not be read: %s", self.worker_id, e)
+            granted = []
+        if msg.reply:
+            await self.nc.publish(msg.reply, msgpack.packb({"hashes": granted}))
+
+    async def _fetch_kv(self, transfer: dict, hashes: list[int]) -> list[int]:
+        """As a decode worker: ask the prefill worker that holds `transfer` for
+        these blocks; the hashes it handed over."""
+        data = msgpack.packb({"transfer_id": transfer.get("transfer_id"), "hashes": hashes})
+        reply = await self.nc.request(
+            subjects.kv_fetch(str(transfer["worker"])), data, timeout=KV_FETCH_TIMEOUT_S
+        )
+        return [int(h) for h in msgpack.unpackb(reply.data)["hashes"]]

@@ -60,9 +60,11 @@ def run_bench(srv: Server, out: Path, *argv: str) -> tuple[dict[str, Any], dict[
 
 
 def check_doc(doc: dict[str, Any], counted: dict[str, float], per_level: int) -> None:
-    """Schema, counts, timings; token totals equal to the server's."""
+    """Schema, counts, timings; token totals equal to the server's (the probe,
+    the tokens-per-word calibration and the warm-up included)."""
     assert doc["schema"] == "rotor.bench/1"
-    for key in ("label", "created", "rotor_version", "config", "probe", "warmup", "levels"):
+    keys = ("label", "created", "rotor_version", "config", "probe", "calibration", "warmup")
+    for key in (*keys, "levels"):
         assert key in doc, key
     records = []
     for level in doc["levels"]:
@@ -81,17 +83,13 @@ def check_doc(doc: dict[str, Any], counted: dict[str, float], per_level: int) ->
         assert s["ttft_ms"]["p50"] <= s["ttft_ms"]["p99"] <= s["ttft_ms"]["max"]
         assert s["request_throughput"] > 0 and s["output_throughput"] > 0
         records += reqs
-    probe, warm = doc["probe"], doc["warmup"]
-    assert warm["failed"] == 0
-    assert counted["ok"] == len(records) + 1 + warm["requests"]
-    assert (
-        counted["output"]
-        == sum(r["output_tokens"] for r in records) + probe["output_tokens"] + warm["output_tokens"]
-    )
-    assert (
-        counted["prompt"]
-        == sum(r["prompt_tokens"] for r in records) + probe["prompt_tokens"] + warm["prompt_tokens"]
-    )
+    probe, warm, cal = doc["probe"], doc["warmup"], doc["calibration"]
+    assert warm["failed"] == 0 and cal["failed"] == 0
+    assert counted["ok"] == len(records) + 1 + warm["requests"] + cal["requests"]
+    for key in ("output", "prompt"):
+        field = f"{key}_tokens"
+        ours = sum(r[field] for r in records) + probe[field] + warm[field] + cal[field]
+        assert counted[key] == ours, key
 
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions", "messages", "responses"])
@@ -254,3 +252,97 @@ def test_clear_errors(server: Server, tmp_path: Path) -> None:
     notjson.write_text("{}")
     cmp = bench("--compare", str(notjson), str(notjson), check=False)
     assert cmp.returncode == 2 and "not a rotor bench results file" in cmp.stdout
+
+
+def trace_row(ts: int, n_in: int, ids: list[int], n_out: int) -> bytes:
+    row = {"timestamp": ts, "input_length": n_in, "output_length": n_out, "hash_ids": ids}
+    return orjson.dumps(row) + b"\n"
+
+
+def test_trace_replay_keeps_to_its_schedule_and_shares_prefixes(
+    server: Server, tmp_path: Path
+) -> None:
+    """A tiny Mooncake trace (64-token blocks), one request at a time so that
+    each one finds the earlier ones' blocks in the mocker's prefix cache."""
+    rows = [
+        (1000, 150, [1, 2, 3], 5),
+        (1100, 150, [1, 2, 4], 3),  # two blocks in common with the first
+        (1300, 40, [6], 4),
+        (1200, 100, [1, 5], 6),  # out of order in the file: sent third
+        (1500, 250, [1, 2, 3, 7], 2),  # the first's whole prompt, then more
+    ]
+    trace = tmp_path / "trace.jsonl"
+    trace.write_bytes(b"".join(trace_row(*r) for r in rows))
+    doc, counted = run_bench(
+        server,
+        tmp_path / "out",
+        "--trace",
+        str(trace),
+        "--trace-block-size",
+        "64",
+        "--trace-speedup",
+        "2",
+        "5",
+        "--max-concurrency",
+        "1",
+        "--warmup",
+        "1",
+        "--slo",
+        "ttft=10s,itl=10s",
+        "--no-progress",
+    )
+    check_doc(doc, counted, per_level=5)
+    assert doc["calibration"]["requests"] == 2
+    tpw = doc["config"]["workload"]["tokens_per_word"]
+    assert 3 < tpw < 7  # the test model's small BPE: ~5 tokens a word, measured from usage
+    assert doc["config"]["mode"] == "trace" and doc["config"]["trace"] == str(trace)
+    in_order = sorted(rows)
+    for level, speedup in zip(doc["levels"], (2, 5), strict=True):
+        assert (level["mode"], level["trace_speedup"]) == ("trace", speedup)
+        reqs, s = level["requests"], level["summary"]
+        want = [(ts - 1000) / 1000 / speedup for ts, *_ in in_order]
+        assert [r["scheduled_s"] for r in reqs] == pytest.approx(want)
+        lag = s["schedule_lag_ms"]
+        assert lag["count"] == 5 and lag["p50"] <= lag["p99"] <= lag["max"]
+        worst = max(r["start_s"] - r["scheduled_s"] for r in reqs)
+        assert lag["max"] == pytest.approx(1e3 * worst)
+        for r, (_, n_in, _, n_out) in zip(reqs, in_order, strict=True):
+            assert r["output_tokens"] == r["max_tokens"] == n_out  # ignore_eos: all of them
+            assert abs(r["prompt_tokens"] - n_in) <= 0.1 * n_in + 20  # + the chat template's
+        assert reqs[0]["cached_tokens"] == 0  # every level its own text
+        assert reqs[1]["cached_tokens"] >= 64  # [1, 2] of the first
+        assert reqs[4]["cached_tokens"] >= 128  # [1, 2, 3] of the first
+        g = s["goodput"]
+        assert g["requests"] == 5 and g["output_tokens"] == sum(n for *_, n in rows)
+
+
+def test_long_short_mix_with_goodput(server: Server, tmp_path: Path) -> None:
+    doc, counted = run_bench(
+        server,
+        tmp_path,
+        "--mix",
+        "long=300:400@0.5,short=10:30",
+        "--tokens-per-word",
+        "4.8",
+        "--request-rate",
+        "50",
+        "--num-requests",
+        "16",
+        "--warmup",
+        "0",
+        "--output-len",
+        "6",
+        "--slo",
+        "ttft=10s,itl=10s",
+        "--no-progress",
+    )
+    check_doc(doc, counted, per_level=16)
+    assert doc["calibration"]["requests"] == 0  # given, not measured
+    (level,) = doc["levels"]
+    s = level["summary"]
+    assert set(s["classes"]) == {"long", "short"}
+    assert sum(c["requests"] for c in s["classes"].values()) == 16
+    for r in level["requests"]:
+        lo, hi = (300, 400) if r["class"] == "long" else (10, 30)
+        assert 0.85 * lo <= r["prompt_tokens"] <= 1.15 * hi + 20
+    assert s["goodput"]["requests"] == 16 and s["schedule_lag_ms"]["count"] == 16

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from rotor.bench.stats import describe, meets_slo, percentile, summarize, tpot
+from rotor.bench.stats import describe, meets_slo, percentile, send_lags, summarize, tpot
 
 
 def test_percentile_interpolates_between_ranks() -> None:
@@ -88,5 +88,53 @@ def test_summary_counts_usage_errors_and_goodput() -> None:
     assert s["itl_ms"]["count"] == 3 and s["itl_ms"]["p50"] == pytest.approx(200.0)
     assert s["ttft_ms"]["count"] == 3 and s["ttft_ms"]["p50"] == pytest.approx(100.0)
     assert s["tpot_ms"]["count"] == 2
-    assert s["goodput"] == {"requests": 2, "request_throughput": 0.5, "fraction": 0.5}
+    assert s["goodput"] == {
+        "requests": 2,
+        "request_throughput": 0.5,
+        "output_tokens": 10,  # the good ones' usage; the one without usage counts none
+        "output_throughput": 2.5,
+        "fraction": 0.5,
+    }
     assert summarize(records, 4.0)["goodput"] is None
+    assert s["schedule_lag_ms"] is None and "classes" not in s  # a closed loop's records
+
+
+def test_itl_objective_is_each_requests_longest_gap() -> None:
+    slo = {"itl": 0.05}
+    assert meets_slo(rec(0.1, 0.5, 4, itl=[0.01, 0.05, 0.02]), slo)
+    assert not meets_slo(rec(0.1, 0.5, 4, itl=[0.01, 0.051, 0.02]), slo)  # one stall is a miss
+    assert meets_slo(rec(0.1, 0.1, 1), slo)  # one event: no gap to miss
+    assert not meets_slo(rec(0.1, 0.1, 1, "timeout"), slo)
+    both = {"ttft": 2.0, "itl": 0.05}
+    assert not meets_slo(rec(2.5, 3.0, 4, itl=[0.01]), both)
+
+
+def test_goodput_at_an_slo_in_requests_and_tokens() -> None:
+    records = [
+        rec(1.0, 2.0, 100, itl=[0.02] * 99),
+        rec(1.5, 2.5, 50, itl=[0.02] * 48 + [0.4]),  # a prefill stalled it once
+        rec(3.0, 4.0, 30, itl=[0.01] * 29),  # waited too long for its first token
+        rec(0.5, 1.0, 20, itl=[0.03] * 19),
+    ]
+    g = summarize(records, 10.0, {"ttft": 2.0, "itl": 0.05})["goodput"]
+    assert (g["requests"], g["output_tokens"]) == (2, 120)
+    assert g["request_throughput"] == pytest.approx(0.2)
+    assert g["output_throughput"] == pytest.approx(12.0)
+    assert g["fraction"] == 0.5
+
+
+def test_schedule_lag_and_classes() -> None:
+    records = [
+        {**rec(0.1, 1.0, 10, itl=[0.1]), "start_s": 1.004, "scheduled_s": 1.0, "class": "long"},
+        {**rec(0.1, 1.0, 10, itl=[0.1]), "start_s": 0.002, "scheduled_s": 0.0, "class": "short"},
+        {**rec(0.3, 1.0, 10, itl=[0.2]), "start_s": 3.5, "scheduled_s": None, "class": "short"},
+    ]
+    assert send_lags(records) == pytest.approx([0.004, 0.002])
+    s = summarize(records, 5.0, {"ttft": 0.2})
+    assert s["schedule_lag_ms"]["count"] == 2
+    assert s["schedule_lag_ms"]["max"] == pytest.approx(4.0)
+    assert s["schedule_lag_ms"]["p50"] == pytest.approx(3.0)
+    assert set(s["classes"]) == {"long", "short"}
+    short = s["classes"]["short"]
+    assert (short["requests"], short["goodput"]["requests"]) == (2, 1)
+    assert short["ttft_ms"]["max"] == pytest.approx(300.0) and "classes" not in short

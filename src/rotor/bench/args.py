@@ -14,18 +14,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rotor.bench.apis import APIS, TOOL_APIS
+from rotor.bench.mix import parse_mix
+from rotor.bench.trace import FORMATS
 from rotor.bench.workload import WorkloadSpec
 
 DESCRIPTION = """\
 Benchmark any OpenAI-compatible server (rotor, vLLM, Dynamo, ...): a closed loop
-(--concurrency 1 8 32, a sweep) or an open loop (--request-rate R, Poisson with
---burstiness), each level for --num-requests N or --duration S, after a warm-up.
+(--concurrency 1 8 32, a sweep), an open loop (--request-rate R, Poisson with
+--burstiness) or a trace replayed at its timestamps (--trace FILE, --trace-speedup
+X), each level for --num-requests N or --duration S, after a warm-up.
 Writes results.json (every request's timings and the summary) and report.html
 (plots) to --output-dir, and prints a table. `rotor bench --compare A.json
 B.json` writes a side-by-side report of earlier runs instead.
 """
 
-SLO_KEYS = ("ttft", "tpot", "e2e")
+SLO_KEYS = ("ttft", "tpot", "itl", "e2e")
 UNITS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
@@ -43,6 +46,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     load.add_argument("--duration", type=float, metavar="S", help="per level, seconds")
     load.add_argument("--warmup", type=int, default=8, help="unrecorded requests first (8)")
     load.add_argument("--timeout", type=float, default=600.0, help="per request, seconds (600)")
+    trace = p.add_argument_group("trace replay")
+    trace.add_argument("--trace", type=Path, metavar="FILE", help="replay a trace at its times")
+    trace.add_argument(
+        "--trace-format", choices=tuple(FORMATS), default="mooncake", help="its format (mooncake)"
+    )
+    trace.add_argument(
+        "--trace-speedup", type=float, nargs="+", metavar="X", help="divide its gaps (1); a sweep"
+    )
+    trace.add_argument("--trace-block-size", type=int, default=512, help="tokens per hash id (512)")
     work = p.add_argument_group("workload")
     work.add_argument("--input-len", type=int, default=512, help="prompt words (512)")
     work.add_argument("--input-len-std", type=float, default=0.0, help="its std deviation (0)")
@@ -53,11 +65,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     work.add_argument("--tools", type=int, default=0, help="function tools per request (0)")
     work.add_argument("--dataset", type=Path, metavar="FILE.jsonl", help="requests from a file")
     work.add_argument(
+        "--mix", metavar="SPEC", help="prompt classes in tokens: long=8000:16000@0.3,…"
+    )
+    work.add_argument(
+        "--tokens-per-word",
+        type=float,
+        metavar="X",
+        help="the server's, for --trace/--mix (measured)",
+    )
+    work.add_argument(
         "--ignore-eos", choices=("auto", "on", "off"), default="auto", help="auto: if accepted"
     )
     work.add_argument("--seed", type=int, default=0, help="workload and arrival seed (0)")
     out = p.add_argument_group("report")
-    out.add_argument("--slo", help="goodput objectives, e.g. ttft=200ms,tpot=50ms,e2e=5s")
+    out.add_argument("--slo", help="goodput objectives, e.g. ttft=2s,itl=50ms,tpot=50ms,e2e=5s")
     out.add_argument("--server-pid", type=int, nargs="+", metavar="PID", help="for CPU/token")
     out.add_argument("--output-dir", type=Path, help="default ./bench-results/<timestamp>")
     out.add_argument("--label", help="this run's name in reports (default: the output dir)")
@@ -71,8 +92,8 @@ class BenchConfig:
     model: str | None
     endpoint: str
     api_key: str | None
-    mode: str  # "closed" | "open"
-    levels: list[float]  # concurrencies or request rates
+    mode: str  # "closed" | "open" | "trace"
+    levels: list[float]  # concurrencies, request rates or trace speedups
     burstiness: float
     max_concurrency: int | None
     num_requests: int | None
@@ -88,10 +109,15 @@ class BenchConfig:
     output_dir: Path | None = None
     label: str | None = None
     progress: bool = True
+    trace: Path | None = None
+    trace_format: str = "mooncake"
+    trace_block_size: int = 512
+    tokens_per_word: float | None = None  # given; else measured when lengths are tokens
 
     def requests_for(self, level: float) -> int | None:
-        """The level's request count: the flag, or a default when no duration."""
-        if self.num_requests is not None or self.duration is not None:
+        """The level's request count: the flag, or a default when no duration
+        (a trace: the flag, else all of it)."""
+        if self.mode == "trace" or self.num_requests is not None or self.duration is not None:
             return self.num_requests
         return max(100, 10 * int(level)) if self.mode == "closed" else 200
 
@@ -125,11 +151,37 @@ def _positive(name: str, value: float | None, allow_zero: bool = False) -> None:
         raise ValueError(f"{name} must be {'≥ 0' if allow_zero else 'positive'}, got {value}")
 
 
+def _check_trace(a: argparse.Namespace) -> None:
+    """A trace gives the schedule and the requests: nothing else may."""
+    if a.trace is None:
+        if a.trace_speedup:
+            raise ValueError("--trace-speedup needs --trace")
+        return
+    for flag, given in (
+        ("--concurrency", a.concurrency),
+        ("--request-rate", a.request_rate),
+        ("--dataset", a.dataset),
+        ("--mix", a.mix),
+        ("--shared-prefix", a.shared_prefix),
+        ("--turns", a.turns != 1),
+    ):
+        if given:
+            raise ValueError(f"--trace gives the schedule and the requests; it takes no {flag}")
+    if not a.trace.is_file():
+        raise ValueError(f"--trace {a.trace}: no such file")
+    _positive("--trace-block-size", a.trace_block_size)
+    for x in a.trace_speedup or ():
+        _positive("--trace-speedup", x)
+
+
 def config_from_args(a: argparse.Namespace) -> BenchConfig:
     """Checked settings; ValueError with a message that names the flag."""
     if a.concurrency and a.request_rate:
         raise ValueError("give --concurrency (closed loop) or --request-rate (open loop), not both")
-    if a.request_rate:
+    _check_trace(a)
+    if a.trace is not None:
+        mode, levels = "trace", list(a.trace_speedup or [1.0])
+    elif a.request_rate:
         mode, levels = "open", list(a.request_rate)
         for r in levels:
             if not r > 0:
@@ -148,8 +200,13 @@ def config_from_args(a: argparse.Namespace) -> BenchConfig:
         _positive("--" + name.replace("_", "-"), getattr(a, name), allow_zero=True)
     if a.tools and a.endpoint not in TOOL_APIS:
         raise ValueError(f"--tools needs --endpoint {', '.join(TOOL_APIS)} (not {a.endpoint})")
-    if a.dataset is not None and (a.shared_prefix or a.turns != 1):
-        raise ValueError("--dataset gives the requests; it takes no --shared-prefix or --turns")
+    if a.dataset is not None and (a.shared_prefix or a.turns != 1 or a.mix):
+        raise ValueError(
+            "--dataset gives the requests; it takes no --shared-prefix, --turns or --mix"
+        )
+    if a.mix and (a.shared_prefix or a.turns != 1):
+        raise ValueError("--mix makes one-turn prompts of its own; no --shared-prefix or --turns")
+    _positive("--tokens-per-word", a.tokens_per_word)
     if a.dataset is not None and not a.dataset.is_file():
         raise ValueError(f"--dataset {a.dataset}: no such file")
     if mode == "open" and any(map(math.isinf, levels)) and a.duration and not a.num_requests:
@@ -163,6 +220,7 @@ def config_from_args(a: argparse.Namespace) -> BenchConfig:
         shared_prefix=prefix,
         turns=a.turns,
         dataset=a.dataset,
+        mix=parse_mix(a.mix) if a.mix else None,
     )
     return BenchConfig(
         url=a.url,
@@ -186,4 +244,8 @@ def config_from_args(a: argparse.Namespace) -> BenchConfig:
         output_dir=a.output_dir,
         label=a.label,
         progress=not a.no_progress,
+        trace=a.trace,
+        trace_format=a.trace_format,
+        trace_block_size=a.trace_block_size,
+        tokens_per_word=a.tokens_per_word,
     )

@@ -38,6 +38,8 @@ def _x_title(docs: list[dict[str, Any]]) -> str:
     modes = {lv["mode"] for d in docs for lv in d["levels"]}
     if modes == {"closed"}:
         return "concurrency"
+    if modes == {"trace"}:
+        return "trace speedup"
     return "request rate (req/s)" if modes == {"open"} else "level"
 
 
@@ -129,26 +131,35 @@ def _table(docs: list[dict[str, Any]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _meta(d: dict[str, Any]) -> str:
-    c = d["config"]
+def _work(c: dict[str, Any]) -> str:
+    """What the requests were, in words."""
     w = c["workload"]
-    load = (
-        f"closed loop, concurrency {', '.join(map(str, c['levels']))}"
-        if c["mode"] == "closed"
-        else f"open loop, {', '.join(map(str, c['levels']))} req/s, burstiness {c['burstiness']}"
-    )
-    work = (
-        f"dataset {w['dataset']}"
-        if w["dataset"]
-        else f"{w['input_len']}±{w['input_len_std']:g} words in, "
-        f"{w['output_len']}±{w['output_len_std']:g} tokens out"
-        + (
-            f", shared prefix {w['shared_prefix'][0]}×{w['shared_prefix'][1]}"
-            if w["shared_prefix"]
-            else ""
+    if w["dataset"]:
+        return f"dataset {w['dataset']}"
+    if c["mode"] == "trace":
+        return "the trace's requests"
+    out = f"{w['output_len']}±{w['output_len_std']:g} tokens out"
+    if w.get("mix"):
+        classes = (
+            f"{m['name']} {m['min_tokens']}–{m['max_tokens']} ({m['share']:.0%})" for m in w["mix"]
         )
+        return f"mix {', '.join(classes)} tokens in, {out}"
+    prefix = w["shared_prefix"]
+    return (
+        f"{w['input_len']}±{w['input_len_std']:g} words in, {out}"
+        + (f", shared prefix {prefix[0]}×{prefix[1]}" if prefix else "")
         + (f", {w['turns']} turns" if w["turns"] > 1 else "")
     )
+
+
+def _meta(d: dict[str, Any]) -> str:
+    c = d["config"]
+    levels = ", ".join(map(str, c["levels"]))
+    load = {
+        "closed": f"closed loop, concurrency {levels}",
+        "trace": f"trace {c.get('trace')} ({c.get('trace_format')}), speedup {levels}",
+    }.get(c["mode"], f"open loop, {levels} req/s, burstiness {c['burstiness']}")
+    work = _work(c)
     tools = f", {c['tools']} tools" if c["tools"] else ""
     eos = "ignore_eos" if c["ignore_eos"] else "no ignore_eos"
     return (

@@ -68,8 +68,9 @@ class Level:
         self.in_flight = 0
         self.max_in_flight = 0
 
-    async def conversation(self, conv: Conversation) -> None:
-        """Its turns in order; a failed turn ends the conversation."""
+    async def conversation(self, conv: Conversation, scheduled: float | None = None) -> None:
+        """Its turns in order; a failed turn ends the conversation. `scheduled`:
+        when the open loop meant its first turn to be sent (seconds from the start)."""
         messages: list[dict[str, Any]] = list(conv.history)
         for t, turn in enumerate(conv.turns):
             index = self.budget.take()
@@ -87,6 +88,8 @@ class Level:
                 "conversation": conv.index,
                 "turn": t,
                 "max_tokens": turn.max_tokens,
+                "scheduled_s": scheduled if t == 0 else None,
+                "class": conv.tag,
                 **record,
             }
             self.records.append(record)
@@ -133,19 +136,19 @@ async def open_loop(
     gate = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     tasks: list[asyncio.Task[None]] = []
 
-    async def start(conv: Conversation) -> None:
+    async def start(conv: Conversation, scheduled: float) -> None:
         if gate is None:
-            await level.conversation(conv)
+            await level.conversation(conv, scheduled)
         else:
             async with gate:
-                await level.conversation(conv)
+                await level.conversation(conv, scheduled)
 
     for offset in arrivals:
         if budget.spent:
             break
         delay = level.origin + offset - time.perf_counter()
         await asyncio.sleep(max(delay, 0))  # 0 still lets started requests run
-        tasks.append(asyncio.ensure_future(start(next(convs))))
+        tasks.append(asyncio.ensure_future(start(next(convs), offset)))
         if budget.count is not None and len(tasks) >= budget.count:
             break  # every request is either started or owned by a started conversation
     await asyncio.gather(*tasks)

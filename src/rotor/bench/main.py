@@ -9,6 +9,7 @@ import asyncio
 import math
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -17,7 +18,8 @@ from typing import Any
 import orjson
 from rich.console import Console
 
-from rotor.bench import arrivals, html, results
+from rotor.bench import arrivals, html, results, tokens
+from rotor.bench import trace as traces
 from rotor.bench.args import BenchConfig, config_from_args
 from rotor.bench.client import Client, api_headers, tool_specs
 from rotor.bench.cpu import check_pids, total_cpu_seconds
@@ -72,7 +74,28 @@ async def probe(
     raise BenchError(f"the server refused a probe request ({last['kind']}): {last['message']}")
 
 
-async def run_levels(cfg: BenchConfig, console: Console) -> dict[str, Any]:
+async def tokens_per_word(
+    cfg: BenchConfig, client: Client, trace: traces.Trace | None, console: Console
+) -> tuple[float | None, list[dict[str, Any]]]:
+    """The server's tokens per word, where lengths are tokens (a trace, a mix):
+    the flag's, or measured with two requests (their records returned too)."""
+    if not (cfg.workload.mix or (trace is not None and trace.in_tokens)):
+        return None, []
+    if cfg.tokens_per_word is not None:
+        return cfg.tokens_per_word, []
+    try:
+        tpw, recs = await tokens.measure(client, time.perf_counter(), cfg.seed)
+    except ValueError as e:
+        raise BenchError(str(e)) from None
+    console.print(
+        f"rotor bench: the server's tokenizer makes {tpw:.3f} tokens of a word (measured)"
+    )
+    return tpw, recs
+
+
+async def run_levels(
+    cfg: BenchConfig, console: Console, trace: traces.Trace | None = None
+) -> dict[str, Any]:
     endpoint = Endpoint.parse(cfg.url)
     pool = Pool(endpoint, api_headers(cfg.api_key))
     try:
@@ -84,6 +107,8 @@ async def run_levels(cfg: BenchConfig, console: Console) -> dict[str, Any]:
             f"rotor bench: {cfg.endpoint} · {model} · {cfg.url} · "
             f"ignore_eos {'on' if ignore_eos else 'not accepted' if cfg.ignore_eos == 'auto' else 'off'}"
         )
+        tpw, calibration = await tokens_per_word(cfg, client, trace, console)
+        cfg.workload = replace(cfg.workload, tokens_per_word=tpw)
         progress = Live(console) if cfg.progress and console.is_terminal else Quiet()
         warmup: list[dict[str, Any]] = []
         try:
@@ -97,7 +122,7 @@ async def run_levels(cfg: BenchConfig, console: Console) -> dict[str, Any]:
                 progress.end()
             levels = []
             for i, level in enumerate(cfg.levels):
-                levels.append(await _level(cfg, client, i, level, progress, console))
+                levels.append(await _level(cfg, client, i, level, progress, console, trace))
         finally:
             progress.close()
     finally:
@@ -109,23 +134,37 @@ async def run_levels(cfg: BenchConfig, console: Console) -> dict[str, Any]:
         "rotor_version": _rotor_version(),
         "config": results.config_json(cfg, model, ignore_eos),
         "probe": probed,
+        "calibration": results.totals(calibration),
         "warmup": results.totals(warmup),
         "levels": levels,
     }
 
 
 async def _level(
-    cfg: BenchConfig, client: Client, i: int, level: float, progress: Any, console: Console
+    cfg: BenchConfig,
+    client: Client,
+    i: int,
+    level: float,
+    progress: Any,
+    console: Console,
+    trace: traces.Trace | None = None,
 ) -> dict[str, Any]:
-    convs = conversations(cfg.workload, f"{cfg.seed}:{i}")
     count = cfg.requests_for(level)
-    label = f"c={int(level)}" if cfg.mode == "closed" else f"{level:g} req/s"
+    if trace is not None:  # each level its own text: no level reuses another's cache
+        convs = trace.conversations(cfg.workload.tokens_per_word, f"{cfg.seed}:{i}")
+        label = f"trace ×{level:g}"
+    else:
+        convs = conversations(cfg.workload, f"{cfg.seed}:{i}")
+        label = f"c={int(level)}" if cfg.mode == "closed" else f"{level:g} req/s"
     cpu0 = total_cpu_seconds(cfg.server_pids) if cfg.server_pids else 0.0
     client0 = time.process_time()
-    progress.begin(label, count, cfg.duration)
+    progress.begin(label, count or (len(trace.timestamps_ms) if trace else None), cfg.duration)
     budget = Budget(count, cfg.duration)
     if cfg.mode == "closed":
         run = await closed_loop(client, convs, int(level), budget, progress)
+    elif trace is not None:
+        times = traces.send_offsets(trace.timestamps_ms, level)
+        run = await open_loop(client, convs, times, budget, progress, cfg.max_concurrency)
     else:
         rng = arrivals.seeded(cfg.seed * 1000 + i)
         times = arrivals.schedule(level, cfg.burstiness, rng, until=cfg.duration)
@@ -212,7 +251,11 @@ def main(args: argparse.Namespace) -> int:
             return compare(list(args.compare), args.output_dir, console)
         cfg = config_from_args(args)
         check_pids(cfg.server_pids)
-        doc = _run(run_levels(cfg, console))
+        trace = None
+        if cfg.trace is not None:
+            options = traces.TraceOptions(block_size=cfg.trace_block_size)
+            trace = traces.read(cfg.trace, cfg.trace_format, options)
+        doc = _run(run_levels(cfg, console, trace))
     except (BenchError, ValueError) as e:
         console.print(f"[red]rotor bench:[/red] {e}", highlight=False)
         return 2

@@ -5,27 +5,41 @@ summary. The schema is versioned (`schema`); fields are only ever added.
       "schema": "rotor.bench/1",
       "label": str, "created": ISO-8601 time, "rotor_version": str,
       "probe": the preflight request's record (shape as in levels[].requests),
+      "calibration": the same, of the two requests that measured the server's
+                     tokens per word (none when no length is in tokens),
       "warmup": {requests, failed, prompt_tokens, output_tokens} (not in any level),
-      "config": {url, endpoint, model, mode: "closed"|"open", levels: [number],
+      "config": {url, endpoint, model, mode: "closed"|"open"|"trace", levels: [number],
                  burstiness, max_concurrency, num_requests, duration, warmup,
                  timeout, seed, ignore_eos: bool, tools, slo: {key: seconds},
                  server_pids: [int], workload: {input_len, input_len_std,
                  output_len, output_len_std, shared_prefix: [n, len]|null,
-                 turns, dataset: path|null}},
+                 turns, dataset: path|null,
+                 mix: [{name, min_tokens, max_tokens, share}]|null,
+                 tokens_per_word: number|null (the one used: given or measured)},
+                 trace: path|null, trace_format, trace_block_size,
+                 tokens_per_word: number|null (as given)},
       "levels": [{
-        "mode": "closed"|"open",
+        "mode": "closed"|"open"|"trace",
         "concurrency": int|null, "request_rate": number|null ("inf" when unbounded),
+        "trace_speedup": number|null,
         "summary": {requests, completed, failed, errors: {kind: count},
                     without_usage, duration_s, request_throughput,
                     output_throughput, total_token_throughput, prompt_tokens,
                     output_tokens, cached_tokens, cache_hit_ratio|null,
                     ttft_ms, tpot_ms, itl_ms, e2e_ms: {count, mean, std, min,
                       p50, p90, p99, max}|null,
-                    goodput: {requests, request_throughput, fraction}|null,
+                    goodput: {requests, request_throughput, output_tokens,
+                              output_throughput, fraction}|null,
+                    schedule_lag_ms: {count, mean, …, max}|null (open loop and
+                      trace: each request's send time after its scheduled one),
+                    classes: {name: a summary of the class's requests}
+                      (only with --mix),
                     max_in_flight,
                     server_cpu: {seconds, cores, us_per_output_token}|null,
                     client_cpu: {seconds, cores}},
-        "requests": [{index, conversation, turn, max_tokens, start_s, ttft_s|null,
+        "requests": [{index, conversation, turn, max_tokens,
+                      scheduled_s|null (open loop, first turns), class|null,
+                      start_s, ttft_s|null,
                       e2e_s, itl_s: [seconds between output events],
                       prompt_tokens|null, output_tokens|null, cached_tokens|null,
                       error: {kind, message}|null}]
@@ -77,6 +91,7 @@ def config_json(config: Any, model: str, ignore_eos: bool) -> dict[str, Any]:
     d["levels"] = [_number(x) for x in d["levels"]]
     wl = d["workload"]
     wl["dataset"] = str(wl["dataset"]) if wl["dataset"] is not None else None
+    d["trace"] = str(d["trace"]) if d["trace"] is not None else None
     return d
 
 
@@ -93,6 +108,7 @@ def level_json(
         "mode": mode,
         "concurrency": int(level) if mode == "closed" else None,
         "request_rate": _number(level) if mode == "open" else None,
+        "trace_speedup": _number(level) if mode == "trace" else None,
         "summary": summary,
         "requests": records,
     }
@@ -112,6 +128,8 @@ def x_value(level: dict[str, Any]) -> float:
     """The level's position on a plot's x axis."""
     if level["mode"] == "closed":
         return float(level["concurrency"])
+    if level["mode"] == "trace":
+        return float(level["trace_speedup"])
     rate = level["request_rate"]
     return math.inf if rate == "inf" else float(rate)
 
@@ -119,6 +137,8 @@ def x_value(level: dict[str, Any]) -> float:
 def x_label(level: dict[str, Any]) -> str:
     if level["mode"] == "closed":
         return f"c={level['concurrency']}"
+    if level["mode"] == "trace":
+        return f"trace ×{level['trace_speedup']}"
     return f"{level['request_rate']} req/s"
 
 

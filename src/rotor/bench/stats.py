@@ -52,7 +52,10 @@ def tpot(rec: dict[str, Any]) -> float | None:
 
 
 def meets_slo(rec: dict[str, Any], slo: dict[str, float]) -> bool:
-    """Whether a successful request met every objective (seconds): ttft, tpot, e2e."""
+    """Whether a successful request met every objective (seconds): ttft, tpot,
+    e2e, and itl, which its longest gap between output events must meet (a
+    stream that stalled once, for a long prompt's prefill say, stalled for
+    its reader)."""
     if rec.get("error"):
         return False
     for key, limit in slo.items():
@@ -60,6 +63,8 @@ def meets_slo(rec: dict[str, Any], slo: dict[str, float]) -> bool:
             value = rec.get("ttft_s")
         elif key == "e2e":
             value = rec.get("e2e_s")
+        elif key == "itl":  # one output event: no gap to miss
+            value = max(rec.get("itl_s") or (0.0,))
         else:  # tpot: a one-token answer has none and cannot miss it
             value = tpot(rec)
             if value is None and rec.get("ttft_s") is not None:
@@ -73,6 +78,7 @@ def summarize(
     records: list[dict[str, Any]],
     duration_s: float,
     slo: dict[str, float] | None = None,
+    per_class: bool = True,
 ) -> dict[str, Any]:
     """One level's summary. Token counts are the server's usage, summed over
     the requests that reported it; latencies are over successful requests."""
@@ -106,10 +112,35 @@ def summarize(
         "goodput": None,
     }
     if slo:
-        good = sum(1 for r in records if meets_slo(r, slo))
+        good = [r for r in records if meets_slo(r, slo)]
+        good_tokens = sum(r.get("output_tokens") or 0 for r in good)
         summary["goodput"] = {
-            "requests": good,
-            "request_throughput": good / dur,
-            "fraction": good / len(records) if records else None,
+            "requests": len(good),
+            "request_throughput": len(good) / dur,
+            "output_tokens": good_tokens,
+            "output_throughput": good_tokens / dur,
+            "fraction": len(good) / len(records) if records else None,
         }
+    summary["schedule_lag_ms"] = describe(send_lags(records), 1e3)
+    if per_class and any(r.get("class") for r in records):
+        summary["classes"] = by_class(records, duration_s, slo)
     return summary
+
+
+def by_class(
+    records: list[dict[str, Any]], duration_s: float, slo: dict[str, float] | None
+) -> dict[str, Any]:
+    """Each --mix class's own summary (same fields, over its requests alone)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault(r.get("class") or "", []).append(r)
+    return {
+        name: summarize(recs, duration_s, slo, per_class=False)
+        for name, recs in sorted(groups.items())
+    }
+
+
+def send_lags(records: list[dict[str, Any]]) -> list[float]:
+    """Seconds each request of an open loop's schedule was sent after its
+    time (first turns only: later turns follow their answers, not a clock)."""
+    return [r["start_s"] - r["scheduled_s"] for r in records if r.get("scheduled_s") is not None]

@@ -13,9 +13,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from rotor.bench.mix import MixClass
 
 WORDS = (
     "time year people way day man thing woman life child world school state family student "
@@ -53,6 +56,7 @@ class Conversation:
     turns: tuple[Turn, ...]
     history: tuple[dict[str, Any], ...] = ()
     index: int = 0
+    tag: str | None = None  # its class in a --mix, recorded with each request
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class WorkloadSpec:
     shared_prefix: tuple[int, int] | None = None
     turns: int = 1
     dataset: Path | None = None
+    mix: tuple[MixClass, ...] | None = None  # prompt-length classes, in tokens
+    tokens_per_word: float | None = None  # the server's, for lengths in tokens
 
 
 def sample_len(rng: random.Random, mean: int, std: float) -> int:
@@ -148,7 +154,14 @@ def load_dataset(path: Path, default_max_tokens: int) -> list[Conversation]:
 
 def conversations(spec: WorkloadSpec, seed: int | str) -> Iterator[Conversation]:
     """The workload's conversations in order, without end (a dataset repeats)."""
-    if spec.dataset is not None:
+    if spec.mix is not None:
+        from rotor.bench.mix import mixed
+
+        if spec.tokens_per_word is None:
+            raise ValueError("a --mix needs the server's tokens per word")
+        rng = random.Random(seed)
+        yield from mixed(spec.mix, spec.tokens_per_word, spec.output_len, spec.output_len_std, rng)
+    elif spec.dataset is not None:
         items = load_dataset(spec.dataset, spec.output_len)
         for i in count():
             item = items[i % len(items)]

@@ -100,7 +100,8 @@ HELP_TEXT = {"": _TOP_HELP, **{sub: _read(p) for sub, p in _procs.items()}}
 # "" is `rotor` itself (`--version`).
 HELP_FLAGS = {sub: set(_OPTION_LINE.findall(text)) for sub, text in HELP_TEXT.items()}
 ALL_FLAGS = set().union(*HELP_FLAGS.values())
-FOREIGN_FLAGS = set(VLLM_OPTIONS_ROTOR_REFUSES)  # vLLM's, named on the vLLM page
+# vLLM's, named on the vLLM page: those rotor refuses, and those it passes on after `--`
+FOREIGN_FLAGS = set(VLLM_OPTIONS_ROTOR_REFUSES) | {"--kv-transfer-config"}
 
 
 def test_help_was_read() -> None:

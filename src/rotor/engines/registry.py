@@ -74,7 +74,14 @@ def _build_mocker(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any
     return MockerEngine(card, tok, config)
 
 
-_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+_DTYPE_BYTES = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "fp8": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
 
 
 def kv_bytes_per_token(model_dir: str | None) -> int:
@@ -86,16 +93,17 @@ def kv_bytes_per_token(model_dir: str | None) -> int:
     if not model_dir:
         return default
     try:
-        config = json.loads((Path(model_dir) / "config.json").read_text())
-        config = config.get("text_config", config)
+        top = json.loads((Path(model_dir) / "config.json").read_text())
+        config = top.get("text_config") or top  # a multimodal model's language part
         layers = int(config["num_hidden_layers"])
         heads = int(config["num_attention_heads"])
         kv_heads = int(config.get("num_key_value_heads") or heads)
         head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
-    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError):
         return default
-    dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
-    return layers * 2 * kv_heads * head_dim * _DTYPE_BYTES.get(dtype, 2)
+    names = ("torch_dtype", "dtype")
+    dtype = next((d for k in names for d in (config.get(k), top.get(k)) if d), "bfloat16")
+    return layers * 2 * kv_heads * head_dim * _DTYPE_BYTES.get(str(dtype), 2)
 
 
 def _vllm_builtin(name: str | None) -> tuple[ModelCard, Tokenizer | None, str]:
@@ -107,7 +115,8 @@ def _vllm_builtin(name: str | None) -> tuple[ModelCard, Tokenizer | None, str]:
 def _build_vllm(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any]) -> Engine:
     from rotor.engines.vllm.engine import VLLMEngine
 
-    return VLLMEngine(card, list(options.get("engine_args") or []))
+    mode = options.get("disaggregation_mode") or "agg"
+    return VLLMEngine(card, list(options.get("engine_args") or []), mode)
 
 
 MOCKER_FLAGS = (

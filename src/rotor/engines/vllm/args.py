@@ -3,11 +3,15 @@ spells them, with the model directory and the context length taken from
 rotor (one source of truth): rotor's `--model-path` and `--max-model-len` (or
 the model's own context length) are what vLLM gets, and the passthrough may
 not name them again. rotor also owns the KV event publisher, the tokenizer
-and stats logging, so those are refused too."""
+and stats logging, so those are refused too. A prefill or decode worker's
+`--kv-transfer-config` is rotor's default for its role with the user's over
+it (disagg.py)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from rotor.engines.vllm.disagg import Mode, split_config, transfer_config
 
 # Options rotor sets itself; a passthrough word naming one is an error.
 OWNED = {
@@ -29,13 +33,17 @@ def owned_option(words: list[str]) -> str | None:
     return None
 
 
-def engine_args(model_dir: str, max_model_len: int, words: list[str], kv_endpoint: str) -> Any:
+def engine_args(
+    model_dir: str, max_model_len: int, words: list[str], kv_endpoint: str, mode: Mode = "agg"
+) -> Any:
     """`AsyncEngineArgs` for `model_dir` from the passthrough `words`
-    (ValueError naming the word that is wrong)."""
+    (ValueError naming the word that is wrong); a prefill or decode worker
+    (`mode`) gets its KV connector (disagg.py)."""
     owned = owned_option(words)
     if owned is not None:
         raise ValueError(f"vLLM option {owned} after '--': {OWNED[owned.replace('_', '-')]}")
-    from vllm.config import KVEventsConfig
+    user, words = split_config(words)
+    from vllm.config import KVEventsConfig, KVTransferConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -48,6 +56,14 @@ def engine_args(model_dir: str, max_model_len: int, words: list[str], kv_endpoin
     if unknown:
         raise ValueError(f"unknown vLLM engine arguments after '--': {' '.join(unknown)}")
     args = AsyncEngineArgs.from_cli_args(namespace)
+    from vllm.platforms import current_platform
+
+    config = transfer_config(mode, model_dir, user, current_platform.device_type)
+    if config is not None:
+        try:
+            args.kv_transfer_config = KVTransferConfig(**config)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"vLLM option --kv-transfer-config: {e}") from None
     args.kv_events_config = KVEventsConfig(
         enable_kv_cache_events=True, publisher="zmq", endpoint=kv_endpoint, topic=""
     )

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rotor.engines.vllm.args import engine_args
+from rotor.engines.vllm.disagg import Mode, Relay
 from rotor.engines.vllm.kv_relay import KVRelay, listen, relay_events
 from rotor.engines.vllm.sampling import sampling_params
 from rotor.model.card import ModelCard
@@ -70,7 +71,7 @@ def _stat_logger_factory(into: _Scheduler) -> Callable[[Any, int], Any]:
 
 
 class VLLMEngine:
-    def __init__(self, card: ModelCard, vllm_words: list[str]) -> None:
+    def __init__(self, card: ModelCard, vllm_words: list[str], mode: Mode = "agg") -> None:
         if card.path is None:
             raise ValueError("out=vllm needs a model directory: give --model-path DIR")
         caps = dataclasses.replace(
@@ -80,7 +81,13 @@ class VLLMEngine:
         # The card's context length is rotor's --max-model-len (or the model's):
         # vLLM gets exactly that, so both ends check against one number.
         # (the KV event endpoint is set in start(), once rotor's socket is bound)
-        self.args = engine_args(card.path, card.context_length, vllm_words, "tcp://127.0.0.1:0")
+        self.args = engine_args(
+            card.path, card.context_length, vllm_words, "tcp://127.0.0.1:0", mode
+        )
+        # a prefill / decode worker's KV connector (docs/vllm.md#disaggregated-serving)
+        self.disagg = Relay(self.args.kv_transfer_config)
+        self.kv_blocks_fetched = 0
+        self.kv_fetch_failures = 0
         self.llm: Any = None
         self.relay = KVRelay(block_size=self.args.block_size or 0)
         self._sched = _Scheduler()
@@ -143,7 +150,17 @@ class VLLMEngine:
             raise EngineError(f"request_id {rid!r} is already running", "internal")
         if not request.token_ids:
             raise EngineError("token_ids: the prompt is empty", "refused", "prompt")
-        params = sampling_params(request)
+        handover = self.disagg.request(request)
+        if handover.failed is not None:
+            self.kv_fetch_failures += 1
+            if handover.enforced:
+                raise EngineError(
+                    f"the KV hand-over failed: {handover.failed}",
+                    "unavailable",
+                    cause="kv_transfer",
+                )
+            logger.warning("request %s: %s; computing the prompt here", rid, handover.failed)
+        params = sampling_params(request, handover.params)
         want_logprobs = request.output.logprobs
         top = request.output.top_logprobs
         self._running.add(rid)
@@ -166,6 +183,11 @@ class VLLMEngine:
                         item.finish, item.matched = self._finish(
                             c.finish_reason, c.stop_reason, ids
                         )
+                        if handover.prefill:
+                            item.kv_transfer = self.disagg.handed_over(out.kv_transfer_params)
+                        elif handover.fetch_tokens > 0:
+                            loaded = self.disagg.loaded(handover, out.kv_transfer_params)
+                            self.kv_blocks_fetched += loaded // self.relay.block_size
                     if ids or item.finish is not None:
                         yield item
         except EngineDeadError as e:
@@ -197,6 +219,8 @@ class VLLMEngine:
             kv_blocks_total=total,
             kv_blocks_free=total - used,
             kv_blocks_cached=self.relay.num_cached,
+            kv_blocks_fetched=self.kv_blocks_fetched,
+            kv_fetch_failures=self.kv_fetch_failures,
         )
 
     # -- KV events ---------------------------------------------------------

@@ -46,8 +46,9 @@ def structured_outputs(guided: dict[str, Any] | None) -> Any:
     raise EngineError(f"unknown decoding constraint {kind!r}", "refused", "guided_json")
 
 
-def sampling_params(request: EngineRequest) -> Any:
-    """The vLLM SamplingParams for `request` (deltas of token ids, no text)."""
+def sampling_params(request: EngineRequest, kv_transfer: dict[str, Any] | None = None) -> Any:
+    """The vLLM SamplingParams for `request` (deltas of token ids, no text);
+    `kv_transfer` is what its KV connector reads (disagg.py), None for most."""
     from vllm.sampling_params import RequestOutputKind, SamplingParams
 
     s, stop, out = request.sampling, request.stop, request.output
@@ -73,4 +74,5 @@ def sampling_params(request: EngineRequest) -> Any:
         skip_special_tokens=False,
         output_kind=RequestOutputKind.DELTA,
         structured_outputs=structured_outputs(s.guided),
+        extra_args={"kv_transfer_params": kv_transfer} if kv_transfer is not None else None,
     )

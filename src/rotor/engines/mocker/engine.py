@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from rotor.engines.base import KVFetch
 from rotor.engines.mocker.config import MockerConfig
 from rotor.engines.mocker.constrained import constrained_text, refuse_unsupported
-from rotor.engines.mocker.handover import Holds, missing, transfer_seconds
+from rotor.engines.mocker.handover import Holds, leading, missing, transfer_seconds
 from rotor.engines.mocker.sampler import LogprobMaker, RandomSource, biased, readable_vocab
 from rotor.engines.mocker.scheduler import Scheduler
 from rotor.engines.mocker.script import ScriptSource, parse_script
@@ -192,6 +192,7 @@ class MockerEngine:
         self.holds = Holds(self.scheduler.kv, config.kv_hold_timeout_s)
         self._fetch: KVFetch | None = None  # set by the worker that serves this engine
         self._releasing: set[asyncio.Task[None]] = set()
+        self._fetching: set[asyncio.Task[int]] = set()  # decode requests' KV fetches
         self.kv_blocks_fetched = 0
         self.kv_fetch_failures = 0
         # Requests whose long script is being tokenized off the loop, and the
@@ -233,6 +234,8 @@ class MockerEngine:
                 await task
         if pool is not None:
             pool.shutdown(wait=False)  # a script still tokenizing is refused once done
+        for fetch in list(self._fetching):  # its request is refused
+            fetch.cancel()
         self._fail_all("engine stopped")
 
     # -- Engine interface --------------------------------------------------
@@ -245,7 +248,12 @@ class MockerEngine:
         rid = request.request_id
         transfer = request.annotations.get(KV_TRANSFER)
         if transfer is not None:
-            await self._fetch_blocks(request, transfer)
+            self._tokenizing.setdefault(rid, set())  # an abort meanwhile applies once admitted
+            try:
+                await self._fetch_blocks(request, transfer)
+            except BaseException:
+                self._tokenizing.pop(rid, None)
+                raise
         ids = await self._script_ids(request, script) if script is not None else None
         aborted = self._tokenizing.pop(rid, set())  # while it was tokenized
         req = self._admit(request, script, ids)
@@ -419,8 +427,10 @@ class MockerEngine:
         eos_id = self._eos_id(request)
         seqs: list[Sequence] = []
         makers: list[LogprobMaker | None] = []
+        seeded = request.sampling.seed is not None
+        resume = max(int(request.annotations.get(RESUME_FROM, 0)), 0)
         for index in range(request.n):
-            if request.sampling.seed is not None:
+            if seeded:
                 key = f"{request.sampling.seed}:{index}"
             else:
                 key = f"{self.config.seed}:{request.request_id}:{index}"
@@ -448,13 +458,17 @@ class MockerEngine:
                     request.stop,
                     self.config.eos_probability,
                 )
+                if seeded:
+                    source.skip(resume)
             seqs.append(Sequence(request.request_id, index, request.token_ids, source))
-            top = request.output.top_logprobs
-            makers.append(
-                LogprobMaker(random.Random("logprobs:" + key), self.vocab, top)
-                if request.output.logprobs
-                else None
-            )
+            maker = None
+            if request.output.logprobs:
+                maker = LogprobMaker(
+                    random.Random("logprobs:" + key), self.vocab, request.output.top_logprobs
+                )
+                if seeded:
+                    maker.skip(resume)
+            makers.append(maker)
         req = _Request(seqs, makers, _Outbox(asyncio.get_running_loop()))
         req.prefill_only = bool(request.annotations.get(PREFILL_ONLY))
         self._requests[request.request_id] = req
@@ -482,6 +496,7 @@ class MockerEngine:
                 self._fail_all(f"mocker step failed: {exc}")
 
     async def _step(self) -> None:
+        self.holds.expire()
         batch = self.scheduler.schedule()
         if not batch.items:  # the only running sequence preempted itself; admit next step
             await asyncio.sleep(0)
@@ -583,53 +598,61 @@ class MockerEngine:
     async def _fetch_blocks(self, request: EngineRequest, transfer: dict) -> None:
         """Before a decode request is admitted: fetch the prefill's blocks this
         cache lacks, wait out the transfer, store them. A fetch that fails is
-        computed here instead (counted), unless the transfer is enforced."""
-        rid, kv = request.request_id, self.scheduler.kv
+        computed here instead (counted), unless the transfer is enforced. The
+        fetch is a task of its own, so `stop` ends it; the step loop runs on."""
+        kv = self.scheduler.kv
         offered = [int(h) for h in transfer.get("block_hashes") or ()]
         wanted = missing(kv, request.token_ids, offered)
         if wanted is None:
             self._release(transfer)
             self._fetch_failed(request, "the offered blocks are not this prompt's")
             return
-        if not wanted[1]:  # all held here already: the prefill's hold can go
+        first, hashes = wanted
+        if not hashes:  # all held here already: the prefill's hold can go
             self._release(transfer)
             return
-        first, hashes = wanted
-        self._tokenizing.setdefault(rid, set())  # an abort meanwhile applies once admitted
+        task = asyncio.get_running_loop().create_task(
+            self._transfer(transfer, hashes), name=f"kv-fetch-{request.request_id}"
+        )
+        self._fetching.add(task)
         try:
-            if self._fetch is None:
-                raise RuntimeError("this engine has no way to fetch blocks")
-            granted = await self._fetch(transfer, hashes)
-        except (asyncio.CancelledError, GeneratorExit):
-            self._tokenizing.pop(rid, None)
+            await asyncio.wait((task,))
+        except BaseException:  # the request's reader left: the fetch goes too
+            task.cancel()
             raise
-        except Exception as e:
-            self._tokenizing.pop(rid, None)
-            self._fetch_failed(
-                request, f"the fetch from worker {transfer.get('worker')} failed: {e}"
-            )
+        finally:
+            self._fetching.discard(task)
+        if self._task is None:
+            raise EngineError("engine stopped", "unavailable")
+        error = "cancelled" if task.cancelled() else task.exception()
+        if error is not None:
+            why = f"the fetch from worker {transfer.get('worker')} failed: {error!r}"
+            self._fetch_failed(request, why)
             return
-        given = set(granted)
-        count = next((i for i, h in enumerate(hashes) if h not in given), len(hashes))
-        try:
-            seconds = transfer_seconds(
-                count * kv.block_size,
-                self.config.kv_bytes_per_token,
-                self.config.kv_transfer_gbps,
-                self.config.speedup_ratio,
-            )
-            if seconds > 0:
-                await self._sleep(seconds)
-        except BaseException:
-            self._tokenizing.pop(rid, None)
-            raise
+        count = task.result()
         parent = offered[first - 1] if first else None
         self.kv_blocks_fetched += kv.store(hashes[:count], parent)
         if count < len(hashes):
-            self._tokenizing.pop(rid, None)
             self._fetch_failed(
                 request, f"{len(hashes) - count} of {len(hashes)} blocks not handed over"
             )
+
+    async def _transfer(self, transfer: dict, hashes: list[int]) -> int:
+        """Ask for `hashes` and wait out moving those handed over: how many
+        leading ones were (the KV data itself is simulated)."""
+        if self._fetch is None:
+            raise RuntimeError("this engine has no way to fetch blocks")
+        count = leading(hashes, await self._fetch(transfer, hashes))
+        config = self.config
+        seconds = transfer_seconds(
+            count * self.scheduler.kv.block_size,
+            config.kv_bytes_per_token,
+            config.kv_transfer_gbps,
+            config.speedup_ratio,
+        )
+        if seconds > 0:
+            await self._sleep(seconds)
+        return count
 
     def _release(self, transfer: dict) -> None:
         """End a prefill's hold without taking anything (a fetch of nothing),

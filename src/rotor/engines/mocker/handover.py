@@ -84,6 +84,13 @@ def missing(kv: KVCache, prompt: list[int], offered: list[int]) -> tuple[int, li
     return first, own[first:]
 
 
+def leading(asked: list[int], granted: list[int]) -> int:
+    """How many of the `asked` hashes, from the first on, were `granted`: the
+    blocks a prompt can use (a block after a gap is of no use to it)."""
+    given = set(granted)
+    return next((i for i, h in enumerate(asked) if h not in given), len(asked))
+
+
 def transfer_seconds(tokens: int, bytes_per_token: int, gb_per_s: float, speedup: float) -> float:
     """Simulated time of moving `tokens` tokens' KV: bytes over bandwidth,
     divided by the speedup ratio (bandwidth 0: instant; speedup 0: no waiting)."""

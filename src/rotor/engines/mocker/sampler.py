@@ -78,6 +78,16 @@ class RandomSource:
             return EngineOutput(token_ids=[token], finish="length")
         return EngineOutput(token_ids=[token])
 
+    def skip(self, count: int) -> None:
+        """Draw what `count` tokens already given took, so a seeded answer
+        resumed here (migrated, or decoded after a remote prefill) goes on as
+        it would have; exact when min_tokens was 0 or still is above 0 here."""
+        may_stop = self.min_tokens == 0
+        for _ in range(count):
+            if may_stop and self.eos_id is not None:
+                self.rng.random()
+            self.rng.choice(self.vocab)
+
 
 class LogprobMaker:
     """Well-formed logprobs: the sampled token is the most likely one and the
@@ -104,3 +114,9 @@ class LogprobMaker:
                 rest /= 2
                 top.append((other, math.log(rest)))
         return TokenLogprob(token_id, logprob, top)
+
+    def skip(self, count: int) -> None:
+        """Draw what `count` tokens' logprobs took (what a token is does not
+        change the draws), as `RandomSource.skip`."""
+        for _ in range(count):
+            self.make(-1)

@@ -22,6 +22,8 @@ log = logging.getLogger("rotor.runtime")
 
 FIRST_SAY_S = 1.0  # a NATS that has not answered by then is said to be missing
 SAY_EVERY_S = 3.0
+CANCEL_TRIES = 10
+CANCEL_WAIT_S = 0.5
 
 
 async def connect(
@@ -75,6 +77,13 @@ async def connect(
             )
             wait = SAY_EVERY_S
     finally:
-        if not attempt.done():
+        # nats-py's connect can lose a cancel (Python 3.11's wait_for drops
+        # one that lands as its inner attempt ends, and it retries forever):
+        # cancel until it goes, within bounds, so a stop signal always ends startup
+        for _ in range(CANCEL_TRIES):
+            if attempt.done():
+                break
             attempt.cancel()
-            await asyncio.gather(attempt, return_exceptions=True)
+            await asyncio.wait({attempt}, timeout=CANCEL_WAIT_S)
+        if attempt.done() and not attempt.cancelled():
+            attempt.exception()  # retrieved: a failed attempt is not logged as lost

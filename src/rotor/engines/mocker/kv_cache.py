@@ -16,7 +16,7 @@ registered, `BlocksRemoved` when a cached block is evicted, `AllCleared` on
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from collections.abc import Sequence as Seq
 
 from rotor.engines.mocker.sequence import Sequence
@@ -129,16 +129,7 @@ class KVCache:
 
     def free(self, seq: Sequence) -> None:
         """Release the seq's blocks, tail first so its deepest blocks are evicted first."""
-        for block_id in reversed(seq.block_table):
-            block = self.blocks[block_id]
-            block.ref_count -= 1
-            if block.ref_count:
-                continue
-            if block.hash is not None and self.hash_to_block.get(block.hash) == block_id:
-                self.free_cached[block_id] = None
-            else:
-                block.hash = None
-                self.free_plain.append(block_id)
+        self._release(reversed(seq.block_table))
         seq.block_table.clear()
         seq.num_hashed_blocks = 0
 
@@ -153,6 +144,11 @@ class KVCache:
 
     def unpin(self, block_ids: Seq[int]) -> None:
         """Let go of pinned blocks; unused ones stay cached for prefix reuse."""
+        self._release(block_ids)
+
+    def _release(self, block_ids: Iterable[int]) -> None:
+        """One reference less on each block; a block nobody uses goes to the
+        cached LRU when it is registered under its hash, else to the plain free list."""
         for block_id in block_ids:
             block = self.blocks[block_id]
             block.ref_count -= 1

@@ -82,7 +82,8 @@ async def shaped(
 
 
 class ClientGone(Exception):
-    """The client disconnected before its non-streaming response was ready."""
+    """The client disconnected before its response was ready (before its
+    first event, or, not streaming, before its last)."""
 
 
 class Responder:
@@ -112,7 +113,12 @@ class Responder:
         the client API's."""
         rid = request_id(request)
         t0 = time.perf_counter()
-        resp = await self._start(begin or self.frontend.chat, req, rid, endpoint, params)
+        try:
+            resp = await self._start(
+                begin or self.frontend.chat, req, rid, endpoint, params, request.receive
+            )
+        except ClientGone:
+            return Response(status_code=499)  # what a vanished client "gets": nginx's 499
         note_response(request, resp)
         headers = {"x-request-id": rid, **resp.headers}
         api = view(resp, rid)
@@ -132,17 +138,29 @@ class Responder:
         return Response(orjson.dumps(body), media_type="application/json", headers=headers)
 
     async def _start(
-        self, begin: Begin, req: Any, rid: str, endpoint: str, params: dict[str, str] | None
+        self,
+        begin: Begin,
+        req: Any,
+        rid: str,
+        endpoint: str,
+        params: dict[str, str] | None,
+        receive: Callable,
     ) -> StartedResponse:
         """The model looked up (once) and the response begun, holding a place
         in the admission queue until its first event; a refusal is counted
-        and raised as the client API's error."""
+        and raised as the client API's error. A client that leaves before
+        the first event (a long queue, a long prefill, a KV handover) stops
+        the engines' work at once: ClientGone."""
         label = UNKNOWN_MODEL
         try:
             entry = self.frontend.model(req.model)
             label = entry.model.name
             with self.admission.queued():
-                return await begin(entry, req, rid)
+                started = await race_disconnect(begin(entry, req, rid), receive)
+            if started is None:
+                self.metrics.disconnected.labels(label).inc()
+                raise ClientGone
+            return started.result()
         except REFUSALS as e:
             error = api_error(e, params)
             status = "404" if isinstance(e, ModelNotFound) else str(error.status)

@@ -22,6 +22,7 @@ fills it), and tells whoever built it when a worker joins (`on_join`).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -194,6 +195,10 @@ class Pool:
         attempt = request
         migrations = 0
         handover: _Handover | None = None  # until its decode worker has fetched
+        # The prefill's first token, held back until its decode worker's first
+        # output: the handover is part of the time to the first token, never a
+        # gap between two tokens (as in vLLM's and Dynamo's proxies)
+        held: EngineOutput | None = None
         try:
             while True:
                 decision = self._choose(attempt, tried)
@@ -203,7 +208,10 @@ class Pool:
                     handover = await self._remote_prefill(request, decision)
                     if handover is not None:
                         progress.add(handover.first)
-                        yield handover.first
+                        if _ends_the_answer(request, handover.first):
+                            yield handover.first  # the consumer ends it; nobody fetches
+                        else:
+                            held = handover.first
                         attempt = self._decode_request(request, progress, handover)
                 prefill = self._sent(worker, attempt, decision)
                 stream = self.link.generate(worker, attempt, self.request_timeout)
@@ -215,8 +223,13 @@ class Pool:
                         if handover is not None:  # the blocks moved: the handover is over
                             self.stats.handover.observe(time.monotonic() - handover.at)
                             handover = None
+                        if held is not None:
+                            first, held = held, None
+                            yield first
                         progress.add(out)
                         yield out
+                    if held is not None:  # (a decode stream that said nothing)
+                        yield held
                     return
                 except EngineError as e:
                     if handover is not None:  # its decode worker failed: nobody will fetch
@@ -243,7 +256,10 @@ class Pool:
                     await stream.aclose()  # type: ignore[attr-defined]  # aborts it if it runs
                     self._done(worker, prefill)
         finally:
-            self._decisions.pop(rid, None)
+            # forgotten once the caller's turn is over: an answer that ends at
+            # its first output closes this stream before the caller, taking
+            # that output, reads where it went (`routed`)
+            asyncio.get_running_loop().call_soon(self._decisions.pop, rid, None)
             if handover is not None:  # ended before its decode worker fetched: free them now
                 self.link.release_kv(handover.worker, _transfer_id(handover))
 
@@ -395,6 +411,18 @@ class Pool:
         self.stats.decisions[decision.worker_id] += 1
         decision.headers.setdefault("x-rotor-worker", decision.worker_id)
         return decision
+
+
+def _ends_the_answer(request: EngineRequest, first: EngineOutput) -> bool:
+    """Whether the prefill's first token surely ends the answer (its last
+    token allowed, or a stop token): then it is not held for a decode."""
+    stop = request.stop
+    if stop.max_tokens <= len(first.token_ids):
+        return True
+    ids = {*stop.stop_token_ids, *stop.visible_stop_token_ids}
+    if not stop.ignore_eos:
+        ids.update(stop.eos_token_ids)
+    return stop.min_tokens <= len(first.token_ids) and not ids.isdisjoint(first.token_ids)
 
 
 def _transfer_id(handover: _Handover) -> str:

@@ -4,7 +4,6 @@ frontends deciding per request, and faults made with real signals."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import threading
@@ -19,12 +18,9 @@ from rotor.protocol.engine import (
     KV_TRANSFER,
     PREFILL_ONLY,
     EngineError,
-    EngineOutput,
     EngineRequest,
     StopParams,
 )
-from rotor.runtime.nats.connect import connect
-from rotor.runtime.nats.request_plane import RequestPlane
 
 from support.cluster import (
     Frontend,
@@ -35,6 +31,7 @@ from support.cluster import (
     start_worker,
     wait_for,
 )
+from support.plane import request_plane
 from support.server import rotor_server
 
 pytestmark = pytest.mark.e2e
@@ -184,19 +181,28 @@ def test_the_pins_are_freed_by_the_fetch_and_a_held_prefix_is_not_fetched_again(
     wait_for("the pins freed again", lambda: prefill.metric("rotor_engine_kv_blocks_pinned") == 0)
 
 
-def test_an_answer_of_one_token_ends_at_the_prefill_and_frees_its_pins(
+def test_an_answer_of_one_token_or_eos_ends_at_the_prefill_and_frees_its_pins(
     always: Frontend, pair: tuple[Worker, Worker]
 ) -> None:
     prefill, decode = pair
     generated = decode.metric("rotor_engine_tokens_generated")
     expired = prefill.metric("rotor_engine_kv_hold_timeouts")
-    r = post(always, chat(long_system("moths"), max_tokens=1)).json()
+    whole = post(always, chat(long_system("moths"), max_tokens=1))
+    assert whole.headers["x-rotor-worker"] == f"prefill={prefill.id}, decode={decode.id}"
+    r = whole.json()
     assert r["choices"][0]["finish_reason"] == "length"
     assert r["usage"]["completion_tokens"] == 1
     # nobody will fetch: the frontend tells the prefill worker so, at once
     wait_for("the pins freed", lambda: prefill.metric("rotor_engine_kv_blocks_pinned") == 0)
     assert prefill.metric("rotor_engine_kv_hold_timeouts") == expired
     assert decode.metric("rotor_engine_tokens_generated") == generated  # never asked
+    # a first token that is the model's EOS ends the answer there too
+    r = post(always, chat(long_system("gnats"), mock={"output": ""}, max_tokens=50)).json()
+    assert r["choices"][0]["finish_reason"] == "stop"
+    assert r["choices"][0]["message"]["content"] == ""
+    wait_for("the pins freed", lambda: prefill.metric("rotor_engine_kv_blocks_pinned") == 0)
+    assert prefill.metric("rotor_engine_kv_hold_timeouts") == expired
+    assert decode.metric("rotor_engine_tokens_generated") == generated
 
 
 def test_the_isl_policy_decides_on_the_effective_prompt(
@@ -253,37 +259,6 @@ def test_pools_are_shown_and_http_workers_frontends_disaggregate(
 # -- the hold and its timeout, seen from a worker's own request plane -------------------------
 
 
-@contextmanager
-def request_plane(nats: Nats) -> Iterator[tuple[asyncio.AbstractEventLoop, RequestPlane]]:
-    """rotor's own client side of the request plane, on a loop of its own."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    def run(coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, loop).result(60)
-
-    nc = run(connect(nats.url, "test"))
-    plane = RequestPlane(nc)
-    run(plane.start())
-    try:
-        yield loop, plane
-    finally:
-        run(plane.stop())
-        run(nc.close())
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-
-
-def collect(
-    loop: asyncio.AbstractEventLoop, plane: RequestPlane, worker: str, request: EngineRequest
-) -> list[EngineOutput]:
-    async def go() -> list[EngineOutput]:
-        return [out async for out in plane.generate(worker, request, 30)]
-
-    return asyncio.run_coroutine_threadsafe(go(), loop).result(60)
-
-
 def test_an_unfetched_hold_expires_and_its_decode_computes_the_prompt(nats: Nats) -> None:
     model = "hold-model"
     prefill = start_worker(
@@ -292,12 +267,12 @@ def test_an_unfetched_hold_expires_and_its_decode_computes_the_prompt(nats: Nats
     decode = start_worker(nats, *FAST, *DECODE, "--model-name", model, system=True)
     prompt = list(range(100, 100 + 20 * BLOCK + 5))
     try:
-        with request_plane(nats) as (loop, plane):
+        with request_plane(nats) as plane:
             job = EngineRequest(
                 "hold-1-p", model, prompt, stop=StopParams(max_tokens=1),
                 annotations={PREFILL_ONLY: True},
             )  # fmt: skip
-            outputs = collect(loop, plane, prefill.id, job)
+            outputs = plane.collect(prefill.id, job)
             assert len(outputs) == 1 and outputs[0].finish == "length"
             transfer = outputs[0].kv_transfer
             assert transfer is not None and len(transfer["block_hashes"]) == 20
@@ -315,7 +290,7 @@ def test_an_unfetched_hold_expires_and_its_decode_computes_the_prompt(nats: Nats
                 annotations={KV_TRANSFER: {**transfer, "worker": prefill.id, "enforce": True}},
             )  # fmt: skip
             with pytest.raises(EngineError) as e:
-                collect(loop, plane, decode.id, enforced)
+                plane.collect(decode.id, enforced)
             assert e.value.cause == "kv_transfer"
             assert decode.metric("rotor_engine_kv_fetch_failures") == 1
             # ... and otherwise computes the prompt itself
@@ -323,7 +298,7 @@ def test_an_unfetched_hold_expires_and_its_decode_computes_the_prompt(nats: Nats
                 "hold-2-d", model, resumed, stop=StopParams(max_tokens=5),
                 annotations={KV_TRANSFER: {**transfer, "worker": prefill.id}},
             )  # fmt: skip
-            answer = collect(loop, plane, decode.id, late)
+            answer = plane.collect(decode.id, late)
             assert sum(len(o.token_ids) for o in answer) == 5
             assert decode.metric("rotor_engine_kv_fetch_failures") == 2
             assert decode.metric("rotor_engine_kv_blocks_fetched") == 0
@@ -381,6 +356,20 @@ def test_a_busy_prefill_worker_is_passed_by_and_a_killed_one_is_fallen_back_from
         frontend.proc.stop()
 
 
+@contextmanager
+def raw_request(frontend: Frontend, body: str) -> Iterator[None]:
+    """A chat request on a raw connection, closed when the block ends (the
+    client that leaves before any answer: headers come with the first token)."""
+    host, port = frontend.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as conn:
+        conn.sendall(
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            f"{body}".encode()
+        )
+        yield
+
+
 def test_a_client_that_leaves_mid_prefill_stops_both_workers(
     nats: Nats, slow_pair: tuple[str, Worker, Worker]
 ) -> None:
@@ -391,18 +380,14 @@ def test_a_client_that_leaves_mid_prefill_stops_both_workers(
         # headers come with the first token, so the client that leaves
         # mid-prefill is a raw connection, closed before any answer
         body = json.dumps(chat(long_system("owls"), model=model, stream=True, max_tokens=500))
-        host, port = frontend.url.removeprefix("http://").split(":")
-        with socket.create_connection((host, int(port)), timeout=30) as conn:
-            conn.sendall(
-                f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-                f"{body}".encode()
-            )
+        with raw_request(frontend, body):
             wait_for(
                 "the prefill to run", lambda: prefill.metric("rotor_engine_active_requests") == 1
             )
-        # the connection is closed: the prefill stops, nothing is pinned, nothing decodes
+        # the connection is closed: the prefill stops (before its first token),
+        # nothing is pinned, nothing decodes
         wait_for("the prefill to stop", lambda: prefill.metric("rotor_engine_active_requests") == 0)
+        assert prefill.metric("rotor_engine_tokens_generated") == 0
         assert prefill.metric("rotor_engine_kv_blocks_pinned") == 0
         assert decode.metric("rotor_engine_active_requests") == 0
         assert decode.metric("rotor_engine_tokens_generated") == 0
@@ -412,6 +397,108 @@ def test_a_client_that_leaves_mid_prefill_stops_both_workers(
         wait_for("the pins freed", lambda: prefill.metric("rotor_engine_kv_blocks_pinned") == 0)
     finally:
         frontend.proc.stop()
+
+
+@pytest.fixture
+def slow_transfer(
+    nats: Nats, request: pytest.FixtureRequest
+) -> Iterator[tuple[str, Worker, Worker]]:
+    """A model of the test's own whose decode worker takes seconds to fetch
+    a prompt's blocks (a 25 MB/s link: ~2 s for a few hundred tokens)."""
+    model = request.node.name.replace("_", "-")[:40]
+    prefill = start_worker(nats, *FAST, *PREFILL, "--model-name", model, system=True)
+    decode = start_worker(
+        nats, *SLOW, *DECODE, "--model-name", model, "--kv-transfer-bandwidth", "0.025",
+        "--kv-bytes-per-token", "131072", system=True,
+    )  # fmt: skip
+    try:
+        yield model, prefill, decode
+    finally:
+        prefill.proc.stop()
+        decode.proc.stop()
+
+
+def test_the_first_token_comes_once_the_blocks_have_moved(
+    nats: Nats, slow_transfer: tuple[str, Worker, Worker]
+) -> None:
+    """The handover is part of the time to the first token, never a gap
+    between two tokens: the prefill's first token is held until its decode
+    worker, having fetched the blocks, answers."""
+    model, prefill, decode = slow_transfer
+    frontend = start_frontend(nats, "--disagg-policy", "always")
+    try:
+        frontend.wait_workers(model, {prefill.id, decode.id})
+        fetched_when_first: list[float] = []
+
+        def on_text(text: str) -> None:
+            if text and not fetched_when_first:
+                fetched_when_first.append(decode.metric("rotor_engine_kv_blocks_fetched"))
+
+        body = chat(long_system("lakes"), model=model, mock={"output": STORY}, max_tokens=500)
+        text, usage, header = stream(frontend, body, on_text)
+        assert header == f"prefill={prefill.id}, decode={decode.id}"
+        assert text == STORY
+        assert fetched_when_first[0] >= usage["prompt_tokens"] // BLOCK - 1
+    finally:
+        frontend.proc.stop()
+
+
+def test_a_client_that_leaves_mid_transfer_stops_both_workers(
+    nats: Nats, slow_transfer: tuple[str, Worker, Worker]
+) -> None:
+    model, prefill, decode = slow_transfer
+    frontend = start_frontend(nats, "--disagg-policy", "always")
+    try:
+        frontend.wait_workers(model, {prefill.id, decode.id})
+        body = json.dumps(chat(long_system("foxes"), model=model, stream=True, max_tokens=500))
+        with raw_request(frontend, body):
+            wait_for(
+                "the decode worker to fetch",
+                lambda: decode.metric("rotor_engine_active_requests") == 1,
+            )
+            assert prefill.metric("rotor_engine_active_requests") == 0  # its part is done
+        # the client left mid-transfer: the decode stops, having generated nothing,
+        # and nothing stays pinned on the prefill worker
+        wait_for("the decode to stop", lambda: decode.metric("rotor_engine_active_requests") == 0)
+        assert decode.metric("rotor_engine_tokens_generated") == 0
+        wait_for("the pins freed", lambda: prefill.metric("rotor_engine_kv_blocks_pinned") == 0)
+        r = post(frontend, chat("Be brief.", model=model, mock={"output": "next"}))
+        assert r.json()["choices"][0]["message"]["content"] == "next"
+    finally:
+        frontend.proc.stop()
+
+
+def test_a_prefill_worker_that_refuses_is_fallen_back_from(nats: Nats) -> None:
+    """A prefill worker whose context is shorter than the prompt refuses it:
+    the decode worker prefills it; enforced, the client is told why."""
+    model = "refusing-model"
+    decode = start_worker(nats, *FAST, *DECODE, "--model-name", model)
+    loose = start_frontend(nats, "--disagg-policy", "always")
+    enforcing = start_frontend(nats, "--enforce-disagg")
+    prefill: Worker | None = None
+    try:
+        # the frontends take their card from the first worker (the decode
+        # one's, with the longer context), then see the prefill worker join
+        loose.wait_workers(model, {decode.id})
+        enforcing.wait_workers(model, {decode.id})
+        prefill = start_worker(
+            nats, *FAST, *PREFILL, "--model-name", model, "--max-model-len", "128"
+        )
+        loose.wait_workers(model, {decode.id, prefill.id})
+        enforcing.wait_workers(model, {decode.id, prefill.id})
+        body = chat(long_system("hills"), model=model, mock={"output": STORY}, max_tokens=500)
+        text, usage, header = stream(loose, body)
+        assert header == decode.id and text == STORY and usage["prompt_tokens"] > 128
+        assert decisions(loose, "local", "prefill_failed") == 1
+        refused = httpx.post(enforcing.v1 + "/chat/completions", json=body, timeout=30)
+        assert refused.status_code == 503, refused.text
+        assert refused.headers["retry-after"]
+        message = refused.json()["error"]["message"]
+        assert f"the prefill on worker {prefill.id} failed" in message
+        assert "--enforce-disagg" in message
+    finally:
+        for proc in (loose.proc, enforcing.proc, decode.proc, *([prefill.proc] if prefill else [])):
+            proc.stop()
 
 
 def test_a_decode_worker_killed_after_the_transfer_is_migrated_from(

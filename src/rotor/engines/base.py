@@ -69,16 +69,23 @@ KVFetch = Callable[[dict, list[int]], Awaitable[list[int]]]
 
 
 @runtime_checkable
-class KVHandover(Protocol):
+class KVHold(Protocol):
+    """Prefill engines that hold a prompt's KV for a decode worker until it
+    is taken or dropped (the mocker; vLLM with rotor's storage connector):
+    a worker relays the fetches and drops to them."""
+
+    def kv_release(self, transfer_id: str, hashes: list[int]) -> list[int]:
+        """As a prefill engine: hand over (and unpin) those of the transfer's
+        blocks that are asked for (none asked: drop the whole hold); the
+        hashes handed over (none: unknown, expired, or moved otherwise)."""
+        ...
+
+
+@runtime_checkable
+class KVHandover(KVHold, Protocol):
     """Engines whose KV blocks a worker moves itself, over rotor's transport
     (the mocker; vLLM's connectors move its blocks inside vLLM)."""
 
     def kv_fetcher(self, fetch: KVFetch) -> None:
         """How this engine, as a decode engine, fetches the blocks it lacks."""
-        ...
-
-    def kv_release(self, transfer_id: str, hashes: list[int]) -> list[int]:
-        """As a prefill engine: hand over (and unpin) those of the transfer's
-        blocks that are asked for; the hashes handed over (none: unknown or
-        expired)."""
         ...

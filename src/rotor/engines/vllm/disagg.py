@@ -175,8 +175,14 @@ class Relay:
         return int(said) if isinstance(said, int) else handover.fetch_tokens
 
     def handed_over(self, params: dict[str, Any] | None) -> dict[str, Any]:
-        """The EngineOutput.kv_transfer of a finished prefill request."""
-        return {"engine": "vllm", "connector": self.connector, "params": _plain(params)}
+        """The EngineOutput.kv_transfer of a finished prefill request (with
+        rotor's connector, its storage key is the transfer's id: what the
+        frontend names to drop it)."""
+        transfer = {"engine": "vllm", "connector": self.connector, "params": _plain(params)}
+        key = (params or {}).get("storage_key")
+        if key:
+            transfer["transfer_id"] = str(key)
+        return transfer
 
 
 def _plain(value: Any) -> Any:

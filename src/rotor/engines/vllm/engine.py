@@ -19,12 +19,14 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from rotor.engines.vllm.args import engine_args
 from rotor.engines.vllm.disagg import Mode, Relay
+from rotor.engines.vllm.holds import StoredHolds
 from rotor.engines.vllm.kv_relay import KVRelay, listen, relay_events
 from rotor.engines.vllm.sampling import sampling_params
 from rotor.model.card import ModelCard
@@ -70,8 +72,19 @@ def _stat_logger_factory(into: _Scheduler) -> Callable[[Any, int], Any]:
     return RotorStats
 
 
+# vLLM's own hold of a NixlConnector prefill's blocks (seconds); rotor's
+# --kv-hold-timeout sets it unless the environment already does
+NIXL_HOLD_ENV = "VLLM_NIXL_ABORT_REQUEST_TIMEOUT"
+
+
 class VLLMEngine:
-    def __init__(self, card: ModelCard, vllm_words: list[str], mode: Mode = "agg") -> None:
+    def __init__(
+        self,
+        card: ModelCard,
+        vllm_words: list[str],
+        mode: Mode = "agg",
+        kv_hold_timeout_s: float = 30.0,
+    ) -> None:
         if card.path is None:
             raise ValueError("out=vllm needs a model directory: give --model-path DIR")
         caps = dataclasses.replace(
@@ -86,6 +99,14 @@ class VLLMEngine:
         )
         # a prefill / decode worker's KV connector (docs/vllm.md#disaggregated-serving)
         self.disagg = Relay(self.args.kv_transfer_config)
+        self.mode = mode
+        self.kv_hold_timeout_s = kv_hold_timeout_s
+        # a prefill worker's hand-overs in the storage directory, until loaded
+        self.holds = (
+            StoredHolds(self.disagg.storage_path, kv_hold_timeout_s)
+            if mode == "prefill" and self.disagg.storage_path is not None
+            else None
+        )
         self.kv_blocks_fetched = 0
         self.kv_fetch_failures = 0
         self.llm: Any = None
@@ -105,6 +126,10 @@ class VLLMEngine:
             return
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        if self.mode == "prefill" and self.disagg.connector == "NixlConnector":
+            # (vLLM reads it as its engine processes start; 0 is "until fetched")
+            hold = self.kv_hold_timeout_s or 10**9
+            os.environ.setdefault(NIXL_HOLD_ENV, str(max(1, round(hold))))
         sock, self.args.kv_events_config.endpoint = listen()
         try:
             self.llm = AsyncLLM.from_engine_args(
@@ -185,6 +210,7 @@ class VLLMEngine:
                         )
                         if handover.prefill:
                             item.kv_transfer = self.disagg.handed_over(out.kv_transfer_params)
+                            self._hold(item.kv_transfer)
                         elif handover.fetch_tokens > 0:
                             loaded = self.disagg.loaded(handover, out.kv_transfer_params)
                             self.kv_blocks_fetched += loaded // self.relay.block_size
@@ -208,6 +234,26 @@ class VLLMEngine:
         self._aborts.add(task)
         task.add_done_callback(self._aborts.discard)
 
+    # -- a prefill's hand-overs (the KVHold protocol) -------------------------
+
+    def _hold(self, transfer: dict[str, Any]) -> None:
+        """Keep a prefill's stored KV for its decode worker, for at most the hold timeout."""
+        key = transfer.get("transfer_id")
+        if self.holds is None or not key:
+            return
+        tokens = int((transfer.get("params") or {}).get("stored_tokens") or 0)
+        self.holds.hold(str(key), tokens // (self.relay.block_size or 1))
+        if self.kv_hold_timeout_s > 0:
+            asyncio.get_running_loop().call_later(self.kv_hold_timeout_s, self.holds.expire)
+
+    def kv_release(self, transfer_id: str, hashes: list[int]) -> list[int]:
+        """The frontend drops a hand-over nobody will load: deleted now. (A
+        decode worker loads it through vLLM's connector, never through here:
+        no hashes are handed over this way.)"""
+        if self.holds is not None:
+            self.holds.release(transfer_id)
+        return []
+
     def state(self) -> EngineState:
         total = self._kv_blocks_total
         used = round(total * self._sched.kv_usage)
@@ -221,6 +267,8 @@ class VLLMEngine:
             kv_blocks_cached=self.relay.num_cached,
             kv_blocks_fetched=self.kv_blocks_fetched,
             kv_fetch_failures=self.kv_fetch_failures,
+            kv_blocks_pinned=self.holds.pinned() if self.holds is not None else 0,
+            kv_hold_timeouts=self.holds.timeouts if self.holds is not None else 0,
         )
 
     # -- KV events ---------------------------------------------------------

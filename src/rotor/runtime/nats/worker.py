@@ -23,7 +23,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.errors import BucketNotFoundError, NotFoundError
 
-from rotor.engines.base import Engine, KVEventSource, KVHandover
+from rotor.engines.base import Engine, KVEventSource, KVHandover, KVHold
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol import codec
@@ -102,8 +102,9 @@ class WorkerService:
         await self._subs.add(subjects.generate(wid), self._on_generate)
         await self._subs.add(subjects.abort(wid), self._on_abort)
         await self._subs.add(subjects.kv_snapshot(wid), self._on_kv_snapshot)
-        if isinstance(self.engine, KVHandover):
+        if isinstance(self.engine, KVHold):
             await self._subs.add(subjects.kv_fetch(wid), self._on_kv_fetch)
+        if isinstance(self.engine, KVHandover):
             self.engine.kv_fetcher(self._fetch_kv)
         if isinstance(self.engine, KVEventSource):
             self._kv_pump = asyncio.create_task(self._pump_kv_events(), name="kv-events")
@@ -310,7 +311,7 @@ class WorkerService:
         """As a prefill worker: a decode worker takes the blocks it asks for
         (a request/acknowledge; the KV data itself is the engine's business),
         or the frontend drops a hold nobody will fetch (no reply asked)."""
-        assert isinstance(self.engine, KVHandover)
+        assert isinstance(self.engine, KVHold)
         try:
             ask = msgpack.unpackb(msg.data)
             granted = self.engine.kv_release(str(ask["transfer_id"]), list(ask["hashes"]))

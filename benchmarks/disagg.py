@@ -10,9 +10,10 @@ Shapes: 2 agg workers against 1 prefill + 1 decode (`1p1d`), 4 agg against
 1p3d and 2p2d; the disaggregated ones under each `--policies` (always,
 isl_or_load). Workloads: `trace` (a Mooncake-format trace built by
 `mooncake_trace.py`: shared system prompts, follow-up turns, 30 % long
-prompts), replayed at its timestamps, and `mix` (`rotor bench --mix`, long
-8k-16k and short 0.1k-1k prompts, Poisson). Both send `--rate` requests/s per
-2 workers for `--duration` seconds (a trace per worker count). Each run has
+prompts), replayed at its timestamps, `mix` (`rotor bench --mix`, long
+8k-16k and short 0.1k-1k prompts, Poisson) and `short` (the short ones
+alone). All send `--rate` requests/s per 2 workers for `--duration` seconds
+(a trace per worker count). Each run has
 a fresh cluster (cold caches, its own counters); prints one table and writes
 every run's results under `--out`.
 
@@ -76,7 +77,10 @@ SHAPES = {  # name: (prefill workers, decode workers, agg workers)
     "1p3d": (1, 3, 0),
     "2p2d": (2, 2, 0),
 }
-MIX = "long=8000:16000@0.3,short=100:1000"
+MIXES = {  # workload: rotor bench --mix
+    "mix": "long=8000:16000@0.3,short=100:1000",
+    "short": "short=100:1000",  # where disaggregation has nothing to win
+}
 SLO = "ttft=2s,itl=50ms"
 
 
@@ -144,7 +148,10 @@ class Cluster:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         front = ["frontend", "--nats", self.nats, "--port", str(port), "--router", "kv"]
-        front += ["--disagg-policy", self.policy] if self.policy != "-" else []
+        if self.policy != "-":  # POLICY or POLICY@MIN_TOKENS
+            policy, _, min_tokens = self.policy.partition("@")
+            front += ["--disagg-policy", policy]
+            front += ["--disagg-min-tokens", min_tokens] if min_tokens else []
         self._rotor("frontend", *front)
         wait_until(f"{len(roles)} workers in /health", lambda: self._live() >= len(roles))
 
@@ -258,7 +265,7 @@ def one_run(
             mooncake_trace.write(trace, rows)
         load = ["--trace", str(trace)]
     else:
-        load = ["--mix", MIX, "--request-rate", f"{rate:g}"]
+        load = ["--mix", MIXES[workload], "--request-rate", f"{rate:g}"]
         load += ["--duration", str(a.duration), "--output-len", str(a.output_len), "--seed", "1"]
     load += ["--tokens-per-word", tpw]
     cluster = Cluster(shape, policy, a.out / name / "logs", flags)
@@ -314,8 +321,13 @@ def table(runs: list[dict[str, Any]]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shapes", nargs="+", choices=tuple(SHAPES), default=list(SHAPES))
-    p.add_argument("--policies", nargs="+", default=["always", "isl_or_load"])
-    p.add_argument("--workloads", nargs="+", choices=("trace", "mix"), default=["trace", "mix"])
+    p.add_argument(
+        "--policies",
+        nargs="+",
+        default=["always", "isl_or_load"],
+        help="--disagg-policy of each disaggregated run; POLICY@N adds --disagg-min-tokens N",
+    )
+    p.add_argument("--workloads", nargs="+", choices=("trace", *MIXES), default=["trace", *MIXES])
     p.add_argument("--duration", type=float, default=10.0, help="seconds of load a run")
     p.add_argument("--rate", type=float, default=3.0, help="requests/s per 2 workers")
     p.add_argument("--output-len", type=int, default=128, help="mix: max_tokens")

@@ -102,7 +102,9 @@ class Pool:
         body goes to `on_body` as it arrives; otherwise the whole body (the
         server's error) goes to `on_error`. Returns the status code."""
         for attempt in (0, 1):
-            conn = self._idle.pop() if self._idle else await self._open()
+            # the retry after a stale connection opens a new one: the other
+            # idle ones went quiet at the same time, and are as likely closed
+            conn = self._idle.pop() if self._idle and not attempt else await self._open()
             reused = conn.used
             try:
                 return await self._exchange(conn, path, body, on_body, on_error)

@@ -157,7 +157,7 @@ FRONTEND_FLAGS = [
         "--disagg-policy",
         "with prefill workers: when a request is prefilled on one (else on its decode worker)",
         str.lower,
-        "isl_or_load",
+        "load",
         choices=POLICIES,
     ),
     Flag(

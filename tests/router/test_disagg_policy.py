@@ -41,6 +41,13 @@ def test_each_policy_decides_with_its_reason(
     assert DisaggPolicy(policy).decide(prompt, cached, queues) == expected  # type: ignore[arg-type]
 
 
+def test_the_default_prefills_remotely_unless_every_prefill_worker_is_busy() -> None:
+    default = DisaggPolicy()
+    assert default.decide(100, 0, IDLE) == Choice("remote", "idle")  # short prompts too
+    assert default.decide(100_000, 0, BUSY) == Choice("local", "busy")
+    assert default.decide(100_000, 0, []) == Choice("local", "no_prefill_worker")
+
+
 def test_busy_is_measured_in_the_workers_own_step_budget_or_a_threshold() -> None:
     policy = DisaggPolicy("load")
     assert not policy.busy(BUSY_BUDGETS * 1000, 1000)

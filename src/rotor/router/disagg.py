@@ -11,9 +11,22 @@ worker would stall that worker's decoding streams. So, per policy:
   decode worker already holds at least `max_cached_ratio` of it; else remote.
   (Dynamo compares the raw prompt length; a prompt the decode worker mostly
   holds costs it little, however long it is.)
-- `load`: local when every prefill worker is busier than `busy_tokens`
-  queued prompt tokens (a queue behind them costs more than the stall).
-- `isl_or_load` (the default): local when either says so.
+- `load` (the default): local when every prefill worker is busier than
+  `busy_tokens` queued prompt tokens (a queue behind them costs more than
+  the stall).
+- `isl_or_load`: local when either says so.
+
+Why `load` is the default: the handover is part of the time to the first
+token (router/pool.py holds the first token for it), so a remote prefill
+costs TTFT only, and little (a hop and a fetch: 20-40 ms p50 in the
+benchmark), while a local one stalls every stream on its decode worker.
+Measured (docs/benchmarks.md#disaggregated-serving), `load` matches `always`
+where the prefill pool keeps up, keeps the TTFT that `always` loses when it
+does not (1 prefill + 3 decode workers on long prompts), and beats
+`isl_or_load` at 2048 tokens in all but one run (a draw), short prompts
+included (where a decode worker prefilling them all alone loses to the
+aggregated shape).
+`isl` and `isl_or_load` are for a slow link, where the fetch is what costs.
 
 Every decision has a reason, counted by the pool and logged at debug.
 """
@@ -47,7 +60,7 @@ class Choice:
 
 @dataclass(frozen=True, slots=True)
 class DisaggPolicy:
-    policy: Policy = "isl_or_load"
+    policy: Policy = "load"
     min_tokens: int = DEFAULT_MIN_TOKENS
     max_cached_ratio: float = DEFAULT_MAX_CACHED_RATIO
     busy_tokens: int = 0  # 0: BUSY_BUDGETS × each prefill worker's own budget

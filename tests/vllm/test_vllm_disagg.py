@@ -213,10 +213,12 @@ def test_a_frontend_hands_the_prompt_over_and_answers_as_aggregated(
     assert text == alone_text and text
     for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
         assert usage[key] == alone_usage[key]
-    # the first time, the decode worker loaded every stored block; the second
-    # time it holds them already (the same prompt): nothing to load. And
-    # nothing stays stored or held
-    assert loaded == (0 if stream else (usage["prompt_tokens"] - 1) // BLOCK)
+    # the first time, the decode worker loaded every stored block (it never
+    # saw the prompt); the second time it holds them already, and vLLM's
+    # prefix cache usually says so (it loads none), but what it keeps is
+    # vLLM's business. Either way nothing stays stored or held
+    full = (usage["prompt_tokens"] - 1) // BLOCK
+    assert loaded == full if not stream else loaded in (0, full)
     wait_for("the hand-over gone", lambda: not cluster.stored() and _pinned(cluster) == 0)
 
 

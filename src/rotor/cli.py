@@ -11,6 +11,7 @@ from rotor import __version__
 from rotor.api.admission import DEFAULT_MAX_QUEUED
 from rotor.config import (
     DEFAULT_NATS,
+    DEFAULT_REQUEST_LOG_BYTES,
     EngineConfig,
     Flag,
     FrontendConfig,
@@ -87,6 +88,25 @@ HTTP_FLAGS = [
         minimum=1,
         maximum=256,
     ),
+    # the request log (api/request_log.py): one JSON line per generating request
+    Flag(
+        "--request-log",
+        "in=http: a JSONL file (FILE.jsonl.gz: gzip) with one record per generating request",
+    ),
+    Flag(
+        "--request-log-max-bytes",
+        "the request log is rotated (FILE.1, FILE.2, FILE.3) before it would pass this size",
+        int,
+        DEFAULT_REQUEST_LOG_BYTES,
+        minimum=1,
+    ),
+    Flag(
+        "--request-log-hashes",
+        "request-log records carry the prompt's KV block hashes (never its text), for replay",
+        bool,
+        False,
+        action="store_true",
+    ),
 ]
 MODEL_FLAGS = [
     Flag("--model-path", "a Hugging Face style model directory"),
@@ -110,6 +130,14 @@ LOG_FLAGS = [
         str.lower,
         "text",
         choices=FORMATS,
+    ),
+]
+# tracing (rotor/tracing): off unless a collector is named, here or by OTEL_* variables
+TRACE_FLAGS = [
+    Flag(
+        "--otlp-endpoint",
+        "trace requests: the OTLP/HTTP collector's URL (/v1/traces added), e.g. "
+        "http://127.0.0.1:4318; default: OTEL_EXPORTER_OTLP_ENDPOINT, else off",
     ),
 ]
 RUN_FLAGS = [
@@ -208,7 +236,7 @@ WORKER_FLAGS = [
         choices=ROLES,
     ),
 ]
-FLAGS = HTTP_FLAGS + MODEL_FLAGS + LOG_FLAGS + RUN_FLAGS
+FLAGS = HTTP_FLAGS + MODEL_FLAGS + LOG_FLAGS + TRACE_FLAGS + RUN_FLAGS
 
 
 def env_name(flag: str) -> str:
@@ -286,10 +314,12 @@ def build_parser() -> argparse.ArgumentParser:
     frontend = sub.add_parser(
         "frontend", help="the HTTP API over every model that live workers on NATS offer"
     )
-    _add_flags(frontend, HTTP_FLAGS + NATS_FLAGS + FRONTEND_FLAGS + LOG_FLAGS)
+    _add_flags(frontend, HTTP_FLAGS + NATS_FLAGS + FRONTEND_FLAGS + LOG_FLAGS + TRACE_FLAGS)
     worker = sub.add_parser("worker", help="serve one engine to frontends over NATS")
     worker.add_argument("io", nargs="*", metavar="out=ENGINE", help="the engine")
-    _add_flags(worker, MODEL_FLAGS + NATS_FLAGS + WORKER_FLAGS + LOG_FLAGS + engine_flags())
+    _add_flags(
+        worker, MODEL_FLAGS + NATS_FLAGS + WORKER_FLAGS + LOG_FLAGS + TRACE_FLAGS + engine_flags()
+    )
     # rotor bench: its flags live with it (rotor.bench.args); this block only wires them in
     from rotor.bench.args import DESCRIPTION as BENCH_DESCRIPTION
     from rotor.bench.args import add_arguments as add_bench_arguments
@@ -376,6 +406,10 @@ def _http_config(args: argparse.Namespace) -> HTTPConfig:
         max_queued_requests=args.max_queued_requests,
         shutdown_grace=args.shutdown_grace,
         http_workers=args.http_workers,
+        request_log=args.request_log,
+        request_log_max_bytes=args.request_log_max_bytes,
+        request_log_hashes=args.request_log_hashes,
+        otlp_endpoint=args.otlp_endpoint,
     )
 
 
@@ -477,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
                 system_port=args.system_port,
                 grace_period=args.grace_period,
                 role=args.disaggregation_mode,
+                otlp_endpoint=args.otlp_endpoint,
                 log_level=args.log_level,
                 log_format=args.log_format,
             )

@@ -52,6 +52,9 @@ class ModelConfig:
     template_timeout: float = 5.0  # seconds per prompt in the prepare pool
 
 
+DEFAULT_REQUEST_LOG_BYTES = 100 * 1024 * 1024  # --request-log-max-bytes
+
+
 @dataclass
 class HTTPConfig:
     host: str = "127.0.0.1"
@@ -61,6 +64,10 @@ class HTTPConfig:
     max_queued_requests: int = 1024  # admission control (rotor.api.admission)
     shutdown_grace: float = 10.0  # SIGTERM: then open streams end with an error event
     http_workers: int = 1  # HTTP processes; >1: the engine is reached over a unix socket
+    request_log: str | None = None  # a JSONL (.gz) file: one record per generating request
+    request_log_max_bytes: int = DEFAULT_REQUEST_LOG_BYTES  # then rotated (api/request_log.py)
+    request_log_hashes: bool = False  # records carry the prompt's KV block hashes
+    otlp_endpoint: str | None = None  # tracing: the OTLP/HTTP collector (rotor.tracing)
 
 
 @dataclass
@@ -100,6 +107,7 @@ class WorkerConfig:
     system_port: int | None = None  # /health and /metrics of the worker
     grace_period: float = 30.0  # seconds to finish running requests on SIGTERM
     role: str = "agg"  # --disaggregation-mode: agg | prefill | decode (protocol/lease.Role)
+    otlp_endpoint: str | None = None  # tracing: the OTLP/HTTP collector (rotor.tracing)
     log_level: str = "warning"
     log_format: str = "text"  # text | json (rotor.logs)
 

@@ -25,6 +25,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from rotor import tracing
 from rotor.pipeline.bounds import text_size
 from rotor.pipeline.events import ChoiceEvent, Failure, Usage
 from rotor.pipeline.generate import EngineClient, run_all
@@ -39,6 +40,8 @@ from rotor.pipeline.preprocess import (
 from rotor.pipeline.served import ServedModel
 from rotor.protocol.engine import EngineState
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
+from rotor.tracing import Span
+from rotor.tracing.generate import traced
 
 log = logging.getLogger("rotor.frontend")
 
@@ -154,6 +157,8 @@ class StartedResponse:
     headers: dict[str, str] = field(default_factory=dict)  # where it was routed
     token_text: Callable[[int], str] | None = None
     token_bytes: Callable[[int], bytes] | None = None  # a token's real bytes, for logprobs
+    # its prompts and their choices (finish reasons), read once at the end by the request log
+    prepared: list[Prepared] = field(default_factory=list)
 
     @property
     def model(self) -> str:
@@ -189,7 +194,9 @@ class Frontend:
         self, entry: ModelEntry, req: ChatCompletionRequest, request_id: str
     ) -> StartedResponse:
         """Start a chat response named after `request_id` (the caller's id)."""
-        prepared = await self.prepare_chat(entry.model, req)
+        with tracing.start("rotor.prepare") as span:  # template + tokenization
+            prepared = await self.prepare_chat(entry.model, req)
+            _note_prepared(span, [prepared])
         return await self._start(entry, f"chatcmpl-{request_id}", [prepared], req.logprobs)
 
     async def completion(
@@ -197,10 +204,12 @@ class Frontend:
     ) -> StartedResponse:
         """Start a completions response named after `request_id` (the caller's id)."""
         engine_id = new_request_id()
-        if _completion_chars(req) > LONG_PROMPT_CHARS:
-            prepared = await self.preparer.run(prepare_completion, entry.model, req, engine_id)
-        else:
-            prepared = prepare_completion(entry.model, req, engine_id)
+        with tracing.start("rotor.prepare") as span:  # tokenization
+            if _completion_chars(req) > LONG_PROMPT_CHARS:
+                prepared = await self.preparer.run(prepare_completion, entry.model, req, engine_id)
+            else:
+                prepared = prepare_completion(entry.model, req, engine_id)
+            _note_prepared(span, prepared)
         return await self._start(entry, f"cmpl-{request_id}", prepared, req.logprobs is not None)
 
     async def _start(
@@ -216,7 +225,9 @@ class Frontend:
             sum(p.prompt_tokens for p in prepared),
             [c.decoder for p in prepared for c in p.choices],
         )
-        events = await _primed(run_all(entry.engine, prepared, usage))
+        # tracing on, an in-process engine's requests are generate spans (a pool's: its workers')
+        engine = entry.engine if entry.remote is not None else traced(entry.engine)
+        events = await _primed(run_all(engine, prepared, usage))
         token_text = model.token_text if logprobs and model.tokenizer is not None else None
         return StartedResponse(
             id=response_id,
@@ -228,6 +239,7 @@ class Frontend:
             headers=entry.routed(prepared[0].requests[0].request_id),
             token_text=token_text,
             token_bytes=model.tokenizer.token_bytes if token_text is not None else None,
+            prepared=prepared,
         )
 
 
@@ -273,6 +285,17 @@ async def _checked(
 async def _failing(error: ResponseFailed) -> AsyncGenerator[ChoiceEvent, None]:
     raise error
     yield  # pragma: no cover - makes this an async generator
+
+
+def _note_prepared(span: Span, prepared: list[Prepared]) -> None:
+    """What preparing came to: the prompt tokens, the engine requests (one per choice)."""
+    if span.recording:
+        span.set(
+            {
+                "gen_ai.usage.input_tokens": sum(p.prompt_tokens for p in prepared),
+                "rotor.engine_requests": sum(len(p.requests) for p in prepared),
+            }
+        )
 
 
 def _completion_chars(req: CompletionRequest) -> int:

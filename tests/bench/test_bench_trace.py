@@ -62,8 +62,8 @@ def test_empty_missing_and_unknown(tmp_path: Path) -> None:
         read(write(tmp_path, ""), "mooncake", TraceOptions())
     with pytest.raises(ValueError, match="--trace .*nope"):
         read(tmp_path / "nope.jsonl", "mooncake", TraceOptions())
-    with pytest.raises(ValueError, match="--trace-format 'rotor'"):
-        read(write(tmp_path, row(0, 1, [1])), "rotor", TraceOptions())
+    with pytest.raises(ValueError, match="--trace-format 'sharegpt'"):
+        read(write(tmp_path, row(0, 1, [1])), "sharegpt", TraceOptions())
 
 
 def prompts(rows: list[dict], tmp_path: Path, block: int, tpw: float, seed: str) -> list[str]:

@@ -157,13 +157,15 @@ class Frontend(Server):
         )
 
 
-def start_frontend(nats: Nats, *args: str, timeout: float = 30) -> Frontend:
+def start_frontend(
+    nats: Nats, *args: str, timeout: float = 30, env: dict[str, str] | None = None
+) -> Frontend:
     # Port 0: the frontend binds a port the kernel picks and announces it (no race)
     cmd = [
         sys.executable, "-m", "rotor.cli", "frontend",
         "--nats", nats.url, "--port", "0", *args,
     ]  # fmt: skip
-    proc = _spawn(cmd)
+    proc = _spawn(cmd, env)
     url: list[str] = []
 
     def up() -> bool:

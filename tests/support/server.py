@@ -105,15 +105,20 @@ def _announced_url(log: IO[bytes]) -> str | None:
 
 @contextmanager
 def rotor_server(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 30
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 30,
+    launcher: tuple[str, ...] = ("-m", "rotor.cli"),
 ) -> Iterator[Server]:
+    """`rotor run ARGS` on a free port, healthy; `launcher` is how Python
+    runs rotor's command line (`-c CODE`: with something of a test's around it)."""
     full_env = {**os.environ, "ROTOR_ECHO_DELAY_MS": "0", **(env or {})}
     # rotor's flags come before a `--`; what follows it is the engine's
     cut = args.index("--") if "--" in args else len(args)
     own, rest = list(args[:cut]), list(args[cut:])
     # Port 0: the server binds a port the kernel picks and says which, so no
     # other process can take a port between our choosing it and its binding.
-    cmd = [sys.executable, "-m", "rotor.cli", "run", *own, "--port", "0", *rest]
+    cmd = [sys.executable, *launcher, "run", *own, "--port", "0", *rest]
     log = tempfile.TemporaryFile()  # noqa: SIM115 - outlives this block; closed in finally
     proc = subprocess.Popen(cmd, env=full_env, stdout=log, stderr=subprocess.STDOUT)
     url: list[str] = []

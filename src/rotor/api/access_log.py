@@ -9,6 +9,13 @@ too — read once, at the end.
 
 Probes (/health, /live, /metrics) log at debug, everything else at info.
 Every response carries the `x-request-id` its line names.
+
+With `--request-log`, the same end hands a generating request's record
+(api/request_record.py) to the log's writer (api/request_log.py): once per
+request, and the writer's thread does the rest.
+
+Tracing on, the same start and end open and end the request's span
+(api/request_span.py), the current span of everything the request runs.
 """
 
 from __future__ import annotations
@@ -21,8 +28,12 @@ from typing import Any
 
 from starlette.requests import Request
 
-from rotor.api.access_state import KEY, Access
+from rotor import tracing
+from rotor.api.access_state import KEY, Access, StreamTiming
 from rotor.api.body import request_id
+from rotor.api.request_log import RequestLog
+from rotor.api.request_record import GENERATING, record
+from rotor.api.request_span import end_request_span, open_request_span
 
 log = logging.getLogger("rotor.access")
 
@@ -35,8 +46,9 @@ class AccessLog:
     straight to the server's send (no frame of ours); only the start and the
     last write are looked at."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, request_log: RequestLog | None = None) -> None:
         self.app = app
+        self.request_log = request_log
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -45,7 +57,13 @@ class AccessLog:
         t0 = time.perf_counter()
         access = Access()
         scope.setdefault("state", {})[KEY] = access
+        request_log = self.request_log if scope["path"] in GENERATING else None
+        arrival = 0.0
+        if request_log is not None:
+            arrival = time.time()
+            access.timing = StreamTiming()
         rid = request_id(Request(scope))
+        span = open_request_span(scope, rid, scope["path"] in PROBES)  # tracing on: its span
         status = 0
         complete = False
 
@@ -70,6 +88,7 @@ class AccessLog:
             return edge(message)
 
         raised = False
+        context = tracing.use(span)  # the request's span, found by every step below
         try:
             await self.app(scope, receive, tracked)
         except BaseException:  # a bug below everything (the server answers 500), or cancelled
@@ -78,9 +97,33 @@ class AccessLog:
             raise
         finally:
             level = logging.DEBUG if scope["path"] in PROBES else logging.INFO
+            gone = status == 499 or (not complete and not raised)
+            tracing.reset(context)
+            end_request_span(span, status, access, gone)
             if log.isEnabledFor(level):
-                gone = status == 499 or (not complete and not raised)
                 _write(level, scope, status, access, rid, t0, gone)
+            if request_log is not None:
+                _submit(request_log, scope["path"], status, access, rid, arrival, t0, gone)
+
+
+def _submit(
+    request_log: RequestLog,
+    path: str,
+    status: int,
+    access: Access,
+    rid: str,
+    arrival: float,
+    t0: float,
+    gone: bool,
+) -> None:
+    """The request's record to the request log; a bug here costs the record, not the request."""
+    try:
+        end = time.perf_counter()
+        request_log.submit(
+            record(path, status, access, rid, arrival, t0, end, gone, request_log.hashes)
+        )
+    except Exception:
+        log.exception("request log: no record for request %s", rid)
 
 
 def _write(

@@ -40,6 +40,7 @@ from rotor.api.openai.routes import register_openai
 from rotor.api.openapi import install as install_openapi
 from rotor.api.ops import register_ops
 from rotor.api.page import register_page
+from rotor.api.request_log import RequestLog
 from rotor.api.respond import Responder
 from rotor.api.responses import register_responses
 from rotor.api.sse import SERVER_SEND
@@ -59,6 +60,7 @@ def create_app(
     on_startup: list[Hook] | None = None,
     on_shutdown: list[Hook] | None = None,
     max_queued: int = DEFAULT_MAX_QUEUED,
+    request_log: RequestLog | None = None,
 ) -> FastAPI:
     """`on_startup` / `on_shutdown`: what the builder starts and stops with the
     server (in-process engines, a NATS connection); the frontend is ready once
@@ -66,18 +68,25 @@ def create_app(
     (`app.state.leaving`, set on SIGTERM: a NATS that never answers must not
     keep the process up), and the shutdown hooks run either way.
     `max_queued`: requests waiting for their first token beyond which a new
-    one is a 503 (admission control)."""
+    one is a 503 (admission control). `request_log`: where each generating
+    request's record goes (its writer runs while the server does)."""
     leaving = asyncio.Event()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if request_log is not None:
+            request_log.start()
         frontend.ready = await _start(on_startup or (), leaving)
         try:
             yield
         finally:
             frontend.ready = False
-            for hook in on_shutdown or ():
-                await hook()
+            try:
+                for hook in on_shutdown or ():
+                    await hook()
+            finally:
+                if request_log is not None:  # what is queued is written, a .gz closed whole
+                    await asyncio.to_thread(request_log.close)
 
     app = _App(title="rotor", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.router.route_class = BareRoute  # every route registered below
@@ -108,7 +117,9 @@ def create_app(
     register_docs(app)
     install_openapi(app, api_key)
     register_page(app)
-    app.add_middleware(AccessLog)  # last added: outermost, it sees every response
+    if request_log is not None:
+        metrics.registry.register(request_log.collector())
+    app.add_middleware(AccessLog, request_log=request_log)  # last added: outermost, sees all
     return app
 
 

@@ -50,7 +50,7 @@ async def _read_json(request: Request, limit: int) -> tuple[dict[str, Any], int]
     data = (
         await asyncio.to_thread(parse_json, raw) if len(raw) > OFF_LOOP_BYTES else parse_json(raw)
     )
-    note_model(request, data.get("model"))
+    note_model(request, data.get("model"), data.get("stream"))
     return data, len(raw)
 
 

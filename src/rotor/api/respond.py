@@ -16,7 +16,7 @@ import orjson
 from fastapi import Request
 from starlette.responses import Response
 
-from rotor.api.access_state import note_response
+from rotor.api.access_state import note_response, timing_of
 from rotor.api.admission import Admission
 from rotor.api.body import request_id
 from rotor.api.drain import SHUTTING_DOWN, OpenStreams
@@ -122,7 +122,7 @@ class Responder:
         note_response(request, resp)
         headers = {"x-request-id": rid, **resp.headers}
         api = view(resp, rid)
-        events = observed(resp, self.metrics, endpoint, req.stream, t0)
+        events = observed(resp, self.metrics, endpoint, req.stream, t0, timing_of(request))
         if req.stream:
             return self._stream(api, events, headers, resp.model)
         try:

@@ -49,7 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     trace = p.add_argument_group("trace replay")
     trace.add_argument("--trace", type=Path, metavar="FILE", help="replay a trace at its times")
     trace.add_argument(
-        "--trace-format", choices=tuple(FORMATS), default="mooncake", help="its format (mooncake)"
+        "--trace-format",
+        choices=tuple(FORMATS),
+        default="mooncake",
+        help="its format: mooncake, or rotor (a --request-log file)",
     )
     trace.add_argument(
         "--trace-speedup", type=float, nargs="+", metavar="X", help="divide its gaps (1); a sweep"

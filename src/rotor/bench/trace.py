@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from rotor.bench import mooncake
+from rotor.bench import mooncake, rotor_trace
 from rotor.bench.workload import Conversation
 
 
@@ -20,7 +20,7 @@ from rotor.bench.workload import Conversation
 class TraceOptions:
     """What a reader may need besides the file."""
 
-    block_size: int = 512  # tokens per hash id (Mooncake)
+    block_size: int = 512  # tokens per hash id (Mooncake); per piece of text (rotor, no hashes)
 
 
 class Trace(Protocol):
@@ -38,7 +38,7 @@ class Trace(Protocol):
 
 Reader = Callable[[Path, TraceOptions], Trace]
 
-FORMATS: dict[str, Reader] = {"mooncake": mooncake.read}
+FORMATS: dict[str, Reader] = {"mooncake": mooncake.read, "rotor": rotor_trace.read}
 
 
 def read(path: Path, fmt: str, options: TraceOptions) -> Trace:

@@ -30,10 +30,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
+from rotor import tracing
 from rotor.model.card import ModelCard
 from rotor.protocol.engine import (
     KV_TRANSFER,
     PREFILL_ONLY,
+    RESUME_FROM,
     EngineError,
     EngineOutput,
     EngineRequest,
@@ -45,6 +47,7 @@ from rotor.router.disagg import Choice, DisaggPolicy
 from rotor.router.kv import KVRouter, KVStats
 from rotor.router.modes import Decision, LocalLoad, Router, WorkerState
 from rotor.router.stats import PoolStats
+from rotor.tracing import NO_SPAN, Span
 
 log = logging.getLogger("rotor.router")
 
@@ -57,9 +60,14 @@ class WorkerLink(Protocol):
     """What a pool needs of the request plane."""
 
     def generate(
-        self, worker_id: str, request: EngineRequest, request_timeout: float
+        self,
+        worker_id: str,
+        request: EngineRequest,
+        request_timeout: float,
+        headers: dict[str, str] | None = None,
     ) -> AsyncIterator[EngineOutput]:
-        """`request` on one worker; closing the stream early aborts it there."""
+        """`request` on one worker; closing the stream early aborts it there.
+        `headers` go with it (the trace context of its attempt, tracing on)."""
         ...
 
     def worker_gone(self, worker_id: str) -> None:
@@ -199,13 +207,15 @@ class Pool:
         # output: the handover is part of the time to the first token, never a
         # gap between two tokens (as in vLLM's and Dynamo's proxies)
         held: EngineOutput | None = None
+        moved: str | None = None  # why the last attempt failed: the next one is a migration
         try:
             while True:
-                decision = self._choose(attempt, tried)
+                route = tracing.start("rotor.route", {"rotor.engine_request_id": rid})
+                decision = self._choose(attempt, tried, route)
                 self._decisions.setdefault(rid, decision)
                 worker = decision.worker_id
                 if migrations == 0 and progress.tokens == 0:
-                    handover = await self._remote_prefill(request, decision)
+                    handover = await self._remote_prefill(request, decision, route)
                     if handover is not None:
                         progress.add(handover.first)
                         if _ends_the_answer(request, handover.first):
@@ -213,8 +223,11 @@ class Pool:
                         else:
                             held = handover.first
                         attempt = self._decode_request(request, progress, handover)
+                route.end()
                 prefill = self._sent(worker, attempt, decision)
-                stream = self.link.generate(worker, attempt, self.request_timeout)
+                span = _attempt_span(worker, attempt, migrations, moved, handover is not None)
+                sent = progress.tokens
+                stream = self.link.generate(worker, attempt, self.request_timeout, span.headers())
                 try:
                     async for out in stream:
                         if prefill:
@@ -232,6 +245,8 @@ class Pool:
                         yield held
                     return
                 except EngineError as e:
+                    span.fail(e.message, e.cause)
+                    moved = e.cause or "unavailable"
                     if handover is not None:  # its decode worker failed: nobody will fetch
                         self.link.release_kv(handover.worker, _transfer_id(handover))
                         handover = None
@@ -253,6 +268,8 @@ class Pool:
                     )
                     attempt = migration.resumed(request, progress, f"{rid}-m{migrations}")
                 finally:
+                    span.set({"gen_ai.usage.output_tokens": progress.tokens - sent})
+                    span.end()
                     await stream.aclose()  # type: ignore[attr-defined]  # aborts it if it runs
                     self._done(worker, prefill)
         finally:
@@ -265,9 +282,12 @@ class Pool:
 
     # -- disaggregation ------------------------------------------------------------------
 
-    async def _remote_prefill(self, request: EngineRequest, decision: Decision) -> _Handover | None:
+    async def _remote_prefill(
+        self, request: EngineRequest, decision: Decision, route: Span
+    ) -> _Handover | None:
         """The prompt prefilled on a prefill worker, when the policy says so
-        and one can; None: the decode worker prefills it."""
+        and one can; None: the decode worker prefills it. The disaggregation
+        decision ends the `route` span."""
         prefill_workers = self.live(("prefill",))
         if not prefill_workers and not self.disagg.enforce and not self.live(("decode",)):
             return None  # an aggregated model: no decision to count
@@ -279,6 +299,8 @@ class Pool:
             for w in prefill_workers
         ]  # fmt: skip
         choice = self.disagg.decide(prompt, cached, queues)
+        route.set({"rotor.disagg.where": choice.where, "rotor.disagg.reason": choice.reason})
+        route.end()
         if choice.where == "local" and self.disagg.enforce:
             raise self._unavailable(request, "no live prefill worker serves the model")
         handover = None
@@ -321,12 +343,14 @@ class Pool:
         decision.headers["x-rotor-worker"] = f"prefill={worker}, decode={decision.worker_id}"
         tokens = self._sent(worker, job, chosen)
         first: EngineOutput | None = None
-        stream = self.link.generate(worker, job, self.request_timeout)
+        span = _attempt_span(worker, job, 0, None, False)
+        stream = self.link.generate(worker, job, self.request_timeout, span.headers())
         try:
             async for out in stream:
                 if out.kv_transfer is not None:
                     first = out
         except EngineError as e:
+            span.fail(e.message, e.cause)
             if self.disagg.enforce:
                 raise self._unavailable(
                     request, f"the prefill on worker {worker} failed: {e.message}"
@@ -334,7 +358,11 @@ class Pool:
             log.warning("request %s: prefill on %s failed (%s); prefilling locally",
                         request.request_id, worker, e.message)  # fmt: skip
             return None
+        else:
+            if first is None:
+                span.fail(f"worker {worker} handed over no KV blocks")
         finally:
+            span.end()
             await stream.aclose()  # type: ignore[attr-defined]
             self._done(worker, tokens)
         if first is None or first.kv_transfer is None:
@@ -397,19 +425,26 @@ class Pool:
         if in_flight[worker] <= 0:
             del in_flight[worker]
 
-    def _choose(self, request: EngineRequest, tried: set[str]) -> Decision:
+    def _choose(self, request: EngineRequest, tried: set[str], route: Span = NO_SPAN) -> Decision:
+        """A decode (or agg) worker for `request`, none of `tried` if it can; the
+        decision told to `route` (a span that a request with no worker ends)."""
         live = self.live(DECODE_ROLES)
         candidates = [w for w in live if w.worker_id not in tried] or live
         if not candidates:
             self.stats.no_worker += 1
-            raise EngineError(
+            error = EngineError(
                 f"no live worker serves the model {self.card.name!r}",
                 "unavailable",
                 cause="no_worker",
             )
+            route.fail(error.message, error.cause)
+            route.end()
+            raise error
         decision = self.router.choose(candidates, request, self.load)
         self.stats.decisions[decision.worker_id] += 1
         decision.headers.setdefault("x-rotor-worker", decision.worker_id)
+        if route.recording:
+            route.set(_decision_attributes(self.router, candidates, request, decision))
         return decision
 
 
@@ -423,6 +458,45 @@ def _ends_the_answer(request: EngineRequest, first: EngineOutput) -> bool:
     if not stop.ignore_eos:
         ids.update(stop.eos_token_ids)
     return stop.min_tokens <= len(first.token_ids) and not ids.isdisjoint(first.token_ids)
+
+
+def _attempt_span(
+    worker: str, request: EngineRequest, attempt: int, moved: str | None, decode: bool
+) -> Span:
+    """The span of one request sent to one worker (its generate span is the
+    worker's child of it): a migration's says why (`moved`)."""
+    if not tracing.enabled():
+        return NO_SPAN
+    stage = "prefill" if PREFILL_ONLY in request.annotations else "decode" if decode else "agg"
+    return tracing.start(
+        "rotor.attempt",
+        {
+            "rotor.worker_id": worker,
+            "rotor.engine_request_id": request.request_id,
+            "rotor.stage": stage,
+            "rotor.attempt": attempt,
+            "rotor.migration.cause": moved,
+            "rotor.resume_from": request.annotations.get(RESUME_FROM),
+        },
+        kind="client",
+    )
+
+
+def _decision_attributes(
+    router: Router, candidates: list[Lease], request: EngineRequest, decision: Decision
+) -> dict[str, Any]:
+    """What a routing decision span says: the mode, the candidates, the
+    worker chosen, and (kv) the prefix it already holds."""
+    overlap = decision.headers.get("x-rotor-kv-overlap")
+    prefill = decision.prefill_tokens
+    return {
+        "rotor.router": type(router).__name__,
+        "rotor.candidates": [w.worker_id for w in candidates],
+        "rotor.worker_id": decision.worker_id,
+        "gen_ai.usage.input_tokens": len(request.token_ids),
+        "rotor.kv.overlap_blocks": int(overlap) if overlap is not None else None,
+        "rotor.kv.prefill_tokens": prefill,
+    }
 
 
 def _transfer_id(handover: _Handover) -> str:

@@ -6,6 +6,7 @@ process). A problem with the flags or the model directory is a
 
 from __future__ import annotations
 
+from rotor import tracing
 from rotor.config import ModelConfig, RunConfig
 from rotor.engines.base import Engine
 from rotor.engines.registry import EngineSpec, engine_spec
@@ -79,3 +80,6 @@ def check_limits(config: RunConfig) -> None:
         raise StartupError("--shutdown-grace must be a number of seconds, 0 or more")
     if not config.model.template_timeout > 0:
         raise StartupError("--template-timeout must be a positive number of seconds")
+    problem = tracing.missing(config.http.otlp_endpoint) if config.input == "http" else None
+    if problem is not None:
+        raise StartupError(problem)

@@ -9,6 +9,7 @@ pools and their KV indexes (router/) on the other.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 from typing import Any
@@ -34,6 +35,9 @@ from rotor.runtime.nats.request_plane import RequestPlane
 from rotor.serve.build import StartupError
 from rotor.serve.gc import settle_after_startup
 from rotor.serve.http import http_server
+from rotor.serve.request_log import for_process, open_request_log
+from rotor.tracing import Exporting
+from rotor.tracing import missing as tracing_missing
 
 log = logging.getLogger("rotor.frontend")
 
@@ -148,6 +152,10 @@ def run_frontend(config: FrontendConfig) -> int:
     if http.api_key == "":
         logs.say("--api-key is empty: give a key, or leave the flag out", logging.ERROR)
         return 2
+    problem = tracing_missing(http.otlp_endpoint)
+    if problem is not None:
+        logs.say(problem, logging.ERROR)
+        return 2
     if http.http_workers != 1:
         return run_frontends(config)
     announce = f"frontend on {{url}}, workers from {config.nats}"
@@ -163,12 +171,14 @@ def frontend_server(config: FrontendConfig, announce: str = "") -> Any:
         reasoning_field=http.reasoning_field, preparer=Preparer(budget_s=config.template_timeout)
     )
     cluster = Cluster(frontend, config)
+    traces = Exporting(http.otlp_endpoint, "rotor-frontend")  # in the process that serves
     app = create_app(
         frontend,
         api_key=http.api_key,
-        on_startup=[cluster.start, settle_after_startup],
-        on_shutdown=[cluster.stop],
+        on_startup=[traces.start, cluster.start, settle_after_startup],
+        on_shutdown=[cluster.stop, traces.stop],
         max_queued=http.max_queued_requests,
+        request_log=open_request_log(http),
     )
     return http_server(app, http, config.log_level, announce)
 
@@ -194,7 +204,9 @@ def run_frontends(config: FrontendConfig) -> int:
     port = socks[0].getsockname()[1]
 
     def serve(sock: socket.socket) -> int:
-        server = frontend_server(config)
+        # each HTTP process its own request-log file (serve/request_log.py)
+        own = dataclasses.replace(config, http=for_process(http, socks.index(sock)))
+        server = frontend_server(own)
         server.run(sockets=[sock])
         return 0 if server.started else 1
 

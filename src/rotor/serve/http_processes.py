@@ -37,6 +37,7 @@ from rotor.serve.processes import (
     stop_timeout,
     watch,
 )
+from rotor.serve.request_log import for_process
 from rotor.serve.system import System
 
 
@@ -59,7 +60,8 @@ def serve_http_processes(system: System, http: HTTPConfig, log_level: str) -> in
 
     def serve(sock: socket.socket) -> int:
         engine_sock.close()
-        return _http_process(entries[0], system, path, sock, http, log_level)
+        own = for_process(http, http_socks.index(sock))  # its own request-log file
+        return _http_process(entries[0], system, path, sock, own, log_level)
 
     port = http_socks[0].getsockname()[1]
     pids = fork_each(http_socks, serve)

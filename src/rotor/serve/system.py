@@ -47,14 +47,19 @@ class System:
 
     def app(self, http: HTTPConfig) -> Any:
         """The HTTP API over this system: its engines start and stop with the
-        server, and the garbage collector settles once they have started."""
+        server, and the garbage collector settles once they have started.
+        Tracing (when asked for) starts first and sends its last spans last."""
         from rotor.api.app import create_app
         from rotor.serve.gc import settle_after_startup
+        from rotor.serve.request_log import open_request_log
+        from rotor.tracing import Exporting
 
+        traces = Exporting(http.otlp_endpoint, "rotor")
         return create_app(
             self.frontend,
             api_key=http.api_key,
-            on_startup=[self.start, settle_after_startup],
-            on_shutdown=[self.stop],
+            on_startup=[traces.start, self.start, settle_after_startup],
+            on_shutdown=[self.stop, traces.stop],
             max_queued=http.max_queued_requests,
+            request_log=open_request_log(http),
         )

@@ -10,7 +10,7 @@ import signal
 
 from nats.aio.client import Client
 
-from rotor import logs
+from rotor import logs, tracing
 from rotor.config import WorkerConfig
 from rotor.engines.base import Engine, Lifecycle
 from rotor.engines.registry import engine_spec
@@ -41,6 +41,9 @@ def build(config: WorkerConfig) -> tuple[Engine, Tokenizer | None]:
 def run_worker(config: WorkerConfig) -> int:
     logs.setup(config.log_level, config.log_format)
     try:
+        problem = tracing.missing(config.otlp_endpoint)
+        if problem is not None:
+            raise StartupError(problem)
         engine, tok = build(config)
     except StartupError as e:
         logs.say(str(e), logging.ERROR)
@@ -95,9 +98,11 @@ class _Worker:
         self.service: WorkerService | None = None
         self.status: EmbeddedServer | None = None
         self.status_task: asyncio.Task[None] | None = None
+        self.traces = tracing.Exporting(config.otlp_endpoint, "rotor-worker")
 
     async def start(self) -> WorkerService:
         engine, config = self.engine, self.config
+        await self.traces.start()  # tracing, when asked for: before any request
 
         async def reconnected() -> None:
             if self.service is not None:
@@ -128,3 +133,4 @@ class _Worker:
         if self.nc is not None:
             with contextlib.suppress(Exception):
                 await self.nc.drain()
+        await self.traces.stop()  # the last spans sent

@@ -61,10 +61,15 @@ class RequestPlane:
                 )
 
     def generate(
-        self, worker_id: str, request: EngineRequest, request_timeout: float
+        self,
+        worker_id: str,
+        request: EngineRequest,
+        request_timeout: float,
+        headers: dict[str, str] | None = None,
     ) -> AsyncIterator[EngineOutput]:
         """`request` on `worker_id`, its outputs as they come. Closing this
-        early aborts the request on the worker."""
+        early aborts the request on the worker. `headers` (a trace context)
+        go as the NATS message's headers; None: a message without any."""
         rid = request.request_id
 
         def ended() -> None:
@@ -89,6 +94,7 @@ class RequestPlane:
                 subjects.generate(worker_id),
                 codec.encode_request(request),
                 reply=subjects.response(self.frontend_id, rid),
+                headers=headers,
             )
 
         return stream.read(send)

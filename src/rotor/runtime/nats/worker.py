@@ -33,6 +33,8 @@ from rotor.protocol.lease import LEASE_TTL_S, RENEW_S, Lease, Role
 from rotor.runtime.nats import messages as wire
 from rotor.runtime.nats import subjects
 from rotor.runtime.nats.subscriptions import Subscriptions
+from rotor.tracing import NO_SPAN, Span
+from rotor.tracing.generate import follow, remote_span
 
 log = logging.getLogger("rotor.worker")
 
@@ -238,11 +240,13 @@ class WorkerService:
             await self.nc.publish(msg.reply, wire.message(0, wire.ERROR, codec.encode_error(error)))
             return
         rid = request.request_id
-        task = asyncio.create_task(self._serve(request, msg.reply), name=f"serve-{rid}")
+        extra = {"rotor.worker_id": self.worker_id, "rotor.role": self.lease.role}
+        span = remote_span(request, self.engine, msg.headers, extra)  # tracing on: its span
+        task = asyncio.create_task(self._serve(request, msg.reply, span), name=f"serve-{rid}")
         self._tasks[rid] = task
         task.add_done_callback(lambda _: self._tasks.pop(rid, None))
 
-    async def _serve(self, request, reply: str) -> None:  # noqa: ANN001
+    async def _serve(self, request, reply: str, span: Span = NO_SPAN) -> None:  # noqa: ANN001
         seq = 0
         quiet = asyncio.Event()
 
@@ -260,12 +264,13 @@ class WorkerService:
                     await send(wire.HEARTBEAT)
 
         beat = asyncio.create_task(heartbeat())
-        stream = self.engine.generate(request)
+        stream = follow(span, self.engine.generate(request))  # (itself when tracing is off)
         try:
             async for out in stream:
                 await send(wire.OUTPUTS, codec.encode_outputs([out]))
             await send(wire.DONE)
         except asyncio.CancelledError:
+            span.set({"rotor.aborted": True})
             raise
         except EngineError as e:
             await send(wire.ERROR, codec.encode_error(e))
@@ -276,6 +281,7 @@ class WorkerService:
             beat.cancel()
             await asyncio.gather(beat, return_exceptions=True)
             await stream.aclose()  # type: ignore[attr-defined]
+            span.end()
 
     async def _on_abort(self, msg: Msg) -> None:
         rid = msg.data.decode(errors="replace")

@@ -33,6 +33,7 @@ from support.cluster import (
 )
 from support.plane import request_plane
 from support.server import rotor_server
+from support.sse import live_chunks
 
 pytestmark = pytest.mark.e2e
 
@@ -71,11 +72,7 @@ def stream(frontend: Frontend, body: dict[str, Any], on_text: Any = None) -> tup
     with httpx.stream("POST", frontend.v1 + "/chat/completions", json=body, timeout=90) as r:
         assert r.status_code == 200, r.read()
         header = r.headers.get("x-rotor-worker", "")
-        for line in r.iter_lines():
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
-            assert "error" not in chunk, chunk
+        for chunk in live_chunks(r):
             for c in chunk["choices"]:
                 text.append(c["delta"].get("content") or "")
             usage = chunk.get("usage") or usage
@@ -525,12 +522,9 @@ def test_a_decode_worker_killed_after_the_transfer_is_migrated_from(
         with httpx.stream("POST", always.v1 + "/chat/completions", json=streamed, timeout=60) as r:
             header.append(r.headers["x-rotor-worker"])
             text = []
-            for line in r.iter_lines():
-                if line.startswith("data: {"):
-                    chunk = json.loads(line[6:])
-                    assert "error" not in chunk, chunk
-                    text.extend(c["delta"].get("content") or "" for c in chunk["choices"])
-                    kill_once("".join(text))
+            for chunk in live_chunks(r):
+                text.extend(c["delta"].get("content") or "" for c in chunk["choices"])
+                kill_once("".join(text))
         assert killed, "the stream ended before the kill"
         assert "".join(text) == STORY
     finally:

@@ -27,6 +27,7 @@ from support.cluster import (
     wait_for,
 )
 from support.server import rotor_server
+from support.sse import live_chunks
 
 pytestmark = pytest.mark.e2e
 
@@ -109,11 +110,7 @@ def stream_text(client: httpx.Client, url: str, body: dict[str, Any]) -> tuple[s
     finish = None
     with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
         assert r.status_code == 200, r.read()
-        for line in r.iter_lines():
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
-            assert "error" not in chunk, chunk
+        for chunk in live_chunks(r):
             for c in chunk["choices"]:
                 text.append(c["delta"].get("content") or "")
                 finish = c.get("finish_reason") or finish

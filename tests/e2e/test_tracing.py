@@ -32,6 +32,7 @@ from support.cluster import (
 from support.imports import MARK, WATCHED
 from support.otlp import CLIENT, SERVER, ReceivedSpan, Receiver, otlp_receiver
 from support.server import Server, free_port, rotor_server
+from support.sse import live_chunks
 
 # every server of the module shares the receiver: one xdist worker runs them all
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("tracing")]
@@ -84,11 +85,7 @@ def chat(
         "POST", url + "/v1/chat/completions", json=payload, headers=sent, timeout=60
     ) as r:
         assert r.status_code == 200, r.read()
-        for line in r.iter_lines():
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
-            assert "error" not in chunk, chunk
+        for chunk in live_chunks(r):
             for c in chunk["choices"]:
                 text.append(c["delta"].get("content") or "")
             usage = chunk.get("usage") or usage

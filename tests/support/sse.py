@@ -9,6 +9,7 @@ Both take the body text, or a response (read whole here, streamed or not).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -53,3 +54,13 @@ def named_events(source: str | httpx.Response) -> list[tuple[str, dict[str, Any]
         assert data["type"] == fields["event"], block
         events.append((fields["event"], data))
     return events
+
+
+def live_chunks(response: httpx.Response) -> Iterator[dict[str, Any]]:
+    """An OpenAI stream's chunks as they arrive (a streamed response, read
+    line by line), none of them an error."""
+    for line in response.iter_lines():
+        if line.startswith("data: {"):
+            chunk = json.loads(line[6:])
+            assert "error" not in chunk, chunk
+            yield chunk

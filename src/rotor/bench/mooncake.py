@@ -46,14 +46,20 @@ def _count(obj: dict[str, Any], key: str, where: str) -> int:
     return v
 
 
-def parse_line(raw: bytes, where: str, block_size: int) -> Row:
-    """One line, checked: a clear message naming `where` when it is wrong."""
+def json_object(raw: bytes, where: str) -> dict[str, Any]:
+    """One JSONL line as an object; a ValueError naming `where` when it is not one."""
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise ValueError(f"{where}: not JSON ({e})") from None
     if not isinstance(obj, dict):
         raise ValueError(f"{where}: expected an object")
+    return obj
+
+
+def parse_line(raw: bytes, where: str, block_size: int) -> Row:
+    """One line, checked: a clear message naming `where` when it is wrong."""
+    obj = json_object(raw, where)
     ts = obj.get("timestamp")
     if not isinstance(ts, (int, float)) or isinstance(ts, bool) or ts < 0:
         raise ValueError(f"{where}: 'timestamp' must be a number of ms ≥ 0, got {ts!r}")

@@ -32,9 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from rotor.bench.mooncake import MooncakeTrace, Row
+from rotor.bench.mooncake import MooncakeTrace, Row, json_object
 from rotor.bench.workload import Conversation
 
 if TYPE_CHECKING:
@@ -65,12 +63,7 @@ def _count(obj: dict[str, Any], key: str, where: str) -> int:
 def parse_line(raw: bytes, where: str) -> tuple[Logged | None, int | None]:
     """One line, checked: the record (None when it has no response to
     replay) and the block size its hashes are of (None without hashes)."""
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        raise ValueError(f"{where}: not JSON ({e})") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"{where}: expected an object")
+    obj = json_object(raw, where)
     arrival = obj.get("arrival")
     if not isinstance(arrival, (int, float)) or isinstance(arrival, bool) or not arrival >= 0:
         raise ValueError(f"{where}: 'arrival' must be unix seconds ≥ 0, got {arrival!r}")

@@ -100,6 +100,20 @@ class Gate:
         return self.prefill.kv_release(transfer["transfer_id"], hashes)
 
 
+async def fetch_in_flight(
+    make_engine: MakeEngine,
+) -> tuple[MockerEngine, Gate, EngineRequest, asyncio.Task[list[EngineOutput]]]:
+    """A decode engine fetching a prefill's blocks through a closed `Gate`:
+    (the decode engine, the gate, its request, the task collecting it)."""
+    prefill, decode = await make_engine(), await make_engine()
+    gate = Gate(prefill)
+    decode.kv_fetcher(gate)
+    _, rest = await prefill_only(prefill)
+    fetching = asyncio.create_task(collect(decode, rest))
+    await wait_for_async("the fetch to start", lambda: gate.started)
+    return decode, gate, rest, fetching
+
+
 async def test_the_answer_is_the_aggregated_one_and_the_blocks_move(
     make_engine: MakeEngine,
 ) -> None:
@@ -249,12 +263,7 @@ async def test_blocks_not_handed_over_are_computed_here_unless_enforced(
 
 
 async def test_a_fetch_in_flight_holds_up_no_other_request(make_engine: MakeEngine) -> None:
-    prefill, decode = await make_engine(), await make_engine()
-    gate = Gate(prefill)
-    decode.kv_fetcher(gate)
-    _, rest = await prefill_only(prefill)
-    fetching = asyncio.create_task(collect(decode, rest))
-    await wait_for_async("the fetch to start", lambda: gate.started)
+    decode, gate, rest, fetching = await fetch_in_flight(make_engine)
     other = await collect(decode, request({"output": "meanwhile"}))
     assert other[-1].finish is not None and not fetching.done()
     assert decode.state().active_requests == 1  # the one fetching
@@ -264,12 +273,7 @@ async def test_a_fetch_in_flight_holds_up_no_other_request(make_engine: MakeEngi
 
 
 async def test_a_reader_that_leaves_mid_fetch_ends_the_fetch(make_engine: MakeEngine) -> None:
-    prefill, decode = await make_engine(), await make_engine()
-    gate = Gate(prefill)
-    decode.kv_fetcher(gate)
-    _, rest = await prefill_only(prefill)
-    fetching = asyncio.create_task(collect(decode, rest))
-    await wait_for_async("the fetch to start", lambda: gate.started)
+    decode, gate, rest, fetching = await fetch_in_flight(make_engine)
     fetching.cancel()  # as the worker does on an abort
     await wait_for_async("the fetch to be cancelled", lambda: gate.cancelled)
     await asyncio.gather(fetching, return_exceptions=True)
@@ -280,12 +284,7 @@ async def test_a_reader_that_leaves_mid_fetch_ends_the_fetch(make_engine: MakeEn
 
 
 async def test_an_abort_mid_fetch_applies_once_it_is_done(make_engine: MakeEngine) -> None:
-    prefill, decode = await make_engine(), await make_engine()
-    gate = Gate(prefill)
-    decode.kv_fetcher(gate)
-    _, rest = await prefill_only(prefill)
-    fetching = asyncio.create_task(collect(decode, rest))
-    await wait_for_async("the fetch to start", lambda: gate.started)
+    decode, gate, rest, fetching = await fetch_in_flight(make_engine)
     decode.abort(rest.request_id)
     gate.opened.set()
     assert await fetching == []  # aborted: no output at all
@@ -295,12 +294,7 @@ async def test_an_abort_mid_fetch_applies_once_it_is_done(make_engine: MakeEngin
 async def test_stopping_the_engine_mid_fetch_refuses_the_request(
     make_engine: MakeEngine,
 ) -> None:
-    prefill, decode = await make_engine(), await make_engine()
-    gate = Gate(prefill)
-    decode.kv_fetcher(gate)
-    _, rest = await prefill_only(prefill)
-    fetching = asyncio.create_task(collect(decode, rest))
-    await wait_for_async("the fetch to start", lambda: gate.started)
+    decode, gate, rest, fetching = await fetch_in_flight(make_engine)
     await decode.stop()
     with pytest.raises(EngineError) as e:
         await fetching

@@ -119,7 +119,7 @@ def slow_readers(srv: Server, n: int = 10, hold: float = 3.0) -> dict[str, Any]:
     tokens = next(
         float(line.split()[-1])
         for line in metrics.splitlines()
-        if line.startswith("rotor_engine_tokens_generated{")
+        if line.startswith("rotor_engine_generated_tokens_total{")
     )
     grown = rss_mb(srv.proc.pid) - before
     closing = measure(srv, lambda: [s.close() for s in socks] and "closed", 30)

@@ -498,7 +498,7 @@ def test_client_disconnect_aborts_the_engine_work(slow_server: Server) -> None:
     }
     cancelled = f'endpoint="messages",model="{MODEL}",status="cancelled",stream="true"'
     # the module's other tests use this server too: what this request moved
-    counters = ("rotor_disconnected_clients_total", "rotor_engine_steps")
+    counters = ("rotor_disconnected_clients_total", "rotor_engine_steps_total")
     disconnects, steps = (slow_server.metric(name) for name in counters)
     cancels = slow_server.metric("rotor_requests_total", cancelled)
     with httpx.stream("POST", slow_server.v1 + "/messages", json=body, timeout=30) as r:
@@ -515,7 +515,7 @@ def test_client_disconnect_aborts_the_engine_work(slow_server: Server) -> None:
     assert slow_server.metric("rotor_requests_total", cancelled) == cancels + 1
     assert slow_server.metric("rotor_engine_active_requests") == 0
     assert slow_server.metric("rotor_requests_in_flight") == 0
-    assert slow_server.metric("rotor_engine_steps") - steps < 20  # 200 words were scripted
+    assert slow_server.metric("rotor_engine_steps_total") - steps < 20  # 200 words were scripted
 
 
 # -- Beam ---------------------------------------------------------------------------------------------

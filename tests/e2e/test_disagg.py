@@ -158,21 +158,21 @@ def test_the_pins_are_freed_by_the_fetch_and_a_held_prefix_is_not_fetched_again(
     always: Frontend, pair: tuple[Worker, Worker]
 ) -> None:
     prefill, decode = pair
-    fetched = decode.metric("rotor_engine_kv_blocks_fetched")
-    expired = prefill.metric("rotor_engine_kv_hold_timeouts")
+    fetched = decode.metric("rotor_engine_kv_fetched_blocks_total")
+    expired = prefill.metric("rotor_engine_kv_hold_timeouts_total")
     first = post(always, chat(long_system("bees"), "first question", max_tokens=2)).json()
     prompt_blocks = first["usage"]["prompt_tokens"] // BLOCK
     wait_for(
         "the prefill's pins freed", lambda: prefill.metric("rotor_engine_kv_blocks_pinned") == 0
     )
-    first_fetch = decode.metric("rotor_engine_kv_blocks_fetched") - fetched
+    first_fetch = decode.metric("rotor_engine_kv_fetched_blocks_total") - fetched
     # every full block of the prompt, less what the decode worker held already
     # (the chat template's opening, from the module's earlier requests)
     assert prompt_blocks - 2 <= first_fetch <= prompt_blocks
-    assert prefill.metric("rotor_engine_kv_hold_timeouts") == expired  # fetched, not expired
+    assert prefill.metric("rotor_engine_kv_hold_timeouts_total") == expired  # fetched, not expired
     # the same long prefix again: the decode worker holds it, and fetches only the new tail
     second = post(always, chat(long_system("bees"), "another question", max_tokens=2)).json()
-    second_fetch = decode.metric("rotor_engine_kv_blocks_fetched") - fetched - first_fetch
+    second_fetch = decode.metric("rotor_engine_kv_fetched_blocks_total") - fetched - first_fetch
     assert second_fetch < first_fetch - 10
     assert second["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
     wait_for("the pins freed again", lambda: prefill.metric("rotor_engine_kv_blocks_pinned") == 0)
@@ -182,8 +182,8 @@ def test_an_answer_of_one_token_or_eos_ends_at_the_prefill_and_frees_its_pins(
     always: Frontend, pair: tuple[Worker, Worker]
 ) -> None:
     prefill, decode = pair
-    generated = decode.metric("rotor_engine_tokens_generated")
-    expired = prefill.metric("rotor_engine_kv_hold_timeouts")
+    generated = decode.metric("rotor_engine_generated_tokens_total")
+    expired = prefill.metric("rotor_engine_kv_hold_timeouts_total")
     whole = post(always, chat(long_system("moths"), max_tokens=1))
     assert whole.headers["x-rotor-worker"] == f"prefill={prefill.id}, decode={decode.id}"
     r = whole.json()
@@ -191,15 +191,15 @@ def test_an_answer_of_one_token_or_eos_ends_at_the_prefill_and_frees_its_pins(
     assert r["usage"]["completion_tokens"] == 1
     # nobody will fetch: the frontend tells the prefill worker so, at once
     wait_for("the pins freed", lambda: prefill.metric("rotor_engine_kv_blocks_pinned") == 0)
-    assert prefill.metric("rotor_engine_kv_hold_timeouts") == expired
-    assert decode.metric("rotor_engine_tokens_generated") == generated  # never asked
+    assert prefill.metric("rotor_engine_kv_hold_timeouts_total") == expired
+    assert decode.metric("rotor_engine_generated_tokens_total") == generated  # never asked
     # a first token that is the model's EOS ends the answer there too
     r = post(always, chat(long_system("gnats"), mock={"output": ""}, max_tokens=50)).json()
     assert r["choices"][0]["finish_reason"] == "stop"
     assert r["choices"][0]["message"]["content"] == ""
     wait_for("the pins freed", lambda: prefill.metric("rotor_engine_kv_blocks_pinned") == 0)
-    assert prefill.metric("rotor_engine_kv_hold_timeouts") == expired
-    assert decode.metric("rotor_engine_tokens_generated") == generated
+    assert prefill.metric("rotor_engine_kv_hold_timeouts_total") == expired
+    assert decode.metric("rotor_engine_generated_tokens_total") == generated
 
 
 def test_the_isl_policy_decides_on_the_effective_prompt(
@@ -278,7 +278,7 @@ def test_an_unfetched_hold_expires_and_its_decode_computes_the_prompt(nats: Nats
             wait_for(
                 "the hold to expire", lambda: prefill.metric("rotor_engine_kv_blocks_pinned") == 0
             )
-            assert prefill.metric("rotor_engine_kv_hold_timeouts") == 1
+            assert prefill.metric("rotor_engine_kv_hold_timeouts_total") == 1
             # a decode worker that comes too late, with disaggregation enforced,
             # says why before any output
             resumed = prompt + outputs[0].token_ids
@@ -289,7 +289,7 @@ def test_an_unfetched_hold_expires_and_its_decode_computes_the_prompt(nats: Nats
             with pytest.raises(EngineError) as e:
                 plane.collect(decode.id, enforced)
             assert e.value.cause == "kv_transfer"
-            assert decode.metric("rotor_engine_kv_fetch_failures") == 1
+            assert decode.metric("rotor_engine_kv_fetch_failures_total") == 1
             # ... and otherwise computes the prompt itself
             late = EngineRequest(
                 "hold-2-d", model, resumed, stop=StopParams(max_tokens=5),
@@ -297,8 +297,8 @@ def test_an_unfetched_hold_expires_and_its_decode_computes_the_prompt(nats: Nats
             )  # fmt: skip
             answer = plane.collect(decode.id, late)
             assert sum(len(o.token_ids) for o in answer) == 5
-            assert decode.metric("rotor_engine_kv_fetch_failures") == 2
-            assert decode.metric("rotor_engine_kv_blocks_fetched") == 0
+            assert decode.metric("rotor_engine_kv_fetch_failures_total") == 2
+            assert decode.metric("rotor_engine_kv_fetched_blocks_total") == 0
     finally:
         prefill.proc.stop()
         decode.proc.stop()
@@ -384,10 +384,10 @@ def test_a_client_that_leaves_mid_prefill_stops_both_workers(
         # the connection is closed: the prefill stops (before its first token),
         # nothing is pinned, nothing decodes
         wait_for("the prefill to stop", lambda: prefill.metric("rotor_engine_active_requests") == 0)
-        assert prefill.metric("rotor_engine_tokens_generated") == 0
+        assert prefill.metric("rotor_engine_generated_tokens_total") == 0
         assert prefill.metric("rotor_engine_kv_blocks_pinned") == 0
         assert decode.metric("rotor_engine_active_requests") == 0
-        assert decode.metric("rotor_engine_tokens_generated") == 0
+        assert decode.metric("rotor_engine_generated_tokens_total") == 0
         # and the pair serves the next request whole
         r = post(frontend, chat("Be brief.", model=model, mock={"output": "next"}))
         assert r.json()["choices"][0]["message"]["content"] == "next"
@@ -429,7 +429,7 @@ def test_the_first_token_comes_once_the_blocks_have_moved(
 
         def on_text(text: str) -> None:
             if text and not fetched_when_first:
-                fetched_when_first.append(decode.metric("rotor_engine_kv_blocks_fetched"))
+                fetched_when_first.append(decode.metric("rotor_engine_kv_fetched_blocks_total"))
 
         body = chat(long_system("lakes"), model=model, mock={"output": STORY}, max_tokens=500)
         text, usage, header = stream(frontend, body, on_text)
@@ -457,7 +457,7 @@ def test_a_client_that_leaves_mid_transfer_stops_both_workers(
         # the client left mid-transfer: the decode stops, having generated nothing,
         # and nothing stays pinned on the prefill worker
         wait_for("the decode to stop", lambda: decode.metric("rotor_engine_active_requests") == 0)
-        assert decode.metric("rotor_engine_tokens_generated") == 0
+        assert decode.metric("rotor_engine_generated_tokens_total") == 0
         wait_for("the pins freed", lambda: prefill.metric("rotor_engine_kv_blocks_pinned") == 0)
         r = post(frontend, chat("Be brief.", model=model, mock={"output": "next"}))
         assert r.json()["choices"][0]["message"]["content"] == "next"

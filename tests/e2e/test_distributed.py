@@ -172,7 +172,7 @@ def test_a_client_that_leaves_stops_the_work_on_the_worker(
                 assert worker.metric("rotor_engine_active_requests") == 1
                 break  # leaving the line iterator closes the connection
     wait_for("the worker to stop", lambda: worker.metric("rotor_engine_active_requests") == 0)
-    generated = worker.metric("rotor_engine_tokens_generated")
+    generated = worker.metric("rotor_engine_generated_tokens_total")
     # A request this worker answered afterwards: it ran, and made that
     # request's tokens alone (a 10 ms step each: the story would have gone on)
     probe = {"messages": ASK, "mock": {"output": " ".join(["probe"] * 8)}}
@@ -187,7 +187,7 @@ def test_a_client_that_leaves_stops_the_work_on_the_worker(
 
     wait_for("a request answered by the same worker", answered_by_the_worker)
     assert answered[0] > 30
-    assert worker.metric("rotor_engine_tokens_generated") == generated + answered[0]
+    assert worker.metric("rotor_engine_generated_tokens_total") == generated + answered[0]
 
 
 # -- faults ---------------------------------------------------------------------------------

@@ -420,12 +420,12 @@ def test_a_streamed_answer_takes_at_least_its_simulated_time(tiny: Server) -> No
         "stream": True,
         "mock": {"output": script},
     }
-    before = tiny.metric("rotor_engine_simulated_ms")
+    before = tiny.metric("rotor_engine_simulated_seconds_total")
     start = time.perf_counter()
     with httpx.stream("POST", tiny.v1 + "/chat/completions", json=body, timeout=30) as resp:
         for _ in resp.iter_lines():
             pass
     elapsed = time.perf_counter() - start
-    simulated_s = (tiny.metric("rotor_engine_simulated_ms") - before) / 1000
+    simulated_s = tiny.metric("rotor_engine_simulated_seconds_total") - before
     assert simulated_s >= tokens * 0.010  # at least a 10 ms decode step per token
     assert elapsed >= simulated_s  # ratio 1: sleeping is never shorter than asked

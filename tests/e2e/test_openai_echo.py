@@ -293,11 +293,11 @@ def tokens_once_idle(srv: Server) -> float:
         "the engine to let go of the request",
         lambda: srv.metric("rotor_engine_active_requests") == 0,
     )
-    produced = srv.metric("rotor_engine_tokens_generated")
+    produced = srv.metric("rotor_engine_generated_tokens_total")
     probe = {"model": "echo", "messages": [{"role": "user", "content": PROBE}]}
     r = httpx.post(srv.v1 + "/chat/completions", json=probe, timeout=10)
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == PROBE
-    assert srv.metric("rotor_engine_tokens_generated") == produced + len(PROBE)
+    assert srv.metric("rotor_engine_generated_tokens_total") == produced + len(PROBE)
     return produced
 
 

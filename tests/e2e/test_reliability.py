@@ -188,10 +188,10 @@ def test_slow_readers_stop_the_engine_and_their_disconnect_stalls_nothing() -> N
             """A request answered meanwhile, and the engine made its tokens
             alone: it stepped, and none of the ten streams had a token in the
             steps. (Unthrottled it stops too, at the end: after 300k tokens.)"""
-            generated = srv.metric("rotor_engine_tokens_generated")
+            generated = srv.metric("rotor_engine_generated_tokens_total")
             r = chat(srv.url, probe)
             assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3, r.text
-            made.append(srv.metric("rotor_engine_tokens_generated"))
+            made.append(srv.metric("rotor_engine_generated_tokens_total"))
             return made[-1] - generated == 3
 
         wait_for("the engine to stop making tokens for the unread streams", stopped, 120)

@@ -145,6 +145,7 @@ _TOKEN = re.compile(
 class Selector:
     metric: str  # "" for a selector without a name ({job="x"})
     matchers: list[tuple[str, str, str]]  # (label, op, value without quotes)
+    within: str = ""  # the function whose parentheses hold it directly ("" for none)
 
 
 @dataclass
@@ -207,14 +208,23 @@ def parse_promql(expr: str) -> Parsed:
     tokens = tokenize(expr)
     _balanced(tokens)
     parsed = Parsed([], [], [], [])
+    opened: list[str] = []  # per open parenthesis: the function it calls, or ""
+    called = ""  # the function just named, whose "(" comes next
     i = 0
     while i < len(tokens):
         kind, text = tokens[i]
         after = tokens[i + 1][1] if i + 1 < len(tokens) else ""
+        within = opened[-1] if opened else ""
         if kind == "op" and text == "{":
             matchers, i = _matchers(tokens, i)
-            parsed.selectors.append(Selector("", matchers))
+            parsed.selectors.append(Selector("", matchers, within))
             continue
+        if kind == "op" and text in "()":
+            if text == "(":
+                opened.append(called)
+            else:
+                opened.pop()
+            called = ""
         if kind != "ident":
             i += 1
             continue
@@ -238,13 +248,14 @@ def parse_promql(expr: str) -> Parsed:
             continue
         if after == "(" or (text in AGGREGATIONS and after.lower() in ("by", "without")):
             parsed.functions.append(text)
+            called = text if after == "(" else ""
             i += 1
             continue
         i += 1
         matchers: list[tuple[str, str, str]] = []
         if i < len(tokens) and tokens[i][1] == "{":
             matchers, i = _matchers(tokens, i)
-        parsed.selectors.append(Selector(text, matchers))
+        parsed.selectors.append(Selector(text, matchers, within))
     return parsed
 
 

@@ -152,11 +152,13 @@ def test_prefill_then_decode_is_the_aggregated_answer(cluster: Cluster, length: 
     ]
     assert _pinned(cluster) == stored // BLOCK  # held for its decode worker
 
-    fetched = cluster.decode.metric("rotor_engine_kv_blocks_fetched")
+    fetched = cluster.decode.metric("rotor_engine_kv_fetched_blocks_total")
     rest = _decode(cluster, f"d{length}", prompt, first)
     # the decode worker loaded the blocks into an engine that never saw this
     # prompt (vLLM's cached tokens are the prefill side's hits: none)
-    assert cluster.decode.metric("rotor_engine_kv_blocks_fetched") == fetched + stored // BLOCK
+    assert (
+        cluster.decode.metric("rotor_engine_kv_fetched_blocks_total") == fetched + stored // BLOCK
+    )
     assert rest[0].cached_tokens == 0
     assert params["storage_key"] not in cluster.stored()  # one hand-over: gone once loaded
     assert _pinned(cluster) == 0
@@ -204,10 +206,10 @@ def test_a_frontend_hands_the_prompt_over_and_answers_as_aggregated(
     cluster: Cluster, stream: bool
 ) -> None:
     prefill, decode = cluster.prefill, cluster.decode
-    fetched = decode.metric("rotor_engine_kv_blocks_fetched")
+    fetched = decode.metric("rotor_engine_kv_fetched_blocks_total")
     text, usage, header = _chat(cluster.always, stream)
     assert header == f"prefill={prefill.id}, decode={decode.id}"
-    loaded = decode.metric("rotor_engine_kv_blocks_fetched") - fetched
+    loaded = decode.metric("rotor_engine_kv_fetched_blocks_total") - fetched
     alone_text, alone_usage, alone_header = _chat(cluster.local, stream)
     assert alone_header == decode.id  # computed where it decodes
     assert text == alone_text and text
@@ -223,22 +225,22 @@ def test_a_frontend_hands_the_prompt_over_and_answers_as_aggregated(
 
 
 def test_an_answer_of_one_token_drops_its_hand_over_at_once(cluster: Cluster) -> None:
-    expired = cluster.prefill.metric("rotor_engine_kv_hold_timeouts")
-    generated = cluster.decode.metric("rotor_engine_tokens_generated")
+    expired = cluster.prefill.metric("rotor_engine_kv_hold_timeouts_total")
+    generated = cluster.decode.metric("rotor_engine_generated_tokens_total")
     _text, usage, header = _chat(cluster.always, False, max_tokens=1)
     assert usage["completion_tokens"] == 1
     assert header.startswith(f"prefill={cluster.prefill.id}")
     # nobody will load it: the frontend tells the prefill worker, which deletes it
     wait_for("the hand-over dropped", lambda: not cluster.stored() and _pinned(cluster) == 0)
-    assert cluster.prefill.metric("rotor_engine_kv_hold_timeouts") == expired  # not expired
-    assert cluster.decode.metric("rotor_engine_tokens_generated") == generated  # never asked
+    assert cluster.prefill.metric("rotor_engine_kv_hold_timeouts_total") == expired  # not expired
+    assert cluster.decode.metric("rotor_engine_generated_tokens_total") == generated  # never asked
 
 
 def test_an_unloaded_hand_over_expires_and_its_decode_computes_the_prompt(
     cluster: Cluster,
 ) -> None:
     prompt = [(i * 11) % 400 + 3 for i in range(150)]
-    expired = cluster.prefill.metric("rotor_engine_kv_hold_timeouts")
+    expired = cluster.prefill.metric("rotor_engine_kv_hold_timeouts_total")
     first = _prefill(cluster, "p-lost", prompt)
     assert first.kv_transfer is not None
     key = first.kv_transfer["transfer_id"]
@@ -246,17 +248,17 @@ def test_an_unloaded_hand_over_expires_and_its_decode_computes_the_prompt(
     # nobody comes for it: the hold runs out, deletes it, and says so
     wait_for("the hold to run out", lambda: _pinned(cluster) == 0, HOLD + 30)
     assert key not in cluster.stored()
-    assert cluster.prefill.metric("rotor_engine_kv_hold_timeouts") == expired + 1
+    assert cluster.prefill.metric("rotor_engine_kv_hold_timeouts_total") == expired + 1
 
     decode = cluster.decode
-    failures = decode.metric("rotor_engine_kv_fetch_failures")
-    fetched = decode.metric("rotor_engine_kv_blocks_fetched")
+    failures = decode.metric("rotor_engine_kv_fetch_failures_total")
+    fetched = decode.metric("rotor_engine_kv_fetched_blocks_total")
     with pytest.raises(EngineError) as refused:  # enforced: said before any output
         _decode(cluster, "d-enforced", prompt, first, enforce=True)
     assert (refused.value.kind, refused.value.cause) == ("unavailable", "kv_transfer")
     rest = _decode(cluster, "d-lost", prompt, first)  # otherwise computed here
-    assert decode.metric("rotor_engine_kv_fetch_failures") == failures + 2
-    assert decode.metric("rotor_engine_kv_blocks_fetched") == fetched  # nothing loaded
+    assert decode.metric("rotor_engine_kv_fetch_failures_total") == failures + 2
+    assert decode.metric("rotor_engine_kv_fetched_blocks_total") == fetched  # nothing loaded
     assert first.token_ids + _tokens(rest) == _aggregated(cluster, "a-lost", prompt)
 
 

@@ -278,12 +278,12 @@ def test_prompt_over_context_is_400_naming_both_numbers(client: openai.OpenAI) -
 
 def test_health_and_engine_metrics(server: Server, client: openai.OpenAI) -> None:
     assert httpx.get(server.url + "/health", timeout=5).status_code == 200
-    assert server.metric("rotor_engine_kv_blocks_total") > 0
+    assert server.metric("rotor_engine_kv_blocks_capacity") > 0
     # its own request, not what the module's other tests made
-    before = server.metric("rotor_engine_tokens_generated")
+    before = server.metric("rotor_engine_generated_tokens_total")
     reply = _greedy(client, max_tokens=5, extra_body={"ignore_eos": True})
     assert reply.usage is not None and reply.usage.completion_tokens == 5
-    assert server.metric("rotor_engine_tokens_generated") == before + 5
+    assert server.metric("rotor_engine_generated_tokens_total") == before + 5
 
 
 def test_model_dir_file_names() -> None:

@@ -13,11 +13,29 @@ from rotor.api.admission import Admission
 from rotor.protocol.engine import EngineState
 from rotor.router.pool import Pool
 
-# One gauge per EngineState field, named and described once.
+# How each EngineState field is exported: a gauge of what the engine holds
+# now, or a counter (exposed as `<name>_total`) of what only grows, in
+# Prometheus's base units. Every field has one entry (a test checks).
+_ENGINE_COUNTERS = {  # field: (metric name, scale to base units)
+    "tokens_generated": ("rotor_engine_generated_tokens", 1.0),
+    "preemptions": ("rotor_engine_preemptions", 1.0),
+    "steps": ("rotor_engine_steps", 1.0),
+    "simulated_ms": ("rotor_engine_simulated_seconds", 0.001),
+    "kv_hold_timeouts": ("rotor_engine_kv_hold_timeouts", 1.0),
+    "kv_blocks_fetched": ("rotor_engine_kv_fetched_blocks", 1.0),
+    "kv_fetch_failures": ("rotor_engine_kv_fetch_failures", 1.0),
+}
+_ENGINE_GAUGE_NAMES = {"kv_blocks_total": "rotor_engine_kv_blocks_capacity"}
 _ENGINE_GAUGES = [
-    (f.name, f"rotor_engine_{f.name}", f"engine state: {f.name.replace('_', ' ')}")
+    (f.name, _ENGINE_GAUGE_NAMES.get(f.name, f"rotor_engine_{f.name}"))
     for f in dataclasses.fields(EngineState)
+    if f.name not in _ENGINE_COUNTERS
 ]
+
+
+def _engine_doc(field: str) -> str:
+    return f"engine state: {field.replace('_', ' ')}"
+
 
 # Buckets fit for LLM latencies: from a fast TTFT to a long generation.
 _TTFT = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -34,13 +52,18 @@ class _EngineCollector:
     def __init__(self, states: EngineStates) -> None:
         self._states = states
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         states = self._states()
-        for field, name, doc in _ENGINE_GAUGES:
-            gauge = GaugeMetricFamily(name, doc, labels=["model"])
+        for field, name in _ENGINE_GAUGES:
+            gauge = GaugeMetricFamily(name, _engine_doc(field), labels=["model"])
             for model, state in states:
                 gauge.add_metric([model], getattr(state, field))
             yield gauge
+        for field, (name, scale) in _ENGINE_COUNTERS.items():
+            counter = CounterMetricFamily(name, _engine_doc(field), labels=["model"])
+            for model, state in states:
+                counter.add_metric([model], getattr(state, field) * scale)
+            yield counter
 
 
 Pools = Callable[[], list[tuple[str, Pool]]]

@@ -151,8 +151,9 @@ class EngineOutput:
 @dataclass(slots=True)
 class EngineState:
     """What an engine reports about itself, for /health, /metrics and (later) the
-    router's load view. Every field is a gauge `rotor_engine_<field>`; an engine
-    fills what it knows and leaves the rest at 0."""
+    router's load view. Each field is a `rotor_engine_*` gauge or counter
+    (api/metrics.py names them); an engine fills what it knows and leaves the
+    rest at 0."""
 
     active_requests: int = 0  # requests it holds now
     waiting: int = 0  # sequences queued for their first step

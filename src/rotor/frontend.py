@@ -40,6 +40,7 @@ from rotor.pipeline.preprocess import (
 from rotor.pipeline.served import ServedModel
 from rotor.protocol.engine import EngineState
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
+from rotor.router.modes import Routed
 from rotor.tracing import Span
 from rotor.tracing.generate import traced
 
@@ -76,8 +77,8 @@ class RemoteEngine(Protocol):
         """The live workers, for /health (none: the model cannot be served now)."""
         ...
 
-    def routed(self, request_id: str) -> dict[str, str]:
-        """The response headers that explain where a request was routed."""
+    def routed(self, request_id: str) -> Routed | None:
+        """Where a running request was routed (None: it is not running)."""
         ...
 
     def pools(self) -> dict[str, list[str]]:
@@ -102,8 +103,8 @@ class ModelEntry:
         known, and its requests are 503s)."""
         return self.remote is None or bool(self.remote.describe())
 
-    def routed(self, request_id: str) -> dict[str, str]:
-        return self.remote.routed(request_id) if self.remote is not None else {}
+    def routed(self, request_id: str) -> Routed | None:
+        return self.remote.routed(request_id) if self.remote is not None else None
 
 
 class ModelRegistry:
@@ -155,6 +156,8 @@ class StartedResponse:
     usage: Usage
     events: AsyncGenerator[ChoiceEvent, None]
     headers: dict[str, str] = field(default_factory=dict)  # where it was routed
+    # where it was routed and moved, read by the request log at the end
+    routed: Routed | None = None
     token_text: Callable[[int], str] | None = None
     token_bytes: Callable[[int], bytes] | None = None  # a token's real bytes, for logprobs
     # its prompts and their choices (finish reasons), read once at the end by the request log
@@ -229,6 +232,7 @@ class Frontend:
         engine = entry.engine if entry.remote is not None else traced(entry.engine)
         events = await _primed(run_all(engine, prepared, usage))
         token_text = model.token_text if logprobs and model.tokenizer is not None else None
+        routed = entry.routed(prepared[0].requests[0].request_id)
         return StartedResponse(
             id=response_id,
             served=model,
@@ -236,7 +240,8 @@ class Frontend:
             n=usage.choices,
             usage=usage,
             events=events,
-            headers=entry.routed(prepared[0].requests[0].request_id),
+            headers=dict(routed.headers) if routed is not None else {},
+            routed=routed,
             token_text=token_text,
             token_bytes=model.tokenizer.token_bytes if token_text is not None else None,
             prepared=prepared,

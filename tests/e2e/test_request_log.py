@@ -7,7 +7,7 @@ block hashes exactly as rotor's hash function gives them for the prompt's
 token ids (prompts sharing a system prompt share their leading hashes). A
 `.gz` log is rotated at `--request-log-max-bytes` into whole gzip files; an
 unwritable path serves every request and counts the records it drops; a
-frontend over NATS records the worker that served."""
+frontend over NATS records the worker that served, and each migration."""
 
 from __future__ import annotations
 
@@ -311,29 +311,64 @@ def test_an_unwritable_log_never_fails_a_request(tmp_path: Path) -> None:
     assert list(path.iterdir()) == []
 
 
-def test_a_frontend_over_nats_records_its_worker(tmp_path: Path) -> None:
+def test_a_frontend_over_nats_records_its_workers_and_migrations(tmp_path: Path) -> None:
+    """The worker that served and, when one is killed mid-stream (SIGKILL),
+    the migration: its cause and the worker the answer moved to."""
     path = tmp_path / "frontend.jsonl"
+    story = " ".join(f"word{i}" for i in range(40))
     with nats_server() as nats:
-        worker = start_worker(nats, "out=mocker", "--speedup-ratio", "0")
+        # --speedup-ratio 1: 10 ms a decode step, time to kill a worker midway
+        workers = {w.id: w for w in (start_worker(nats, "out=mocker") for _ in range(2))}
         frontend = start_frontend(
             nats, "--router", "kv", "--request-log", str(path), "--request-log-hashes"
         )
         try:
-            frontend.wait_workers(MODEL, {worker.id})
+            frontend.wait_workers(MODEL, set(workers))
             rid = new_id()
             messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "hi"}]
             resp = frontend.openai().chat.completions.with_raw_response.create(
                 model=MODEL, messages=messages, max_tokens=3, extra_headers={"x-request-id": rid}
             )
-            assert resp.headers["x-rotor-worker"] == worker.id
             rec = record_of(path, rid)
-            assert rec["worker"] == worker.id
+            assert rec["worker"] == resp.headers["x-rotor-worker"] and rec["worker"] in workers
+            assert rec["migrations"] == []
             assert rec["kv_overlap_blocks"] == int(resp.headers["x-rotor-kv-overlap"])
             assert rec["completion_tokens"] == resp.parse().usage.completion_tokens
             assert rec["block_hashes"] == block_hashes(frontend.tokenize(messages=messages), BLOCK)
+
+            rid = new_id()
+            body = {"model": MODEL, "messages": messages, "stream": True, "max_tokens": 500}
+            body["mock"] = {"output": story}
+            text, killed = [], None
+            with httpx.stream(
+                "POST",
+                frontend.v1 + "/chat/completions",
+                json=body,
+                headers={"x-request-id": rid},
+                timeout=60,
+            ) as r:
+                assert r.status_code == 200, r.read()
+                for line in r.iter_lines():
+                    if line.startswith("data: {"):
+                        text += [
+                            c["delta"].get("content") or ""
+                            for c in orjson.loads(line[6:])["choices"]
+                        ]
+                    if killed is None and len("".join(text)) > 60:
+                        killed = r.headers["x-rotor-worker"]
+                        workers[killed].proc.kill()
+            assert killed is not None and "".join(text) == story
+            rec = record_of(path, rid)
+            (survivor,) = set(workers) - {killed}
+            assert rec["worker"] == killed and rec["status"] == 200
+            [move] = rec["migrations"]
+            assert move["worker"] == survivor
+            assert move["cause"] in {"worker_gone", "timeout", "unavailable"}
+            assert rec["finish_reasons"] == ["stop"]
         finally:
             frontend.proc.stop()
-            worker.proc.stop()
+            for w in workers.values():
+                w.proc.stop()
 
 
 def test_each_http_process_writes_its_own_file(tmp_path: Path) -> None:

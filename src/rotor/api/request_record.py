@@ -103,6 +103,9 @@ def record(
     worker = resp.headers.get("x-rotor-worker")
     if worker is not None:
         fields["worker"] = worker
+    routed = resp.routed
+    if routed is not None:  # a pool's: every move to another worker, as it happened
+        fields["migrations"] = [{"cause": c, "worker": w} for c, w in routed.migrations]
     overlap = resp.headers.get("x-rotor-kv-overlap")
     if overlap is not None and overlap.isdigit():
         fields["kv_overlap_blocks"] = int(overlap)

@@ -45,7 +45,7 @@ from rotor.protocol.lease import Lease
 from rotor.router import migration
 from rotor.router.disagg import Choice, DisaggPolicy
 from rotor.router.kv import KVRouter, KVStats
-from rotor.router.modes import Decision, LocalLoad, Router, WorkerState
+from rotor.router.modes import Decision, LocalLoad, Routed, Router, WorkerState
 from rotor.router.stats import PoolStats
 from rotor.tracing import NO_SPAN, Span
 
@@ -115,7 +115,7 @@ class Pool:
         self.workers: dict[str, Lease] = {}
         self.load = LocalLoad()
         self.stats = PoolStats()
-        self._decisions: dict[str, Decision] = {}
+        self._routed: dict[str, Routed] = {}
 
     @property
     def kv(self) -> KVRouter | None:
@@ -192,9 +192,9 @@ class Pool:
                 setattr(total, name, getattr(total, name) + getattr(w.state, name))
         return total
 
-    def routed(self, request_id: str) -> dict[str, str]:
-        decision = self._decisions.get(request_id)
-        return dict(decision.headers) if decision is not None else {}
+    def routed(self, request_id: str) -> Routed | None:
+        """Where a running request went (until its consumer's turn after its end)."""
+        return self._routed.get(request_id)
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         rid = request.request_id
@@ -208,11 +208,15 @@ class Pool:
         # gap between two tokens (as in vLLM's and Dynamo's proxies)
         held: EngineOutput | None = None
         moved: str | None = None  # why the last attempt failed: the next one is a migration
+        routed: Routed | None = None
         try:
             while True:
                 route = tracing.start("rotor.route", {"rotor.engine_request_id": rid})
                 decision = self._choose(attempt, tried, route)
-                self._decisions.setdefault(rid, decision)
+                if routed is None:
+                    routed = self._routed[rid] = Routed(decision.headers)
+                elif moved is not None:
+                    routed.migrations.append((moved, decision.worker_id))
                 worker = decision.worker_id
                 if migrations == 0 and progress.tokens == 0:
                     handover = await self._remote_prefill(request, decision, route)
@@ -276,7 +280,7 @@ class Pool:
             # forgotten once the caller's turn is over: an answer that ends at
             # its first output closes this stream before the caller, taking
             # that output, reads where it went (`routed`)
-            asyncio.get_running_loop().call_soon(self._decisions.pop, rid, None)
+            asyncio.get_running_loop().call_soon(self._routed.pop, rid, None)
             if handover is not None:  # ended before its decode worker fetched: free them now
                 self.link.release_kv(handover.worker, _transfer_id(handover))
 

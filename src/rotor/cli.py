@@ -221,10 +221,16 @@ FRONTEND_FLAGS = [
 WORKER_FLAGS = [
     Flag(
         "--system-port",
-        "serve the worker's /health and /metrics on this port",
+        "serve the worker's /live, /health and /metrics on this port",
         int,
         minimum=1,
         maximum=65535,
+    ),
+    Flag(
+        "--system-host",
+        "address the --system-port binds (0.0.0.0: reachable beyond this host)",
+        str,
+        "127.0.0.1",
     ),
     Flag("--grace-period", "seconds to finish running requests on SIGTERM", float, 30.0, minimum=0),
     Flag(
@@ -509,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
                 engine=_engine_config(args, engine, passthrough),
                 nats=args.nats,
                 system_port=args.system_port,
+                system_host=args.system_host,
                 grace_period=args.grace_period,
                 role=args.disaggregation_mode,
                 otlp_endpoint=args.otlp_endpoint,

@@ -104,7 +104,8 @@ class WorkerConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     nats: str = DEFAULT_NATS
-    system_port: int | None = None  # /health and /metrics of the worker
+    system_port: int | None = None  # /live, /health and /metrics of the worker
+    system_host: str = "127.0.0.1"  # the address the system port binds
     grace_period: float = 30.0  # seconds to finish running requests on SIGTERM
     role: str = "agg"  # --disaggregation-mode: agg | prefill | decode (protocol/lease.Role)
     otlp_endpoint: str | None = None  # tracing: the OTLP/HTTP collector (rotor.tracing)

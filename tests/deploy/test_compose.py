@@ -170,7 +170,8 @@ def test_the_image_runs_rotor_as_a_user(target: str | None) -> None:
     assert {default_port("frontend"), default_port("run"), default_port("nats")} <= img.expose
     for key, value in img.env.items():
         if key.startswith("ROTOR_"):  # a variable rotor reads: it changes some command's flags
-            changed = [c for c in ("run", "frontend") if defaults(c, {key: value}) != defaults(c)]
+            commands = ("run", "frontend", "worker")
+            changed = [c for c in commands if defaults(c, {key: value}) != defaults(c)]
             assert changed, f"{key}={value} changes no rotor command's flags"
 
 
@@ -181,8 +182,11 @@ def test_the_image_s_healthcheck_asks_live_on_the_api_port(target: str | None) -
     code = check[2]
     compile(code, "HEALTHCHECK", "exec")
     assert "urllib.request" in code and "/live" in code and "curl" not in code
-    # the port --port reads from ROTOR_PORT, defaulting as rotor does
+    # the port --port reads from ROTOR_PORT, defaulting as rotor does, or a
+    # worker's --system-port as ROTOR_SYSTEM_PORT gives it
     assert "ROTOR_PORT" in code and f"'{default_port('frontend')}'" in code
+    assert "ROTOR_SYSTEM_PORT" in code
+    assert defaults("worker", {"ROTOR_SYSTEM_PORT": "8081"})["system_port"] == 8081
 
 
 def test_rotor_is_installed_from_the_checkout() -> None:
@@ -295,8 +299,9 @@ def test_published_ports_are_the_ones_rotor_binds(monkeypatch: pytest.MonkeyPatc
             assert container == args[name].port, f"{name}: publishes {mapping}"
             assert args[name].host not in LOOPBACK, f"{name} binds {args[name].host}"
     assert services()["frontend"]["ports"], "the HTTP API is published"
-    for name in ("worker-1", "worker-2"):  # --system-port listens on 127.0.0.1
+    for name in ("worker-1", "worker-2"):  # scraped on the compose network, published nowhere
         assert "ports" not in services()[name], name
+        assert args[name].system_host not in LOOPBACK, f"{name}: Prometheus cannot scrape it"
 
 
 def test_healthchecks_ask_the_right_port(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -395,6 +400,18 @@ def test_the_image_s_healthcheck_passes_on_a_live_frontend(running: Running) -> 
     port = _port(running.frontend.url)
     assert run_check(check[2], {"ROTOR_PORT": str(port)}) == 0
     assert run_check(check[2], {"ROTOR_PORT": str(free_port())}) != 0
+
+
+@pytest.mark.e2e
+def test_the_image_s_healthcheck_passes_on_a_live_worker(running: Running) -> None:
+    check = image().healthcheck
+    assert check is not None
+    port = _port(running.worker.system_url or "")
+    # the frontend's port given too: the worker's own is the one asked
+    frontend = str(_port(running.frontend.url))
+    assert run_check(check[2], {"ROTOR_SYSTEM_PORT": str(port), "ROTOR_PORT": frontend}) == 0
+    idle = str(free_port())
+    assert run_check(check[2], {"ROTOR_SYSTEM_PORT": idle, "ROTOR_PORT": frontend}) != 0
 
 
 @pytest.mark.e2e

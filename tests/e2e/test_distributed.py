@@ -39,8 +39,10 @@ def nats() -> Iterator[Nats]:
 
 @pytest.fixture(scope="module")
 def pool(nats: Nats) -> Iterator[tuple[Frontend, list[Worker]]]:
-    """The shared pool: two mocker workers of `mock-model` behind a frontend."""
-    workers = [start_worker(nats, *SLOW, system=True) for _ in range(2)]
+    """The shared pool: two mocker workers of `mock-model` behind a frontend,
+    the second with its system port on another loopback address."""
+    hosts = ("127.0.0.1", "127.0.0.2")
+    workers = [start_worker(nats, *SLOW, system=True, system_host=h) for h in hosts]
     frontend = start_frontend(nats)
     try:
         frontend.wait_workers("mock-model", {w.id for w in workers})
@@ -90,6 +92,18 @@ def test_workers_register_and_the_model_is_listed(pool: tuple[Frontend, list[Wor
     assert [m.id for m in models.data] == ["mock-model"]
     health = httpx.get(frontend.url + "/health").json()
     assert {w["id"] for w in health["workers"]["mock-model"]} == {w.id for w in workers}
+
+
+def test_a_worker_s_system_port_answers_on_its_host(pool: tuple[Frontend, list[Worker]]) -> None:
+    _, workers = pool
+    for worker in workers:
+        assert worker.system_url is not None
+        assert httpx.get(worker.system_url + "/live", timeout=5).json() == {"status": "live"}
+        health = httpx.get(worker.system_url + "/health", timeout=5)
+        assert health.status_code == 200 and health.json()["worker"] == worker.id
+    elsewhere = workers[1].system_url.replace("127.0.0.2", "127.0.0.1")  # type: ignore[union-attr]
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(elsewhere + "/live", timeout=5)
 
 
 def test_answers_are_those_of_rotor_run(pool: tuple[Frontend, list[Worker]]) -> None:
@@ -197,7 +211,8 @@ def test_a_client_that_leaves_stops_the_work_on_the_worker(
 def two_workers(nats: Nats, frontend: Frontend, model: str) -> Iterator[dict[str, Worker]]:
     """Two slow mocker workers of `model`, live in `frontend`, stopped after."""
     workers = {
-        w.id: w for w in (start_worker(nats, *SLOW, "--model-name", model) for _ in range(2))
+        w.id: w
+        for w in (start_worker(nats, *SLOW, "--model-name", model, system=True) for _ in range(2))
     }
     try:
         frontend.wait_workers(model, set(workers))
@@ -309,6 +324,10 @@ def test_sigterm_drains_a_worker(nats: Nats, fault_pool: tuple[Frontend, str]) -
                 workers[worker].proc.terminate()
                 leaving.append(worker)
                 frontend.wait_workers(model, set(workers) - {worker}, timeout=10)
+                # draining: not ready any more, still live
+                url = workers[worker].system_url
+                assert httpx.get(f"{url}/health", timeout=5).status_code == 503
+                assert httpx.get(f"{url}/live", timeout=5).status_code == 200
 
         body = {"model": model, "max_tokens": 2000, "mock": {"output": STORY}}
         text, finish, _, served_by = stream_text(frontend, body, terminate_once)

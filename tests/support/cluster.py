@@ -110,11 +110,13 @@ def start_worker(
     nats: Nats,
     *args: str,
     system: bool = False,
+    system_host: str = "127.0.0.1",
     timeout: float = 30,
     env: dict[str, str] | None = None,
 ) -> Worker:
     """`rotor worker ARGS` registered on `nats`; words after `--` in ARGS stay
-    last (they are the engine's own)."""
+    last (they are the engine's own). `system`: with a `--system-port` on
+    `system_host`."""
     words = list(args)
     engine_words: list[str] = []
     if "--" in words:
@@ -124,8 +126,8 @@ def start_worker(
     system_url = None
     if system:
         port = free_port()
-        cmd += ["--system-port", str(port)]
-        system_url = f"http://127.0.0.1:{port}"
+        cmd += ["--system-port", str(port), "--system-host", system_host]
+        system_url = f"http://{system_host}:{port}"
     proc = _spawn(cmd + engine_words, env)
     found: list[str] = []
 

@@ -117,7 +117,7 @@ class _Worker:
         self.service = service
         settle()
         if config.system_port:
-            self.status = status_server(service, config.system_port)
+            self.status = status_server(service, config.system_host, config.system_port)
             self.status_task = asyncio.create_task(self.status.serve())
         return service
 

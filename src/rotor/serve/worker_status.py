@@ -1,5 +1,7 @@
-"""A worker's `/health` and `/metrics` on its `--system-port`: a small HTTP
-server inside the worker's own asyncio program."""
+"""A worker's `/live`, `/health` and `/metrics` on its `--system-port`: a
+small HTTP server inside the worker's own asyncio program. `/live` answers
+while the program runs (a container's liveness); `/health` is 200 only while
+the worker serves (readiness: 503 once it drains)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,14 @@ from rotor.runtime.nats.worker import WorkerService
 from rotor.serve.http import EmbeddedServer
 
 
-def status_server(service: WorkerService, port: int) -> EmbeddedServer:
+def status_server(service: WorkerService, host: str, port: int) -> EmbeddedServer:
     engine = service.engine
     metrics = Metrics(lambda: [(engine.card.name, engine.state())])
     app = FastAPI(title="rotor worker")
+
+    @app.get("/live")
+    async def live() -> Response:
+        return JSONResponse({"status": "live"})
 
     @app.get("/health")
     async def health() -> Response:
@@ -37,5 +43,5 @@ def status_server(service: WorkerService, port: int) -> EmbeddedServer:
     async def metrics_route() -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, **logs.uvicorn_options("warning"))
+    config = uvicorn.Config(app, host=host, port=port, **logs.uvicorn_options("warning"))
     return EmbeddedServer(config)

@@ -203,6 +203,28 @@ def test_a_refused_request_is_a_span_with_its_status(
     assert not root.failed
 
 
+@pytest.mark.parametrize(
+    ("path", "name", "route"),
+    [
+        (f"/v1/models/{MODEL}", "GET /v1/models/{model_id:path}", "/v1/models/{model_id:path}"),
+        ("/v1/no-such-route", "GET", None),
+    ],
+    ids=["template", "no-route"],
+)
+def test_a_request_span_is_named_after_its_route_not_its_path(
+    run_server: Server, receiver: Receiver, path: str, name: str, route: str | None
+) -> None:
+    """OpenTelemetry's rule: `http.route` is the matched route's template, so
+    one route is one span name whatever its parameters; a path no route
+    matches has none, and the span is named by its method."""
+    rid = new_id("route")
+    r = httpx.get(run_server.url + path, headers={"x-request-id": rid}, timeout=30)
+    assert r.status_code == (200 if route else 404), r.text
+    (root,) = wait_spans(receiver, rid, {name: 1})[name]
+    assert root.attributes.get("http.route") == route
+    assert root.attributes["url.path"] == path
+
+
 def test_off_nothing_is_exported_and_opentelemetry_is_never_imported(
     run_server: Server, receiver: Receiver
 ) -> None:
@@ -328,13 +350,24 @@ def test_frontend_and_worker_spans_are_one_trace(cluster: Cluster, receiver: Rec
 def test_a_disaggregated_request_has_a_prefill_and_a_decode_attempt(
     cluster: Cluster, receiver: Receiver
 ) -> None:
+    """...and the decode worker's fetch of the prefill's KV blocks is a span
+    under its generate span, with the prefill worker's release under it."""
     rid = new_id("disagg")
-    text, _, headers = chat(cluster.frontend.url, rid, model=DISAGG, mock={"output": ANSWER})
+    long_ask = [{"role": "user", "content": " ".join(f"block{i}" for i in range(80))}]
+    text, usage, headers = chat(
+        cluster.frontend.url, rid, model=DISAGG, messages=long_ask, mock={"output": ANSWER}
+    )
     assert text == ANSWER
     assert headers["x-rotor-worker"] == f"prefill={cluster.prefill.id}, decode={cluster.decode.id}"
-    spans = wait_spans(
-        receiver, rid, {ROOT: 1, "rotor.route": 1, "rotor.attempt": 2, "rotor.generate": 2}
-    )
+    want = {
+        ROOT: 1,
+        "rotor.route": 1,
+        "rotor.attempt": 2,
+        "rotor.generate": 2,
+        "rotor.kv_fetch": 1,
+        "rotor.kv_release": 1,
+    }
+    spans = wait_spans(receiver, rid, want)
     _, root = one_trace(receiver, rid)
     (route,) = spans["rotor.route"]
     assert route.attributes["rotor.disagg.where"] == "remote"
@@ -351,6 +384,19 @@ def test_a_disaggregated_request_has_a_prefill_and_a_decode_attempt(
             generate.attributes["rotor.worker_id"] == attempts[stage].attributes["rotor.worker_id"]
         )
         assert generate.attributes["rotor.role"] == stage
+    decode = next(g for g in spans["rotor.generate"] if g.attributes["rotor.stage"] == "decode")
+    (fetch,) = spans["rotor.kv_fetch"]
+    assert fetch.parent_id == decode.span_id and fetch.kind == CLIENT and not fetch.failed
+    f = fetch.attributes
+    assert f["rotor.kv.prefill_worker"] == cluster.prefill.id
+    full_blocks = usage["prompt_tokens"] // 16  # the mocker's block size
+    assert f["rotor.kv.blocks_offered"] == f["rotor.kv.blocks_wanted"] == full_blocks > 0
+    assert f["rotor.kv.blocks_fetched"] == full_blocks and f["rotor.kv.transfer_ms"] >= 0
+    (release,) = spans["rotor.kv_release"]
+    assert release.parent_id == fetch.span_id and release.kind == SERVER
+    assert release.service == "rotor-worker"
+    assert release.attributes["rotor.worker_id"] == cluster.prefill.id
+    assert release.attributes["rotor.kv.blocks_granted"] == full_blocks
 
 
 def test_a_migration_is_a_second_attempt_span(cluster: Cluster, receiver: Receiver) -> None:

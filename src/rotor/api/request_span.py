@@ -10,6 +10,8 @@ first token is set by observe.py when it comes.
 
 from __future__ import annotations
 
+from starlette.routing import Match
+
 from rotor import tracing
 from rotor.api.access_state import Access
 from rotor.tracing import NO_SPAN, Span
@@ -27,8 +29,28 @@ def open_request_span(scope: dict, request_id: str, probe: bool) -> Span:
         if k in _CONTEXT_HEADERS
     }
     method, path = scope["method"], scope["path"]
-    attributes = {"http.request.method": method, "http.route": path, "url.path": path}
-    return tracing.remote(f"{method} {path}", headers, attributes, request_id=request_id)
+    attributes = {"http.request.method": method, "url.path": path}
+    template = route_template(scope)
+    name = method
+    if template is not None:  # OpenTelemetry's name: the route, never the raw path
+        attributes["http.route"] = template
+        name = f"{method} {template}"
+    return tracing.remote(name, headers, attributes, request_id=request_id)
+
+
+def route_template(scope: dict) -> str | None:
+    """The template of the route the request will match (`/v1/models/{model_id:path}`),
+    from the app's own routes (Starlette puts the app in the scope); None when
+    none matches (a 404)."""
+    router = getattr(scope.get("app"), "router", None)
+    partial = None
+    for route in getattr(router, "routes", ()):
+        match, _ = route.matches(scope)
+        if match is Match.FULL:
+            return route.path
+        if match is Match.PARTIAL and partial is None:  # the path, with another method: a 405
+            partial = route.path
+    return partial
 
 
 def end_request_span(span: Span, status: int, access: Access, gone: bool) -> None:

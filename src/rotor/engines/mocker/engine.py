@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from rotor import tracing
 from rotor.engines.base import KVFetch
 from rotor.engines.mocker.config import MockerConfig
 from rotor.engines.mocker.constrained import constrained_text, refuse_unsupported
@@ -611,9 +612,35 @@ class MockerEngine:
         if not hashes:  # all held here already: the prefill's hold can go
             self._release(transfer)
             return
-        task = asyncio.get_running_loop().create_task(
-            self._transfer(transfer, hashes), name=f"kv-fetch-{request.request_id}"
-        )
+        attributes = {
+            "rotor.kv.prefill_worker": transfer.get("worker"),
+            "rotor.kv.blocks_offered": len(offered),
+            "rotor.kv.blocks_wanted": len(hashes),
+        }
+        with tracing.start("rotor.kv_fetch", attributes, kind="client") as span:
+            count = await self._fetch_task(request, transfer, hashes, span)
+        if count is None:
+            return
+        parent = offered[first - 1] if first else None
+        self.kv_blocks_fetched += kv.store(hashes[:count], parent)
+        if count < len(hashes):
+            self._fetch_failed(
+                request, f"{len(hashes) - count} of {len(hashes)} blocks not handed over"
+            )
+
+    async def _fetch_task(
+        self, request: EngineRequest, transfer: dict, hashes: list[int], span: tracing.Span
+    ) -> int | None:
+        """The fetch as a task of its own (its span current there, so the
+        fetch's NATS request carries it): how many leading blocks came, or
+        None when it failed and the prompt is computed here."""
+        context = tracing.use(span)
+        try:
+            task = asyncio.get_running_loop().create_task(
+                self._transfer(transfer, hashes), name=f"kv-fetch-{request.request_id}"
+            )
+        finally:
+            tracing.reset(context)
         self._fetching.add(task)
         try:
             await asyncio.wait((task,))
@@ -627,15 +654,11 @@ class MockerEngine:
         error = "cancelled" if task.cancelled() else task.exception()
         if error is not None:
             why = f"the fetch from worker {transfer.get('worker')} failed: {error!r}"
+            span.fail(why)
             self._fetch_failed(request, why)
-            return
-        count = task.result()
-        parent = offered[first - 1] if first else None
-        self.kv_blocks_fetched += kv.store(hashes[:count], parent)
-        if count < len(hashes):
-            self._fetch_failed(
-                request, f"{len(hashes) - count} of {len(hashes)} blocks not handed over"
-            )
+            return None
+        span.set({"rotor.kv.blocks_fetched": task.result()})
+        return task.result()
 
     async def _transfer(self, transfer: dict, hashes: list[int]) -> int:
         """Ask for `hashes` and wait out moving those handed over: how many
@@ -650,6 +673,7 @@ class MockerEngine:
             config.kv_transfer_gbps,
             config.speedup_ratio,
         )
+        tracing.current().set({"rotor.kv.transfer_ms": round(seconds * 1000, 3)})
         if seconds > 0:
             await self._sleep(seconds)
         return count

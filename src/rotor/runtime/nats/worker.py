@@ -23,6 +23,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.errors import BucketNotFoundError, NotFoundError
 
+from rotor import tracing
 from rotor.engines.base import Engine, KVEventSource, KVHandover, KVHold
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
@@ -247,6 +248,7 @@ class WorkerService:
         task.add_done_callback(lambda _: self._tasks.pop(rid, None))
 
     async def _serve(self, request, reply: str, span: Span = NO_SPAN) -> None:  # noqa: ANN001
+        tracing.use(span)  # this task's (and its children's) span: a KV fetch's parent
         seq = 0
         quiet = asyncio.Event()
 
@@ -318,20 +320,32 @@ class WorkerService:
         (a request/acknowledge; the KV data itself is the engine's business),
         or the frontend drops a hold nobody will fetch (no reply asked)."""
         assert isinstance(self.engine, KVHold)
-        try:
-            ask = msgpack.unpackb(msg.data)
-            granted = self.engine.kv_release(str(ask["transfer_id"]), list(ask["hashes"]))
-        except Exception as e:  # a malformed fetch: nothing handed over
-            log.warning("worker %s: a KV fetch could not be read: %s", self.worker_id, e)
-            granted = []
-        if msg.reply:
-            await self.nc.publish(msg.reply, msgpack.packb({"hashes": granted}))
+        span = NO_SPAN
+        if msg.headers and "traceparent" in msg.headers:  # a traced decode worker's fetch
+            span = tracing.remote(
+                "rotor.kv_release", msg.headers, {"rotor.worker_id": self.worker_id}
+            )
+        with span:
+            try:
+                ask = msgpack.unpackb(msg.data)
+                asked = list(ask["hashes"])
+                granted = self.engine.kv_release(str(ask["transfer_id"]), asked)
+            except Exception as e:  # a malformed fetch: nothing handed over
+                log.warning("worker %s: a KV fetch could not be read: %s", self.worker_id, e)
+                span.fail(f"malformed fetch: {e}")
+                asked, granted = [], []
+            span.set({"rotor.kv.blocks_asked": len(asked), "rotor.kv.blocks_granted": len(granted)})
+            if msg.reply:
+                await self.nc.publish(msg.reply, msgpack.packb({"hashes": granted}))
 
     async def _fetch_kv(self, transfer: dict, hashes: list[int]) -> list[int]:
         """As a decode worker: ask the prefill worker that holds `transfer` for
         these blocks; the hashes it handed over."""
         data = msgpack.packb({"transfer_id": transfer.get("transfer_id"), "hashes": hashes})
         reply = await self.nc.request(
-            subjects.kv_fetch(str(transfer["worker"])), data, timeout=KV_FETCH_TIMEOUT_S
+            subjects.kv_fetch(str(transfer["worker"])),
+            data,
+            timeout=KV_FETCH_TIMEOUT_S,
+            headers=tracing.current().headers(),  # tracing on: the fetch's span crosses over
         )
         return [int(h) for h in msgpack.unpackb(reply.data)["hashes"]]

@@ -21,6 +21,7 @@ from starlette.responses import Response
 from rotor import __version__
 from rotor.api.access_log import AccessLog
 from rotor.api.admission import DEFAULT_MAX_QUEUED, Admission
+from rotor.api.answers import Answers
 from rotor.api.anthropic import register_anthropic
 from rotor.api.auth import APIKeyMiddleware
 from rotor.api.bare_route import BareRoute
@@ -61,6 +62,7 @@ def create_app(
     on_shutdown: list[Hook] | None = None,
     max_queued: int = DEFAULT_MAX_QUEUED,
     request_log: RequestLog | None = None,
+    answers: Answers | None = None,
 ) -> FastAPI:
     """`on_startup` / `on_shutdown`: what the builder starts and stops with the
     server (in-process engines, a NATS connection); the frontend is ready once
@@ -69,7 +71,8 @@ def create_app(
     keep the process up), and the shutdown hooks run either way.
     `max_queued`: requests waiting for their first token beyond which a new
     one is a 503 (admission control). `request_log`: where each generating
-    request's record goes (its writer runs while the server does)."""
+    request's record goes (its writer runs while the server does).
+    `answers`: where each response's figures go for the planner (rotor frontend)."""
     leaving = asyncio.Event()
 
     @asynccontextmanager
@@ -98,6 +101,7 @@ def create_app(
             (e.model.name, e.engine) for e in registry.entries() if isinstance(e.engine, Pool)
         ],
         admission,
+        answers,
     )
     streams = OpenStreams()
     app.state.leaving = leaving

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from rotor.api.admission import Admission
+from rotor.api.answers import Answers
 from rotor.protocol.engine import EngineState
 from rotor.router.pool import Pool
 
@@ -187,7 +188,9 @@ class Metrics:
         engine_states: EngineStates | None = None,
         pools: Pools | None = None,
         admission: Admission | None = None,
+        answers: Answers | None = None,
     ) -> None:
+        self.answers = answers  # per-response figures for the planner (rotor frontend only)
         r = self.registry = CollectorRegistry()
         self.requests = Counter(
             "rotor_requests",

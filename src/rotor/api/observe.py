@@ -40,8 +40,11 @@ async def observed(
     perf = time.perf_counter
     ttft = series.ttft
     observe_gap = series.itl.observe if timing is None else _kept(series.itl.observe, timing)
-    last = 0.0
+    last = first = 0.0
     status = "200"
+    answers = metrics.answers  # rotor frontend: what the planner reads (api/answers.py)
+    if answers is not None:
+        answers.begin(model)
     span = tracing.current()  # the request's span (tracing on), told of the first token
     try:
         async for event in resp.events:
@@ -52,6 +55,7 @@ async def observed(
                 else:
                     ttft.observe(now - t0)
                     first_token(span, now - t0)
+                    first = now
                     if timing is not None:
                         timing.first = now
                 last = now
@@ -71,6 +75,15 @@ async def observed(
         series.prompt_tokens.inc(usage.prompt_tokens)
         series.completion_tokens.inc(usage.completion_tokens)
         series.duration.observe(perf() - t0)
+        if answers is not None:
+            n = usage.completion_tokens
+            answers.end(
+                model,
+                first - t0 if first else None,
+                (last - first) / (n - 1) if first and n > 1 else None,
+                usage.prompt_tokens,
+                n,
+            )
 
 
 def _kept(observe: Callable[[float], None], timing: StreamTiming) -> Callable[[float], None]:

@@ -15,6 +15,7 @@ import socket
 from typing import Any
 
 from rotor import logs
+from rotor.api.answers import Answers
 from rotor.api.app import create_app
 from rotor.config import FrontendConfig
 from rotor.frontend import Frontend
@@ -29,6 +30,7 @@ from rotor.router.kv_sync import KVSync
 from rotor.router.modes import LeastLoaded, Random, RoundRobin, Router
 from rotor.router.pool import Pool
 from rotor.runtime.nats.connect import connect
+from rotor.runtime.nats.frontend_stats import StatsPublisher
 from rotor.runtime.nats.kv_events import KVEventFeed, KVSnapshots
 from rotor.runtime.nats.leases import CardStore, LeaseFeed
 from rotor.runtime.nats.request_plane import RequestPlane
@@ -51,9 +53,10 @@ class Cluster:
     per model in the frontend's registry. Everything is built once connected
     (`start`), and stopped in the reverse order."""
 
-    def __init__(self, frontend: Frontend, config: FrontendConfig) -> None:
+    def __init__(self, frontend: Frontend, config: FrontendConfig, answers: Answers) -> None:
         self.frontend = frontend
         self.config = config
+        self.answers = answers
         self._stop: list[Any] = []  # what start built, each with a stop(), in build order
         self.discovery: Discovery | None = None
 
@@ -77,6 +80,9 @@ class Cluster:
         leases = LeaseFeed(nc, discovery.on_lease)
         await leases.start()
         self._stop.append(leases)
+        stats = StatsPublisher(nc, plane.frontend_id, self.answers)
+        await stats.start()
+        self._stop.append(stats)
 
     async def stop(self) -> None:
         while self._stop:
@@ -170,7 +176,8 @@ def frontend_server(config: FrontendConfig, announce: str = "") -> Any:
     frontend = Frontend(
         reasoning_field=http.reasoning_field, preparer=Preparer(budget_s=config.template_timeout)
     )
-    cluster = Cluster(frontend, config)
+    answers = Answers()
+    cluster = Cluster(frontend, config, answers)
     traces = Exporting(http.otlp_endpoint, "rotor-frontend")  # in the process that serves
     app = create_app(
         frontend,
@@ -179,6 +186,7 @@ def frontend_server(config: FrontendConfig, announce: str = "") -> Any:
         on_shutdown=[cluster.stop, traces.stop],
         max_queued=http.max_queued_requests,
         request_log=open_request_log(http),
+        answers=answers,
     )
     return http_server(app, http, config.log_level, announce)
 

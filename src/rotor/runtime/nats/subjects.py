@@ -10,8 +10,11 @@ bucket name, so both sides always agree.
 - `rotor.lease.<id>`            each lease renewal (and withdrawal), as it happens.
 - `rotor.kv.<id>`               the worker's KV events.
 - `rotor.resp.<frontend>.<rid>` one request's output stream.
+- `rotor.stats.<frontend>`      a frontend's figures of the last second (planner/feed.py).
 - KV bucket `rotor_workers`     the leases, for a frontend that starts later.
 - object store `rotor_cards`    model cards (with tokenizers) by content hash.
+- KV bucket `rotor_planner`     `rotor planner --connector virtual`: each pool's decision
+  and an external system's acknowledgement of it (planner/connectors/virtual.py).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ WORKERS_BUCKET = "rotor_workers"
 CARDS_STORE = "rotor_cards"
 LEASE_PREFIX = "rotor.lease."
 KV_PREFIX = "rotor.kv."
+STATS_PREFIX = "rotor.stats."
+PLANNER_BUCKET = "rotor_planner"
 
 
 def generate(worker_id: str) -> str:
@@ -54,3 +59,8 @@ def responses(frontend_id: str) -> str:
 
 def response(frontend_id: str, request_id: str) -> str:
     return f"rotor.resp.{frontend_id}.{request_id}"
+
+
+def frontend_stats(frontend_id: str) -> str:
+    """A frontend's figures of the last second, for the planner."""
+    return STATS_PREFIX + frontend_id

@@ -95,7 +95,9 @@ _OPTION_LINE = re.compile(r"^  (?:-\w, )?(--[a-z][a-z0-9-]*)", re.M)
 
 _TOP_HELP = _read(_help())
 SUBCOMMANDS = re.search(r"\{([\w,]+)\}", _TOP_HELP).group(1).split(",")
-_procs = {sub: _help(sub) for sub in SUBCOMMANDS}
+# `rotor planner profile`, a command of its own under `rotor planner`
+NESTED = ("planner profile",)
+_procs = {sub: _help(*sub.split()) for sub in (*SUBCOMMANDS, *NESTED)}
 HELP_TEXT = {"": _TOP_HELP, **{sub: _read(p) for sub, p in _procs.items()}}
 # "" is `rotor` itself (`--version`).
 HELP_FLAGS = {sub: set(_OPTION_LINE.findall(text)) for sub, text in HELP_TEXT.items()}
@@ -286,6 +288,8 @@ def command_problems(cmd: Command) -> list[str]:
     if sub and sub not in SUBCOMMANDS:
         return [f"`rotor {sub}`: no such command (rotor has {', '.join(SUBCOMMANDS)})"]
     args = own[1:] if sub else own
+    if args and f"{sub} {args[0]}" in NESTED:  # `rotor planner profile ...`
+        sub, args = f"{sub} {args[0]}", args[1:]
     problems = []
     for word in args:
         if word.startswith("--"):
@@ -359,9 +363,10 @@ def _cells(row: str) -> list[str]:
 def _commands_in(text: str) -> list[str]:
     found = []
     for span in re.findall(r"`([^`]+)`", text):
-        m = re.fullmatch(r"rotor(?: (\w+))?(?: .*)?", span)
+        m = re.fullmatch(r"rotor(?: (\w+))?(?: (\w+))?(?: .*)?", span)
         if m:
-            found.append(m.group(1) or "")
+            nested = f"{m.group(1)} {m.group(2)}"
+            found.append(nested if nested in NESTED else m.group(1) or "")
     return found
 
 
@@ -554,6 +559,6 @@ def test_a_wrong_flag_or_path_is_caught() -> None:
     bad = Doc(bad.path, bad.lines, bad.blocks, bad.prose + "\n`rotor run --no-such-flag`\n")
     assert any("--no-such-flag" in p for c in span_commands(bad) for p in command_problems(c))
     assert command_problems(Command("x", ["run", "out=nothing"], False))
-    assert command_problems(Command("x", ["planner"], False))
+    assert command_problems(Command("x", ["autoscale"], False))
     assert command_problems(Command("x", ["bench", "--concurrency", "many"], True))
     assert not _path_exists("pipeline/no_such_stage.py") and _path_exists("pipeline/decode.py")

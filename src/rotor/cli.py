@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from typing import Any, NoReturn
@@ -17,6 +18,7 @@ from rotor.config import (
     FrontendConfig,
     HTTPConfig,
     ModelConfig,
+    PlannerConfig,
     RunConfig,
     WorkerConfig,
 )
@@ -24,6 +26,7 @@ from rotor.engines.registry import ENGINES, engine_flags, engine_names, engine_s
 from rotor.inputs.style import COLOR_MODES
 from rotor.logs import FORMATS
 from rotor.pipeline.preparer import DEFAULT_BUDGET_S
+from rotor.planner.predict import PREDICTORS
 from rotor.protocol.lease import ROLES
 from rotor.router.disagg import (
     DEFAULT_MAX_CACHED_RATIO,
@@ -242,6 +245,84 @@ WORKER_FLAGS = [
         choices=ROLES,
     ),
 ]
+# rotor planner (rotor/planner, serve/planner.py)
+PLANNER_FLAGS = [
+    Flag("--model", "the served model name whose pools the planner sizes"),
+    Flag(
+        "--mode",
+        "agg: one pool of whole-request workers; disagg: prefill and decode pools",
+        str.lower,
+        "agg",
+        choices=("agg", "disagg"),
+    ),
+    Flag("--ttft", "seconds: the time-to-first-token target (p90)", float, 0.5, minimum=0.001),
+    Flag("--itl", "seconds: the inter-token latency target (p90)", float, 0.05, minimum=0.0001),
+    Flag("--interval", "seconds between decisions", float, 10.0, minimum=0.1),
+    Flag("--min-workers", "workers per pool, at least", int, 1, minimum=0),
+    Flag("--max-workers", "workers per pool, at most", int, 8, minimum=1),
+    Flag("--gpus-per-worker", "GPUs one worker takes (for --max-gpus)", int, 1, minimum=1),
+    Flag("--max-gpus", "GPUs all pools together may take", int, minimum=1),
+    Flag(
+        "--scaling",
+        "load: from observed latency and load, no profile; throughput: predicted load "
+        "against --profile",
+        str.lower,
+        "load",
+        choices=("load", "throughput"),
+    ),
+    Flag("--profile", "throughput scaling: a profile.json from `rotor planner profile`"),
+    Flag(
+        "--predictor",
+        "throughput scaling: how the next interval's load is predicted",
+        str.lower,
+        "holt",
+        choices=PREDICTORS,
+    ),
+    Flag("--cooldown", "seconds after a scale-up before any scale-down", float, 60.0, minimum=0),
+    Flag(
+        "--down-intervals",
+        "intervals in a row a scale-down must be wanted before it happens",
+        int,
+        3,
+        minimum=1,
+    ),
+    Flag(
+        "--settle-timeout",
+        "seconds for asked-for workers to register (or leave) before the next action",
+        float,
+        180.0,
+        minimum=1,
+    ),
+    Flag(
+        "--connector",
+        "local: worker processes here; kubernetes: Deployments' scale; virtual: a NATS key",
+        str.lower,
+        "local",
+        choices=("local", "kubernetes", "virtual"),
+    ),
+    Flag("--dry-run", "log each decision, change nothing", bool, False, action="store_true"),
+    Flag("--worker-cmd", "local: the command that starts one worker (ROTOR_NATS is set for it)"),
+    Flag("--prefill-cmd", "local, disagg: the prefill pool's command (default --worker-cmd)"),
+    Flag("--decode-cmd", "local, disagg: the decode pool's command (default --worker-cmd)"),
+    Flag(
+        "--drain-timeout",
+        "local: seconds a worker told to leave (SIGTERM) has before SIGKILL",
+        float,
+        60.0,
+        minimum=0,
+    ),
+    Flag("--namespace", "kubernetes: the Deployments' namespace", str, "default"),
+    Flag(
+        "--kubeconfig", "kubernetes: a kubeconfig file (default: in-cluster, else ~/.kube/config)"
+    ),
+    Flag(
+        "--ack-timeout",
+        "virtual: seconds an external system has to acknowledge a decision",
+        float,
+        60.0,
+        minimum=0.01,
+    ),
+]
 FLAGS = HTTP_FLAGS + MODEL_FLAGS + LOG_FLAGS + TRACE_FLAGS + RUN_FLAGS
 
 
@@ -326,6 +407,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_flags(
         worker, MODEL_FLAGS + NATS_FLAGS + WORKER_FLAGS + LOG_FLAGS + TRACE_FLAGS + engine_flags()
     )
+    planner = sub.add_parser("planner", help="size a model's worker pools to its load")
+    # the planner's decisions are info lines: its log level starts there
+    planner_log = [dataclasses.replace(LOG_FLAGS[0], default="info"), *LOG_FLAGS[1:]]
+    _add_flags(planner, PLANNER_FLAGS + NATS_FLAGS + WORKER_FLAGS[:2] + planner_log)
+    planner.add_argument(
+        "--deployment",
+        action="append",
+        default=[],
+        metavar="POOL=NAME",
+        help="kubernetes: the Deployment of a pool (agg, prefill, decode); repeatable",
+    )
+    planner_sub = planner.add_subparsers(dest="planner_command", parser_class=Parser)
+    from rotor.planner.profiling import add_arguments as add_profile_arguments
+
+    profile = planner_sub.add_parser(
+        "profile", help="measure one worker (TTFT against prompt length, ITL against load)"
+    )
+    add_profile_arguments(profile)
     # rotor bench: its flags live with it (rotor.bench.args); this block only wires them in
     from rotor.bench.args import DESCRIPTION as BENCH_DESCRIPTION
     from rotor.bench.args import add_arguments as add_bench_arguments
@@ -523,11 +622,58 @@ def main(argv: list[str] | None = None) -> int:
                 log_format=args.log_format,
             )
         )
+    if args.command == "planner":
+        return _planner(args)
     if args.command == "bench":
         from rotor.bench.main import main as bench_main
 
         return bench_main(args)
     return 2  # pragma: no cover - argparse requires a command
+
+
+def _planner(args: argparse.Namespace) -> int:
+    if args.planner_command == "profile":
+        from rotor.planner.profiling import main as profile_main
+
+        return profile_main(args)
+    if not args.model:
+        raise SystemExit("rotor planner: --model is required (the served model name)")
+    from rotor.serve.planner import run_planner
+
+    return run_planner(
+        PlannerConfig(
+            model=args.model,
+            nats=args.nats,
+            mode=args.mode,
+            ttft=args.ttft,
+            itl=args.itl,
+            interval=args.interval,
+            min_workers=args.min_workers,
+            max_workers=args.max_workers,
+            gpus_per_worker=args.gpus_per_worker,
+            max_gpus=args.max_gpus,
+            scaling=args.scaling,
+            profile=args.profile,
+            predictor=args.predictor,
+            cooldown=args.cooldown,
+            down_intervals=args.down_intervals,
+            settle_timeout=args.settle_timeout,
+            connector=args.connector,
+            dry_run=args.dry_run,
+            worker_cmd=args.worker_cmd,
+            prefill_cmd=args.prefill_cmd,
+            decode_cmd=args.decode_cmd,
+            drain_timeout=args.drain_timeout,
+            namespace=args.namespace,
+            deployments=list(args.deployment),
+            kubeconfig=args.kubeconfig,
+            ack_timeout=args.ack_timeout,
+            system_port=args.system_port,
+            system_host=args.system_host,
+            log_level=args.log_level,
+            log_format=args.log_format,
+        )
+    )
 
 
 if __name__ == "__main__":

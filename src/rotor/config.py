@@ -131,3 +131,39 @@ class FrontendConfig:
     template_timeout: float = 5.0  # seconds per prompt in the prepare pool
     log_level: str = "warning"
     log_format: str = "text"  # text | json (rotor.logs)
+
+
+@dataclass
+class PlannerConfig:
+    """`rotor planner`: one model's worker pools sized to its load."""
+
+    model: str
+    nats: str = DEFAULT_NATS
+    mode: str = "agg"  # agg: one pool; disagg: prefill and decode pools
+    ttft: float = 0.5  # seconds: the time-to-first-token target (p90)
+    itl: float = 0.05  # seconds: the inter-token latency target (p90)
+    interval: float = 10.0  # seconds between decisions
+    min_workers: int = 1  # per pool
+    max_workers: int = 8  # per pool
+    gpus_per_worker: int = 1
+    max_gpus: int | None = None  # all pools together
+    scaling: str = "load"  # load (no profile) | throughput (--profile)
+    profile: str | None = None
+    predictor: str = "holt"
+    cooldown: float = 60.0  # seconds after a scale-up before any scale-down
+    down_intervals: int = 3  # intervals in a row a scale-down must be wanted
+    settle_timeout: float = 180.0  # seconds for asked-for workers to register
+    connector: str = "local"  # local | kubernetes | virtual
+    dry_run: bool = False
+    worker_cmd: str | None = None  # local: the worker command (every pool)
+    prefill_cmd: str | None = None  # local, disagg: the prefill pool's, if another
+    decode_cmd: str | None = None
+    drain_timeout: float = 60.0  # local: seconds a SIGTERMed worker has before SIGKILL
+    namespace: str = "default"  # kubernetes
+    deployments: list[str] = field(default_factory=list)  # kubernetes: POOL=NAME
+    kubeconfig: str | None = None
+    ack_timeout: float = 60.0  # virtual: seconds for an external system's acknowledgement
+    system_port: int | None = None  # /live, /health, /metrics
+    system_host: str = "127.0.0.1"
+    log_level: str = "info"
+    log_format: str = "text"

@@ -7,6 +7,7 @@ constraints a random model can only satisfy when vLLM enforces them."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from collections.abc import Iterator
@@ -15,6 +16,9 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+
+from rotor.planner import profiling
+from rotor.planner.profile import Profile
 
 from support.llama import add_llama_weights
 from support.models import chatml_model
@@ -284,6 +288,32 @@ def test_health_and_engine_metrics(server: Server, client: openai.OpenAI) -> Non
     reply = _greedy(client, max_tokens=5, extra_body={"ignore_eos": True})
     assert reply.usage is not None and reply.usage.completion_tokens == 5
     assert server.metric("rotor_engine_generated_tokens_total") == before + 5
+
+
+def test_planner_profile_measures_a_vllm_worker(server: Server, tmp_path: Path) -> None:
+    """`rotor planner profile` on a tiny grid: every point measured, answers of
+    exactly --osl tokens (vLLM takes ignore_eos), prompts near their length."""
+    out = tmp_path / "profile.json"
+    parser = argparse.ArgumentParser()
+    profiling.add_arguments(parser)
+    argv = ["--url", server.v1, "--out", str(out), "--isl", "32,128", "--concurrency", "1,2"]
+    args = parser.parse_args([*argv, "--osl", "4", "--requests", "2", "--quiet"])
+    assert profiling.main(args) == 0
+    profile = Profile.load(str(out))
+    assert profile.model == "tiny" and [p.isl for p in profile.prefill] == [32, 128]
+    assert sorted((d.context, d.concurrency) for d in profile.decode) == [
+        (34, 1),
+        (34, 2),
+        (130, 1),
+        (130, 2),
+    ]
+    assert profile.meta["ignore_eos"] is True and profile.meta["max_model_len"] == CONTEXT
+    for p in profile.meta["points"]:
+        if p["kind"] == "decode":
+            assert p["output_tokens"] == p["requests"] * 4, p
+        else:
+            assert abs(p["prompt_tokens"] - p["isl"]) <= 0.25 * p["isl"] + 8, p
+            assert p["cached_tokens"] == 0, p
 
 
 def test_model_dir_file_names() -> None:

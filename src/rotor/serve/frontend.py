@@ -80,7 +80,7 @@ class Cluster:
         leases = LeaseFeed(nc, discovery.on_lease)
         await leases.start()
         self._stop.append(leases)
-        stats = StatsPublisher(nc, plane.frontend_id, self.answers)
+        stats = StatsPublisher(nc, plane.frontend_id, self.answers.take)
         await stats.start()
         self._stop.append(stats)
 

@@ -19,7 +19,6 @@ import msgpack
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from rotor.api.answers import Answers
 from rotor.runtime.nats import subjects
 from rotor.runtime.nats.subscriptions import Subscriptions
 
@@ -49,11 +48,16 @@ def decode(data: bytes) -> tuple[str, dict[str, dict[str, Any]]]:
 
 class StatsPublisher:
     def __init__(
-        self, nc: Client, frontend_id: str, answers: Answers, every: float = PUBLISH_EVERY_S
+        self,
+        nc: Client,
+        frontend_id: str,
+        take: Callable[[], dict[str, dict[str, Any]]],
+        every: float = PUBLISH_EVERY_S,
     ) -> None:
+        """`take`: the models' periods since the last call (api/answers.Answers.take)."""
         self.nc = nc
         self.frontend_id = frontend_id
-        self.answers = answers
+        self.take = take
         self.every = every
         self._task: asyncio.Task[None] | None = None
 
@@ -67,7 +71,7 @@ class StatsPublisher:
         await self.publish()  # the last partial period: nothing the planner misses
 
     async def publish(self) -> None:
-        models = self.answers.take()
+        models = self.take()
         if not models:
             return
         try:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import nats as nats_py
 import pytest
+from nats.js.errors import NoKeysError
+from openai import AsyncOpenAI
 
 from rotor.planner.connectors import ConnectorError
 from rotor.planner.connectors.local import Backoff, LocalConnector, format_command
@@ -23,10 +25,14 @@ from rotor.planner.observation import WorkerLoad
 from rotor.protocol.lease import Lease
 from rotor.runtime.nats import subjects
 
-from support.cluster import WORKER_LINE, Nats, nats_server
+from support.cluster import WORKER_LINE, Nats, nats_server, start_frontend
 from support.wait import wait_for, wait_for_async
 
 ECHO = [sys.executable, "-m", "rotor.cli", "worker", "out=echo"]
+MOCKER = [  # real pace: a 400-token answer takes 2 s
+    sys.executable, "-m", "rotor.cli", "worker", "out=mocker", "--speedup-ratio", "1",
+    "--decode-ms-per-step", "5",
+]  # fmt: skip
 FAST = {"ROTOR_ECHO_DELAY_MS": "0"}
 NO_NATS = "nats://127.0.0.1:1"  # children that never connect
 SLEEPER = [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(600)"]
@@ -85,7 +91,11 @@ async def leases(url: str) -> list[Lease]:
     try:
         kv = await nc.jetstream().key_value(subjects.WORKERS_BUCKET)
         found = []
-        for key in await kv.keys():
+        try:
+            keys = await kv.keys()
+        except NoKeysError:
+            return []
+        for key in keys:
             entry = await kv.get(key)
             found.append(Lease.decode(entry.value or b""))
         return found
@@ -136,6 +146,65 @@ async def test_workers_register_and_drain_stops_the_one_it_names(
     assert not alive(younger.pid)
     assert reaped(younger.pid) and reaped(older.pid)
     assert connector.workers("decode") == []
+
+
+async def _stream(client: AsyncOpenAI, i: int, max_tokens: int) -> tuple[str, int]:
+    """One streamed chat answer: its finish reason and its completion tokens."""
+    stream = await client.chat.completions.create(
+        model="mock-model",
+        messages=[{"role": "user", "content": f"stream {i}"}],
+        max_tokens=max_tokens,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
+    finish, tokens = "", 0
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].finish_reason:
+            finish = chunk.choices[0].finish_reason
+        if chunk.usage is not None:
+            tokens = chunk.usage.completion_tokens
+    return finish, tokens
+
+
+async def test_a_drained_worker_finishes_every_stream_it_holds(nats: Nats) -> None:
+    """Scale-down while answers stream from the worker it drains: every one
+    of them ends whole ("length", all its tokens), then the worker exits 0.
+    No migration: a stream cut by the drain would fail, not move."""
+    connector = LocalConnector({"agg": MOCKER}, nats.url, grace_period=30)
+    frontend = start_frontend(nats, "--router", "least_loaded", "--migration-limit", "0")
+    await connector.start()
+    try:
+        await connector.scale("agg", 2, [])
+        await wait_for_async(
+            "two workers", lambda: len(frontend.workers("mock-model")) == 2, 60,
+            lambda: logs(connector),
+        )  # fmt: skip
+        client = AsyncOpenAI(base_url=frontend.url + "/v1", api_key="x", max_retries=0)
+        streams = [asyncio.create_task(_stream(client, i, 400)) for i in range(6)]
+        ours: dict[int, Lease] = {}
+        for _ in range(500):  # until both workers report streams running
+            ours = {pid_of(lease): lease for lease in await leases(nats.url)}
+            if len(ours) == 2 and all(lease.state.running > 0 for lease in ours.values()):
+                break
+            await asyncio.sleep(0.01)
+        busy = min(ours.values(), key=lambda lease: lease.state.running)
+        assert busy.state.running > 0, [lease.state for lease in ours.values()]
+        assert not any(task.done() for task in streams)
+        await connector.scale("agg", 1, [WorkerLoad(busy.worker_id, "agg", busy.address)])
+        assert [w.draining for w in connector.workers("agg")].count(True) == 1
+        assert await asyncio.gather(*streams) == [("length", 400)] * 6
+        await wait_for_async(
+            "the drained worker to exit",
+            lambda: pid_of(busy) not in {w.pid for w in connector.workers("agg")},
+            30,
+            lambda: logs(connector),
+        )
+        assert connector.failures("agg") == 0  # it left because it was asked to
+        assert len(frontend.workers("mock-model")) == 1
+    finally:
+        await connector.stop()
+        frontend.proc.stop()
 
 
 async def test_a_failing_command_is_counted_and_retried_with_backoff(

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -73,6 +74,11 @@ def _alive(pids: set[int]) -> set[int]:
     return alive
 
 
+def _active(url: str) -> int:
+    """Requests the model's workers hold now, as the frontend's /health adds them up."""
+    return httpx.get(url + "/health", timeout=5).json()["engines"]["mock-model"]["active_requests"]
+
+
 @pytest.fixture(scope="module")
 def cluster():
     with nats_server() as nats:
@@ -83,14 +89,15 @@ def cluster():
             frontend.proc.stop()
 
 
-async def _burst(url: str, n: int) -> list[str]:
+async def _burst(url: str, n: int, words: int = 300, max_tokens: int = 40) -> list[str]:
+    """`n` streamed answers at once: their finish reasons."""
     client = AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
 
     async def one(i: int) -> str:
         stream = await client.chat.completions.create(
             model="mock-model",
-            messages=[{"role": "user", "content": f"question {i} " + "word " * 300}],
-            max_tokens=40,
+            messages=[{"role": "user", "content": f"question {i} " + "word " * words}],
+            max_tokens=max_tokens,
             stream=True,
             extra_body={"ignore_eos": True},
         )
@@ -128,6 +135,12 @@ def test_scales_up_under_load_down_after_it_and_leaves_nothing(cluster) -> None:
         assert 1 <= _metric(url, "rotor_planner_target_workers") <= 2  # --min/--max-workers
         started = _worker_pids(planner)
         assert started  # the one serving (and maybe the one still draining)
+        # the planner leaves while answers stream: its workers drain, and finish them
+        with ThreadPoolExecutor(1) as pool:
+            streams = pool.submit(asyncio.run, _burst(frontend.url, 3, 1, max_tokens=300))
+            wait_for("three answers streaming", lambda: _active(frontend.url) == 3, 30)
+            planner.process.send_signal(signal.SIGTERM)
+            assert streams.result(60) == ["length"] * 3
     finally:
         planner.process.send_signal(signal.SIGTERM)
         code = planner.process.wait(60)
@@ -137,6 +150,49 @@ def test_scales_up_under_load_down_after_it_and_leaves_nothing(cluster) -> None:
     wait_for("no worker registered", lambda: not frontend.workers("mock-model"), 30)
     log = planner.text()
     assert "agg up 1→2" in log and "agg down 2→1" in log
+    planner.log.close()
+
+
+def _roles(url: str) -> list[str]:
+    workers = httpx.get(url + "/health", timeout=5).json().get("workers", {})
+    return sorted(w["role"] for w in workers.get("mock-model", []))
+
+
+def test_disagg_sizes_the_prefill_and_decode_pools_apart(cluster) -> None:
+    """--mode disagg: one prefill and one decode worker to begin with; prompts
+    whose prefill alone misses the TTFT target grow the prefill pool only
+    (decode is far inside --itl), and idle shrinks it back."""
+    nats, _ = cluster
+    frontend = start_frontend(nats, "--disagg-policy", "always", "--router", "kv")
+    planner, url = _planner(nats.url, "--mode", "disagg")
+    try:
+        wait_for("a worker per pool", lambda: _roles(frontend.url) == ["decode", "prefill"], 60,
+                 planner.text)  # fmt: skip
+        for pool in ("prefill", "decode"):
+            wait_for(f"{pool} seen", lambda p=pool: _metric(url, "rotor_planner_live_workers", p) == 1,
+                     10)  # fmt: skip
+        assert asyncio.run(_burst(frontend.url, 12)) == ["length"] * 12
+        wait_for("a second prefill worker",
+                 lambda: _roles(frontend.url) == ["decode", "prefill", "prefill"], 60,
+                 planner.text)  # fmt: skip
+        remote = [  # the burst was prefilled on the prefill pool
+            float(line.rpartition(" ")[2])
+            for line in httpx.get(frontend.url + "/metrics", timeout=5).text.splitlines()
+            if line.startswith("rotor_disagg_prefill_total{") and 'where="remote"' in line
+        ]
+        assert sum(remote) >= 12
+        wait_for("back to one prefill worker",
+                 lambda: _roles(frontend.url) == ["decode", "prefill"], 60,
+                 planner.text)  # fmt: skip
+        log = planner.text()
+        assert "prefill up 1→2" in log and "prefill down 2→1" in log
+        assert "decode up 1→2" not in log  # sized apart: decode met its target
+        assert _metric(url, "rotor_planner_decisions_total", "decode", "up") == 1  # its 0→1
+    finally:
+        planner.process.send_signal(signal.SIGTERM)
+        code = planner.process.wait(60)
+        frontend.proc.stop()
+    assert code == 0, planner.text()
     planner.log.close()
 
 

@@ -640,40 +640,12 @@ def _planner(args: argparse.Namespace) -> int:
         raise SystemExit("rotor planner: --model is required (the served model name)")
     from rotor.serve.planner import run_planner
 
-    return run_planner(
-        PlannerConfig(
-            model=args.model,
-            nats=args.nats,
-            mode=args.mode,
-            ttft=args.ttft,
-            itl=args.itl,
-            interval=args.interval,
-            min_workers=args.min_workers,
-            max_workers=args.max_workers,
-            gpus_per_worker=args.gpus_per_worker,
-            max_gpus=args.max_gpus,
-            scaling=args.scaling,
-            profile=args.profile,
-            predictor=args.predictor,
-            cooldown=args.cooldown,
-            down_intervals=args.down_intervals,
-            settle_timeout=args.settle_timeout,
-            connector=args.connector,
-            dry_run=args.dry_run,
-            worker_cmd=args.worker_cmd,
-            prefill_cmd=args.prefill_cmd,
-            decode_cmd=args.decode_cmd,
-            drain_timeout=args.drain_timeout,
-            namespace=args.namespace,
-            deployments=list(args.deployment),
-            kubeconfig=args.kubeconfig,
-            ack_timeout=args.ack_timeout,
-            system_port=args.system_port,
-            system_host=args.system_host,
-            log_level=args.log_level,
-            log_format=args.log_format,
-        )
+    # every PlannerConfig field is the flag of the same name (--deployment appends)
+    names = [f.name for f in dataclasses.fields(PlannerConfig) if f.name != "deployments"]
+    config = PlannerConfig(
+        **{name: getattr(args, name) for name in names}, deployments=list(args.deployment)
     )
+    return run_planner(config)
 
 
 if __name__ == "__main__":

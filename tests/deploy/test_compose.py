@@ -29,6 +29,7 @@ from rotor.cli import build_parser, parse_io, split_passthrough
 from rotor.engines.registry import engine_spec
 
 from support.cluster import Frontend, Nats, Worker, nats_server, start_frontend, start_worker
+from support.environ import rotor_env
 from support.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,19 +135,6 @@ def _apply(img: Image, ins: Instruction) -> None:
         img.runs.append(ins.args)
     elif ins.keyword == "COPY":
         img.copies.append([w for w in ins.args.split() if not w.startswith("--")])
-
-
-@contextlib.contextmanager
-def rotor_env(env: dict[str, str]) -> Iterator[None]:
-    """Only these ROTOR_* variables set, for the length of the block."""
-    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("ROTOR_")}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for key in env:
-            os.environ.pop(key, None)
-        os.environ.update(saved)
 
 
 def defaults(command: str, env: dict[str, str] | None = None) -> dict[str, Any]:

@@ -15,13 +15,11 @@ import contextlib
 import copy
 import io
 import json
-import os
 import posixpath
 import re
 import shlex
 import shutil
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +30,8 @@ import yaml
 
 from rotor.cli import build_parser, split_passthrough
 from rotor.engines.registry import engine_spec
+
+from support.environ import rotor_env
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
@@ -322,19 +322,6 @@ class Container:
 
 def workloads(objects: list[Obj]) -> list[Obj]:
     return [o for o in objects if o["kind"] in ("Deployment", "StatefulSet")]
-
-
-@contextlib.contextmanager
-def rotor_env(env: dict[str, str]) -> Iterator[None]:
-    """Only these ROTOR_* variables set while rotor's parser reads them."""
-    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("ROTOR_")}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k in env:
-            os.environ.pop(k, None)
-        os.environ.update(saved)
 
 
 def parse_rotor(spec: Obj) -> argparse.Namespace:

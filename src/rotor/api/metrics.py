@@ -39,6 +39,7 @@ def _engine_doc(field: str) -> str:
 
 
 # Buckets fit for LLM latencies: from a fast TTFT to a long generation.
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"  # /metrics's content type
 _TTFT = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _ITL = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 _DURATION = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)

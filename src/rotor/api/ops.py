@@ -9,7 +9,7 @@ import os
 from fastapi import FastAPI
 from starlette.responses import JSONResponse, Response
 
-from rotor.api.metrics import Metrics
+from rotor.api.metrics import PROMETHEUS_TEXT, Metrics
 from rotor.api.openapi import route
 from rotor.frontend import Frontend
 
@@ -43,4 +43,4 @@ def register_ops(app: FastAPI, frontend: Frontend, metrics: Metrics) -> None:
 
     @app.get("/metrics", **route("metrics"))
     async def metrics_route() -> Response:
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return Response(metrics.render(), media_type=PROMETHEUS_TEXT)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 from typing import Any
 
 from fastapi import FastAPI
-from starlette.responses import JSONResponse, Response
 
 from rotor import logs
 from rotor.config import PlannerConfig
@@ -25,6 +25,8 @@ from rotor.planner.loop import Planner, Sizer, pools_of
 from rotor.planner.metrics import PlannerMetrics
 from rotor.planner.observation import PoolName
 from rotor.serve.build import StartupError
+from rotor.serve.http import EmbeddedServer
+from rotor.serve.status import status_app, status_server
 
 log = logging.getLogger("rotor.planner")
 
@@ -106,51 +108,28 @@ def _limits(config: PlannerConfig) -> Limits:
                 f"--max-gpus {config.max_gpus} cannot hold --min-workers {config.min_workers} "
                 f"per pool at --gpus-per-worker {config.gpus_per_worker} ({need} GPUs)"
             )
-    return Limits(
-        min_workers=config.min_workers,
-        max_workers=config.max_workers,
-        gpus_per_worker=config.gpus_per_worker,
-        max_gpus=config.max_gpus,
-        cooldown=config.cooldown,
-        down_intervals=config.down_intervals,
-        settle_timeout=config.settle_timeout,
-    )
+    return Limits(**{f.name: getattr(config, f.name) for f in dataclasses.fields(Limits)})
 
 
 def _status_app(metrics: PlannerMetrics, planner: Planner) -> FastAPI:
-    app = FastAPI(title="rotor planner")
-
-    @app.get("/live")
-    async def live() -> Response:
-        return JSONResponse({"status": "live"})
-
-    @app.get("/health")
-    async def health() -> Response:
+    def health() -> tuple[dict[str, Any], int]:
         pending = planner.guard.pending
-        return JSONResponse(
-            {
-                "status": "ok",
-                "model": planner.model,
-                "pools": list(planner.pools),
-                "pending": pending.targets if pending else None,
-                "dry_run": planner.dry_run,
-            }
-        )
+        body = {
+            "status": "ok",
+            "model": planner.model,
+            "pools": list(planner.pools),
+            "pending": pending.targets if pending else None,
+            "dry_run": planner.dry_run,
+        }
+        return body, 200
 
-    @app.get("/metrics")
-    async def metrics_route() -> Response:
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-    return app
+    return status_app("rotor planner", health, metrics.render)
 
 
 async def _serve(config: PlannerConfig) -> int:
-    import uvicorn
-
     from rotor.runtime.nats.connect import connect
     from rotor.runtime.nats.frontend_stats import StatsFeed
     from rotor.runtime.nats.leases import LeaseFeed
-    from rotor.serve.http import EmbeddedServer
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -181,13 +160,8 @@ async def _serve(config: PlannerConfig) -> int:
             dry_run=config.dry_run,
         )
         if config.system_port:
-            status = EmbeddedServer(
-                uvicorn.Config(
-                    _status_app(metrics, planner),
-                    host=config.system_host,
-                    port=config.system_port,
-                    **logs.uvicorn_options("warning"),
-                )
+            status = status_server(
+                _status_app(metrics, planner), config.system_host, config.system_port
             )
             status_task = asyncio.create_task(status.serve())
         dry = " (dry run: nothing changes)" if config.dry_run else ""

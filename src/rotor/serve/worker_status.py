@@ -1,33 +1,23 @@
-"""A worker's `/live`, `/health` and `/metrics` on its `--system-port`: a
-small HTTP server inside the worker's own asyncio program. `/live` answers
-while the program runs (a container's liveness); `/health` is 200 only while
-the worker serves (readiness: 503 once it drains)."""
+"""A worker's `/live`, `/health` and `/metrics` on its `--system-port`.
+`/health` is 200 only while the worker serves (readiness: 503 once it drains)."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
-import uvicorn
-from fastapi import FastAPI
-from starlette.responses import JSONResponse, Response
-
-from rotor import logs
 from rotor.api.metrics import Metrics
 from rotor.runtime.nats.worker import WorkerService
 from rotor.serve.http import EmbeddedServer
+from rotor.serve.status import status_app
+from rotor.serve.status import status_server as serve_status
 
 
 def status_server(service: WorkerService, host: str, port: int) -> EmbeddedServer:
     engine = service.engine
     metrics = Metrics(lambda: [(engine.card.name, engine.state())])
-    app = FastAPI(title="rotor worker")
 
-    @app.get("/live")
-    async def live() -> Response:
-        return JSONResponse({"status": "live"})
-
-    @app.get("/health")
-    async def health() -> Response:
+    def health() -> tuple[dict[str, Any], int]:
         lease = service.lease
         ok = lease.status == "serving"
         body = {
@@ -37,11 +27,6 @@ def status_server(service: WorkerService, host: str, port: int) -> EmbeddedServe
             "address": lease.address,
             "engine": dataclasses.asdict(engine.state()),
         }
-        return JSONResponse(body, status_code=200 if ok else 503)
+        return body, 200 if ok else 503
 
-    @app.get("/metrics")
-    async def metrics_route() -> Response:
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-    config = uvicorn.Config(app, host=host, port=port, **logs.uvicorn_options("warning"))
-    return EmbeddedServer(config)
+    return serve_status(status_app("rotor worker", health, metrics.render), host, port)

@@ -132,6 +132,41 @@ def test_a_silent_stream_times_out() -> None:
     asyncio.run(main())
 
 
+async def test_a_queued_request_may_wait_but_a_stalled_answer_times_out() -> None:
+    """The stall limit counts from the first output: heartbeats alone keep a
+    request waiting in a busy engine's queue alive however long it waits;
+    after its first token, heartbeats without output past the limit are a
+    stuck engine (a timeout, so the request migrates)."""
+    now = [0.0]
+    stream = OutputStream(1, "worker w", abort=lambda: None, stall=30, clock=lambda: now[0])
+    reader = stream.read(nothing)
+    seq = 0
+
+    async def beat(seconds: float) -> None:
+        """`seconds` pass, then a heartbeat, and the reader reads it."""
+        nonlocal seq
+        now[0] += seconds
+        stream.put(seq, "heartbeat", None)
+        seq += 1
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    waiting = asyncio.ensure_future(reader.__anext__())
+    for _ in range(10):  # 100 s in the queue, heartbeats only: still waiting
+        await beat(10)
+    assert not waiting.done()
+    stream.put(seq, "outputs", [EngineOutput(token_ids=[1])])
+    seq += 1
+    assert (await waiting).token_ids == [1]
+    stalled = asyncio.ensure_future(reader.__anext__())
+    await beat(20)  # 20 s after the first token: within the limit
+    assert not stalled.done()
+    await beat(11)  # 31 s without output: stuck
+    with pytest.raises(EngineError, match="sent no output for 30 s") as e:
+        await stalled
+    assert e.value.cause == "timeout"
+
+
 def test_piled_up_outputs_merge_per_run_of_one_choice() -> None:
     outs = [
         EngineOutput(0, [1], cached_tokens=5),

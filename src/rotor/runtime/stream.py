@@ -11,8 +11,10 @@ numbered by the engine's side from 0. The request's consumer reads with
 - merges what piled up while the consumer was busy into as few outputs as
   possible (`merge_outputs`), so a burst costs the pipeline one step;
 - turns silence into an error: no message at all for `silence` seconds (the
-  peer is gone; the engine side sends heartbeats while it works), or no
-  output for `stall` seconds (the engine is stuck);
+  peer is gone; the engine side sends heartbeats while it works), or, once
+  the first output came, no output for `stall` seconds (the engine is stuck
+  mid-answer; before the first output a request may wait in a busy engine's
+  queue as long as the engine's heartbeats say it is alive);
 - ends with the engine's error, or a transport's own (`fail`: the peer's
   connection or lease is gone);
 - aborts the request (`abort`) when the consumer leaves before the end: once,
@@ -46,7 +48,8 @@ class OutputStream:
     """The messages of one request (of `n` choices) as they arrived, and the
     reader of them. `who` names the peer in errors; `abort` stops the request
     there; `on_end` is called once the reader is done, however it ends;
-    `silence` and `stall` are seconds (None: no limit)."""
+    `silence` and `stall` are seconds (None: no limit); `clock` tells the
+    time `stall` is measured in (the event loop's by default)."""
 
     __slots__ = (
         "_items",
@@ -59,6 +62,7 @@ class OutputStream:
         "on_end",
         "silence",
         "stall",
+        "clock",
     )
 
     def __init__(
@@ -69,6 +73,7 @@ class OutputStream:
         on_end: Callable[[], None] | None = None,
         silence: float | None = None,
         stall: float | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self._items: collections.deque[Item] = collections.deque()
         self._ready = asyncio.Event()
@@ -80,6 +85,7 @@ class OutputStream:
         self.on_end = on_end
         self.silence = silence
         self.stall = stall
+        self.clock = clock
 
     # -- the transport's side (never waits) ------------------------------------------
 
@@ -103,11 +109,11 @@ class OutputStream:
         open_choices = set(range(self.n))
         sent = ended = False
         stall = self.stall
-        loop = asyncio.get_running_loop()
+        now = self.clock or asyncio.get_running_loop().time
+        last_output: float | None = None  # the stall limit starts at the first output
         try:
             await send()
             sent = True
-            last_output = loop.time()
             while True:
                 items = await self._take()
                 outputs: list[EngineOutput] = []
@@ -129,7 +135,7 @@ class OutputStream:
                         ended = True
                         break
                 if outputs:
-                    last_output = loop.time()
+                    last_output = now()
                     for out in merge_outputs(outputs) if len(outputs) > 1 else outputs:
                         if out.finish is not None:
                             open_choices.discard(out.index)
@@ -140,7 +146,7 @@ class OutputStream:
                     return
                 if not open_choices:  # every choice finished: the end is a formality
                     ended = True
-                if stall is not None and loop.time() - last_output > stall:
+                if stall is not None and last_output is not None and now() - last_output > stall:
                     raise EngineError(
                         f"{self.who} sent no output for {stall:.0f} s",
                         "unavailable",

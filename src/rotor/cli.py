@@ -114,6 +114,12 @@ HTTP_FLAGS = [
 MODEL_FLAGS = [
     Flag("--model-path", "a Hugging Face style model directory"),
     Flag("--model-name", "served model name (default: the directory's name, or echo / mock-model)"),
+    Flag(
+        "--served-model-name",
+        "one or more names to serve the model under; the first is the canonical name "
+        "(instead of --model-name), a request may use any",
+        nargs="+",
+    ),
     Flag("--tool-call-parser", "tool-call family (hermes, llama3_json, mistral, ...)"),
     Flag("--reasoning-parser", "reasoning parser (think, qwen3, deepseek_r1, mistral, ...)"),
     Flag("--chat-template", "a Jinja chat template file that replaces the model's"),
@@ -167,7 +173,8 @@ FRONTEND_FLAGS = [
     Flag("--router-temperature", "kv router: sample among good workers (0 = best)", float, 0.0),
     Flag(
         "--request-timeout",
-        "seconds without output before a worker counts as dead",
+        "seconds an answer that has begun may go without output before its worker counts "
+        "as stuck (a request waiting for its first token waits while its worker is alive)",
         float,
         30.0,
         minimum=0.001,
@@ -183,6 +190,13 @@ FRONTEND_FLAGS = [
         action="store_true",
     ),
     Flag("--router-ttl", "kv router with --no-kv-events: seconds a decision counts", float, 120.0),
+    Flag(
+        "--session-ttl",
+        "seconds a session (x-rotor-session-id) stays on the worker of its last turn; 0: off",
+        float,
+        300.0,
+        minimum=0,
+    ),
     # disaggregated serving (router/disagg.py)
     Flag(
         "--disagg-policy",
@@ -336,8 +350,14 @@ def _env_default(flag: Flag) -> Any:
         return flag.default
     if flag.action == "store_true":
         return raw.lower() in ("1", "true", "yes", "on")
+    if flag.nargs is not None:
+        return [_env_value(flag, word, raw) for word in raw.split()]
+    return _env_value(flag, raw, raw)
+
+
+def _env_value(flag: Flag, word: str, raw: str) -> Any:
     try:
-        value = flag.parse(raw)
+        value = flag.parse(word)
     except ValueError as e:
         raise SystemExit(f"rotor: {env_name(flag.name)}: {e}") from None
     if flag.choices is not None and value not in flag.choices:
@@ -378,6 +398,7 @@ def _add_flags(parser: argparse.ArgumentParser, flags: list[Flag]) -> None:
                 type=_checked(flag),
                 default=default,
                 choices=flag.choices,
+                nargs=flag.nargs,
                 help=help_text,
             )
 
@@ -482,6 +503,7 @@ def _model_config(args: argparse.Namespace) -> ModelConfig:
     return ModelConfig(
         model_path=args.model_path,
         model_name=args.model_name,
+        served_model_names=list(args.served_model_name or []),
         max_model_len=args.max_model_len,
         chat_template=args.chat_template,
         tool_call_parser=args.tool_call_parser,
@@ -592,6 +614,7 @@ def main(argv: list[str] | None = None) -> int:
                 kv_overlap_weight=args.kv_overlap_weight,
                 kv_events=not args.no_kv_events,
                 router_ttl=args.router_ttl,
+                session_ttl=args.session_ttl,
                 disagg=DisaggPolicy(
                     policy=args.disagg_policy,
                     min_tokens=args.disagg_min_tokens,

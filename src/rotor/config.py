@@ -20,6 +20,7 @@ class Flag:
     choices: tuple[str, ...] | None = None
     minimum: float | None = None  # numbers: the smallest value allowed
     maximum: float | None = None
+    nargs: str | None = None  # "+": one or more values (ROTOR_<NAME>: split on spaces)
 
     def parse(self, raw: str) -> Any:
         """The flag's value from its text; ValueError saying what is wrong."""
@@ -45,6 +46,8 @@ class ModelConfig:
 
     model_path: str | None = None
     model_name: str | None = None
+    # `--served-model-name A B`: served as A (canonical) and B
+    served_model_names: list[str] = field(default_factory=list)
     max_model_len: int | None = None
     chat_template: str | None = None
     tool_call_parser: str | None = None
@@ -126,6 +129,7 @@ class FrontendConfig:
     kv_overlap_weight: float = 4.0
     kv_events: bool = True  # False: --no-kv-events, the router records its own decisions
     router_ttl: float = 120.0  # how long a recorded decision counts (--no-kv-events)
+    session_ttl: float = 300.0  # seconds a session stays pinned after its last turn (0: off)
     # disaggregated serving: where each request of a model with prefill workers is prefilled
     disagg: DisaggPolicy = field(default_factory=DisaggPolicy)
     template_timeout: float = 5.0  # seconds per prompt in the prepare pool

@@ -27,6 +27,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from rotor import tracing
 from rotor.pipeline.bounds import text_size
+from rotor.pipeline.embed import prepare_embedding
+from rotor.pipeline.errors import RequestError
 from rotor.pipeline.events import ChoiceEvent, Failure, Usage
 from rotor.pipeline.generate import EngineClient, run_all
 from rotor.pipeline.preparer import Preparer
@@ -38,7 +40,8 @@ from rotor.pipeline.preprocess import (
     prepare_completion,
 )
 from rotor.pipeline.served import ServedModel
-from rotor.protocol.engine import EngineState
+from rotor.protocol.embeddings import EmbeddingRequest
+from rotor.protocol.engine import EngineError, EngineState
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 from rotor.router.modes import Routed
 from rotor.tracing import Span
@@ -69,6 +72,14 @@ class ServingEngine(EngineClient, Protocol):
 
 
 @runtime_checkable
+class EmbeddingEngine(Protocol):
+    """An engine client that embeds (engines/base.Embedder's contract, as the
+    registry sees it: an engine in process, or a pool of remote workers)."""
+
+    async def embed(self, inputs: list[list[int]], dimensions: int | None) -> list[list[float]]: ...
+
+
+@runtime_checkable
 class RemoteEngine(Protocol):
     """An engine client over remote workers (a router's pool): which workers
     are live, and where a request was routed."""
@@ -91,12 +102,16 @@ class RemoteEngine(Protocol):
 class ModelEntry:
     model: ServedModel
     engine: ServingEngine
+    # The name a request finds it by: the model's own, or one of its aliases
+    # (`--served-model-name`); responses say it back.
+    name: str = ""
     # The engine when it is a pool of remote workers; None for an in-process
     # engine, which is always there.
     remote: RemoteEngine | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.remote = self.engine if isinstance(self.engine, RemoteEngine) else None
+        self.name = self.name or self.model.name
 
     def live(self) -> bool:
         """Something can serve it now (a model whose last worker left stays
@@ -109,24 +124,42 @@ class ModelEntry:
 
 class ModelRegistry:
     """The models this frontend serves, by name, each with its engine client
-    (an in-process engine, or a pool of remote workers)."""
+    (an in-process engine, or a pool of remote workers). A model's aliases
+    find the same model and engine."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, ModelEntry] = {}
+        self._entries: dict[str, ModelEntry] = {}  # every name, aliases too
 
     def add(self, model: ServedModel, engine: ServingEngine) -> None:
         self._entries[model.name] = ModelEntry(model, engine)
+        for alias in model.card.names()[1:]:
+            taken = self._entries.get(alias)
+            if taken is not None and taken.model.name != model.name:
+                log.warning("%r names a model of its own: not an alias of %r", alias, model.name)
+                continue
+            self._entries[alias] = ModelEntry(model, engine, alias)
 
     def remove(self, name: str) -> None:
-        self._entries.pop(name, None)
+        entry = self._entries.get(name)
+        if entry is None:
+            return
+        for other in entry.model.card.names():
+            if (found := self._entries.get(other)) is not None and found.model is entry.model:
+                del self._entries[other]
 
     def names(self) -> list[str]:
+        """Every name a request may use, aliases included."""
         return list(self._entries)
 
     def live_names(self) -> list[str]:
         return [name for name, e in self._entries.items() if e.live()]
 
     def entries(self) -> list[ModelEntry]:
+        """One entry per model, under its canonical name (metrics, /health)."""
+        return [e for name, e in self._entries.items() if name == e.model.name]
+
+    def listed(self) -> list[ModelEntry]:
+        """One entry per name, aliases included (`/v1/models`)."""
         return list(self._entries.values())
 
     def get(self, name: str | None) -> ModelEntry:
@@ -135,8 +168,8 @@ class ModelRegistry:
             entry = self._entries.get(name)
             if entry is not None:
                 return entry
-        elif len(self._entries) == 1:
-            return next(iter(self._entries.values()))
+        elif len(models := self.entries()) == 1:
+            return models[0]
         served = ", ".join(self._entries) or "none"
         if not name:
             raise ModelNotFound(f"the request names no model; served: {served}")
@@ -151,6 +184,8 @@ class StartedResponse:
 
     id: str
     served: ServedModel
+    # the name the request used (an alias, or the canonical name)
+    name: str
     created: int
     n: int
     usage: Usage
@@ -165,8 +200,15 @@ class StartedResponse:
 
     @property
     def model(self) -> str:
-        """The served model's name, as responses and metrics name it."""
-        return self.served.name
+        """The model's name as the request gave it, as responses say it
+        (metrics count the model under its canonical name, `served.name`)."""
+        return self.name
+
+
+@dataclass(frozen=True)
+class Embedded:
+    vectors: list[list[float]]  # one per input, in order
+    prompt_tokens: int
 
 
 @dataclass
@@ -215,6 +257,22 @@ class Frontend:
             _note_prepared(span, prepared)
         return await self._start(entry, f"cmpl-{request_id}", prepared, req.logprobs is not None)
 
+    async def embed(self, entry: ModelEntry, req: EmbeddingRequest) -> Embedded:
+        """Each input's vector (`/v1/embeddings`); RequestError for what the
+        model cannot do, ResponseFailed when its engine fails."""
+        engine = entry.engine
+        if not isinstance(engine, EmbeddingEngine):
+            raise RequestError(f"the model {entry.name!r} cannot embed", "model")
+        if text_size(req.input, LONG_PROMPT_CHARS) > LONG_PROMPT_CHARS:
+            inputs = await self.preparer.run(prepare_embedding, entry.model, req)
+        else:
+            inputs = prepare_embedding(entry.model, req)
+        try:
+            vectors = await engine.embed(inputs.token_ids, inputs.dimensions)
+        except EngineError as e:
+            raise ResponseFailed(Failure.from_engine(e)) from None
+        return Embedded(vectors, inputs.prompt_tokens)
+
     async def _start(
         self, entry: ModelEntry, response_id: str, prepared: list[Prepared], logprobs: bool
     ) -> StartedResponse:
@@ -236,6 +294,7 @@ class Frontend:
         return StartedResponse(
             id=response_id,
             served=model,
+            name=entry.name,
             created=int(time.time()),
             n=usage.choices,
             usage=usage,

@@ -147,7 +147,7 @@ async def test_observed_counts_a_raising_stream_as_a_500_not_cancelled() -> None
         yield ChoiceEvent(0, [])
         raise RuntimeError("boom")
 
-    resp = StartedResponse("chatcmpl-x", ServedModel(ModelCard("m")), 0, 1, Usage(), events())
+    resp = StartedResponse("chatcmpl-x", ServedModel(ModelCard("m")), "m", 0, 1, Usage(), events())
     stream = observed(resp, metrics, "chat", True, 0.0)
     with pytest.raises(RuntimeError):
         async for _ in stream:

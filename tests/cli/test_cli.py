@@ -9,7 +9,9 @@ import sys
 import pytest
 
 from rotor import __version__
-from rotor.cli import main
+from rotor.cli import build_parser, main
+from rotor.config import ModelConfig
+from rotor.serve.build import StartupError, served_names
 
 
 def rotor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -112,3 +114,23 @@ def test_serving_is_announced_once_bound_with_the_real_port() -> None:
     assert done.returncode != 0
     assert "serving" not in done.stderr  # never announced: the port was not ours
     assert "address already in use" in done.stderr
+
+
+def test_served_model_names_come_from_the_flag_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    args = build_parser().parse_args(["run", "--served-model-name", "a", "b"])
+    assert args.served_model_name == ["a", "b"]
+    monkeypatch.setenv("ROTOR_SERVED_MODEL_NAME", "c  d")
+    assert build_parser().parse_args(["worker"]).served_model_name == ["c", "d"]
+    assert build_parser().parse_args(["run"]).model_name is None
+
+
+def test_served_names_pick_the_canonical_name_and_refuse_two() -> None:
+    assert served_names(ModelConfig(model_name="m")) == ("m", [])
+    assert served_names(ModelConfig(served_model_names=["a", "b", "a"])) == ("a", ["b"])
+    assert served_names(ModelConfig(model_name="a", served_model_names=["a", "b"])) == ("a", ["b"])
+    with pytest.raises(StartupError, match="give one"):
+        served_names(ModelConfig(model_name="m", served_model_names=["a"]))
+    with pytest.raises(StartupError, match="a name is empty"):
+        served_names(ModelConfig(served_model_names=["a", " "]))

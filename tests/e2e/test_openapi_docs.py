@@ -48,6 +48,7 @@ ROUTES = {
     ("post", "/v1/chat/completions"),
     ("post", "/v1/completions"),
     ("post", "/v1/responses"),
+    ("post", "/v1/embeddings"),
     ("post", "/v1/messages"),
     ("post", "/v1/messages/count_tokens"),
     ("post", "/tokenize"),
@@ -67,6 +68,19 @@ def server() -> Iterator[Server]:
         "out=mocker", "--speedup-ratio", "0", "--step-slice-ms", "0", "--api-key", KEY
     ) as srv:
         yield srv
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Iterator[Server]:
+    """An embedding model (the generating one above cannot embed): /v1/embeddings's server."""
+    with rotor_server(
+        "out=mocker", "--runner", "pooling", "--speedup-ratio", "0", "--api-key", KEY
+    ) as srv:
+        yield srv
+
+
+def serving(path: str, server: Server, embedder: Server) -> Server:
+    return embedder if path == "/v1/embeddings" else server
 
 
 @pytest.fixture(scope="module")
@@ -167,10 +181,15 @@ def test_ignored_fields_are_documented_as_ignored(doc: dict[str, Any]) -> None:
 # -- requests ------------------------------------------------------------------------------------
 
 
-def sdk_bodies(server: Server) -> dict[str, dict[str, Any]]:
+def sdk_bodies(server: Server, embedder: Server) -> dict[str, dict[str, Any]]:
     """What the openai and anthropic SDKs send, one body per route, each answered 200."""
     bodies: dict[str, dict[str, Any]] = {}
     cap = Capture()
+    emb = openai.OpenAI(
+        base_url=embedder.v1, api_key=KEY, max_retries=0, http_client=cap.client(openai)
+    )
+    emb.embeddings.create(model="mock-model", input=["Hello", "there"])
+    bodies["/v1/embeddings"] = cap.bodies.pop()
     oai = openai.OpenAI(
         base_url=server.v1, api_key=KEY, max_retries=0, http_client=cap.client(openai)
     )
@@ -207,15 +226,20 @@ WRONG = [
     ("/v1/messages/count_tokens", {"model": "mock-model"}),
     ("/tokenize", {"model": "mock-model"}),
     ("/detokenize", {"model": "mock-model"}),
+    ("/v1/embeddings", {"model": "mock-model"}),
+    ("/v1/embeddings", {"input": "x", "encoding_format": "int8"}),
 ]
 
 
-def test_what_the_sdks_send_validates_and_is_served(server: Server, doc: dict[str, Any]) -> None:
-    bodies = sdk_bodies(server)
+def test_what_the_sdks_send_validates_and_is_served(
+    server: Server, embedder: Server, doc: dict[str, Any]
+) -> None:
+    bodies = sdk_bodies(server, embedder)
     assert set(bodies) == {p for m, p in ROUTES if m == "post"}
     for path, body in bodies.items():
         assert errors_of(request_schema(doc, path), body) == [], (path, body)
-        r = httpx.post(server.url + path, json=body, headers=AUTH, timeout=30)
+        url = serving(path, server, embedder).url
+        r = httpx.post(url + path, json=body, headers=AUTH, timeout=30)
         assert r.status_code == 200, (path, r.text)
 
 
@@ -230,14 +254,17 @@ def test_wrong_bodies_fail_the_schema_and_the_server(
     assert errors_of(component(doc, envelope), r.json()) == []
 
 
-def test_each_example_validates_and_is_served(server: Server, doc: dict[str, Any]) -> None:
+def test_each_example_validates_and_is_served(
+    server: Server, embedder: Server, doc: dict[str, Any]
+) -> None:
     """The body "Try it out" starts from is one the server takes."""
     for path, item in doc["paths"].items():
         if "post" not in item:
             continue
         media = item["post"]["requestBody"]["content"]["application/json"]
         assert errors_of(request_schema(doc, path), media["example"]) == [], path
-        r = httpx.post(server.url + path, json=media["example"], headers=AUTH, timeout=30)
+        url = serving(path, server, embedder).url
+        r = httpx.post(url + path, json=media["example"], headers=AUTH, timeout=30)
         assert r.status_code == 200, (path, r.text)
 
 
@@ -288,14 +315,16 @@ ANSWERS = [
     ("/tokenize", {"prompt": "Hello!"}),
     ("/tokenize", {"messages": HELLO}),
     ("/detokenize", {"tokens": [1, 2, 3]}),
+    ("/v1/embeddings", {"input": ["Hello", "there"]}),
+    ("/v1/embeddings", {"input": [[1, 2, 3]], "encoding_format": "base64", "dimensions": 8}),
 ]
 
 
 @pytest.mark.parametrize(("path", "body"), ANSWERS)
 def test_real_answers_validate_against_the_documented_200(
-    server: Server, doc: dict[str, Any], path: str, body: dict[str, Any]
+    server: Server, embedder: Server, doc: dict[str, Any], path: str, body: dict[str, Any]
 ) -> None:
-    answer = post(server, path, body)
+    answer = post(serving(path, server, embedder), path, body)
     assert errors_of(answer_schema(doc, "post", path), answer) == [], answer
 
 
@@ -337,6 +366,12 @@ def test_stream_chunks_validate_against_the_documented_chunks(
         v = component(doc, name)
         for chunk in chunks:
             assert errors_of(v, chunk) == [], chunk
+
+
+def test_an_embedding_model_s_entry_validates(embedder: Server, doc: dict[str, Any]) -> None:
+    listed = httpx.get(embedder.v1 + "/models", headers=AUTH, timeout=10).json()
+    assert errors_of(answer_schema(doc, "get", "/v1/models"), listed) == [], listed
+    assert listed["data"][0]["task"] == "embed"
 
 
 def test_gets_validate_against_the_documented_200(server: Server, doc: dict[str, Any]) -> None:

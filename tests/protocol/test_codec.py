@@ -132,6 +132,7 @@ cards = st.builds(
     ),
     created=st.integers(0, 2**40),
     tokenizer_hash=st.none() | st.text("0123456789abcdef", min_size=64, max_size=64),
+    aliases=st.lists(text, max_size=3),
 )
 
 
@@ -220,6 +221,14 @@ def test_a_card_whose_hash_is_not_its_tokenizers_is_refused() -> None:
     data = repack(codec.encode_card(CARD, TOK), lambda m: m.update(tokenizer_json="{}"))
     with pytest.raises(CodecError, match="does not match"):
         codec.decode_card(data)
+
+
+def test_a_card_s_aliases_must_be_strings() -> None:
+    data = repack(codec.encode_card(CARD), lambda m: m.update(aliases=["a", 1]))
+    with pytest.raises(CodecError, match="card.aliases: expected a list of strings"):
+        codec.decode_card(data)
+    older = repack(codec.encode_card(CARD), lambda m: m.pop("aliases"))  # a worker before aliases
+    assert codec.decode_card(older)[0].aliases == []
 
 
 def test_a_broken_tokenizer_json_is_a_codec_error() -> None:

@@ -37,6 +37,7 @@ from rotor.api.errors import (
     is_anthropic,
 )
 from rotor.api.metrics import Metrics
+from rotor.api.openai.embeddings import register_embeddings
 from rotor.api.openai.routes import register_openai
 from rotor.api.openapi import install as install_openapi
 from rotor.api.ops import register_ops
@@ -114,6 +115,7 @@ def create_app(
         app.add_middleware(APIKeyMiddleware, api_key=api_key)
     responder = Responder(frontend, metrics, admission, streams)
     register_openai(app, responder, body_limit)
+    register_embeddings(app, responder, body_limit)
     register_anthropic(app, responder, body_limit)
     register_responses(app, responder, body_limit)
     register_tokens(app, frontend, body_limit)

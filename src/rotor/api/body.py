@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from rotor.api.access_state import note_model
 from rotor.api.errors import APIError, describe_validation
-from rotor.protocol.openai import ChatCompletionRequest
+from rotor.protocol.openai import MAX_SESSION_ID, ChatCompletionRequest
 
 DEFAULT_BODY_LIMIT = 32 * 1024 * 1024
 # Bodies past this are parsed and validated on a thread: a legal 10 MB body
@@ -34,6 +34,30 @@ def request_id(request: Request) -> str:
             rid = uuid.uuid4().hex
         request.state.request_id = rid
     return rid
+
+
+SESSION_HEADER = "x-rotor-session-id"
+
+
+def apply_session(request: Request, req: Any) -> None:
+    """The `x-rotor-session-id` header as the request's `session_id` (the
+    body field of the same meaning): a 400 when it is empty, too long, or
+    disagrees with the body's."""
+    header = request.headers.get(SESSION_HEADER)
+    if header is None:
+        return
+    if not header or len(header) > MAX_SESSION_ID:
+        raise APIError(
+            400, f"{SESSION_HEADER} must be 1 to {MAX_SESSION_ID} characters", SESSION_HEADER
+        )
+    body = req.session_id
+    if body is not None and body != header:
+        raise APIError(
+            400,
+            f"{SESSION_HEADER} {header!r} and session_id {body!r} disagree: send one",
+            "session_id",
+        )
+    req.session_id = header
 
 
 async def read_json(request: Request, limit: int) -> dict[str, Any]:

@@ -116,6 +116,12 @@ class _RouterCollector:
             "refused) and why",
             labels=["model", "where", "reason"],
         )
+        sessions = CounterMetricFamily(
+            "rotor_router_session_routes",
+            "Turns that named a session (x-rotor-session-id): kept on their pinned worker "
+            "(pinned), with no pin yet (new), or moved (moved_gone, moved_overloaded)",
+            labels=["model", "outcome"],
+        )
         handover = HistogramMetricFamily(
             "rotor_disagg_handover_seconds",
             "From a prefill worker's answer to the decode worker's first token",
@@ -141,13 +147,15 @@ class _RouterCollector:
                 decisions.add_metric([model, worker], count)
             for cause, count in stats.migrations.items():
                 migrations.add_metric([model, cause], count)
+            for outcome, count in stats.sessions.items():
+                sessions.add_metric([model, outcome], count)
             no_worker.add_metric([model], stats.no_worker)
             workers.add_metric([model], len(live))
             for w in live:
                 active.add_metric([model, w["id"]], w["active_requests"])
                 blocks.add_metric([model, w["id"]], w["kv_blocks_used"])
         yield from (decisions, migrations, no_worker, workers, active, blocks)
-        yield from (kv_prompt, kv_overlap, kv_hits, disagg, handover)
+        yield from (kv_prompt, kv_overlap, kv_hits, disagg, handover, sessions)
 
 
 class _AdmissionCollector:

@@ -34,7 +34,7 @@ async def observed(
     t0: float,
     timing: StreamTiming | None = None,
 ) -> AsyncGenerator[ChoiceEvent, None]:
-    model = resp.model
+    model = resp.served.name  # aliases count as their model
     series = metrics.series(model)
     series.in_flight.inc()
     perf = time.perf_counter

@@ -24,6 +24,7 @@ from starlette.responses import PlainTextResponse
 from rotor.api.auth import guarded
 from rotor.protocol import ignored
 from rotor.protocol.anthropic import CountTokensRequest, MessagesRequest
+from rotor.protocol.embeddings import EmbeddingRequest
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 from rotor.protocol.responses import ResponsesRequest
 
@@ -75,6 +76,14 @@ DOCS: dict[str, Doc] = {
         {"prompt": "Hello!", "max_tokens": 16},
         "server-sent events, each `data:` a CompletionChunk, then `data: [DONE]`",
         _GENERATION_ERRORS,
+    ),
+    "embeddings": Doc(
+        "Embeddings",
+        "OpenAI",
+        "EmbeddingList",
+        "EmbeddingRequest",
+        {"input": "Hello!"},
+        errors=_GENERATION_ERRORS,
     ),
     "responses": Doc(
         "Response (stateless)",
@@ -208,6 +217,7 @@ def model(name: str) -> type[BaseModel]:
         ResponsesRequest,
         MessagesRequest,
         CountTokensRequest,
+        EmbeddingRequest,
     )
     found = {m.__name__: m for m in requests}.get(name) or getattr(schemas, name)
     assert isinstance(found, type) and issubclass(found, BaseModel), name

@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from rotor.api.access_state import note_response, timing_of
 from rotor.api.admission import Admission
-from rotor.api.body import request_id
+from rotor.api.body import apply_session, request_id
 from rotor.api.drain import SHUTTING_DOWN, OpenStreams
 from rotor.api.errors import INTERNAL_ERROR, REFUSALS, APIError, api_error, client_error
 from rotor.api.metrics import Metrics
@@ -113,6 +113,7 @@ class Responder:
         the client API's."""
         rid = request_id(request)
         t0 = time.perf_counter()
+        apply_session(request, req)
         try:
             resp = await self._start(
                 begin or self.frontend.chat, req, rid, endpoint, params, request.receive
@@ -124,7 +125,7 @@ class Responder:
         api = view(resp, rid)
         events = observed(resp, self.metrics, endpoint, req.stream, t0, timing_of(request))
         if req.stream:
-            return self._stream(api, events, headers, resp.model)
+            return self._stream(api, events, headers, resp.served.name)
         try:
             choices = await self._collect(request, events, resp)
         except ClientGone:
@@ -208,6 +209,6 @@ class Responder:
         finally:
             await events.aclose()
         if work is None:
-            self.metrics.disconnected.labels(resp.model).inc()
+            self.metrics.disconnected.labels(resp.served.name).inc()
             raise ClientGone
         return work.result()

@@ -220,6 +220,29 @@ class CompletionChunk(_Closed):
     usage: Usage | None = None
 
 
+# -- embeddings ---------------------------------------------------------------------------------
+
+
+class Embedding(_Closed):
+    object: Literal["embedding"]
+    index: int
+    embedding: list[float] | str = Field(
+        description="numbers, or with encoding_format base64 the little-endian float32s in base64"
+    )
+
+
+class EmbeddingUsage(_Closed):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingList(_Closed):
+    object: Literal["list"]
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingUsage
+
+
 # -- models -------------------------------------------------------------------------------------
 
 
@@ -228,6 +251,15 @@ class ModelEntry(_Closed):
     object: Literal["model"]
     created: int
     owned_by: str
+    root: str = Field(
+        description="the model's canonical name: its aliases (--served-model-name) share it"
+    )
+    task: Literal["generate", "embed"] = Field(
+        description="generate: chat and completions; embed: /v1/embeddings only"
+    )
+    embedding_dim: int | None = Field(
+        default=None, description="an embedding model: the dimension of its vectors"
+    )
     max_model_len: int = Field(description="the context length")
     pools: dict[str, list[str]] | None = Field(
         default=None,

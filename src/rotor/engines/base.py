@@ -63,6 +63,18 @@ class KVEventSource(Protocol):
         ...
 
 
+@runtime_checkable
+class Embedder(Protocol):
+    """Engines that embed (the mocker with `--runner pooling`, vLLM running a
+    pooling model): one vector per input, with `card.capabilities.embedding_dim`
+    numbers unless `dimensions` asks for fewer (and the card allows it)."""
+
+    async def embed(self, inputs: list[list[int]], dimensions: int | None) -> list[list[float]]:
+        """Each input's vector, in order; EngineError ("refused", naming the
+        field) for what the engine cannot do."""
+        ...
+
+
 # (the kv_transfer of a decode request, the block hashes it lacks) -> the
 # hashes the prefill worker handed over
 KVFetch = Callable[[dict, list[int]], Awaitable[list[int]]]

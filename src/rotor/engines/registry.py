@@ -70,8 +70,22 @@ def _build_mocker(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any
         kv_hold_timeout_s=options["kv_hold_timeout"],
         kv_transfer_gbps=options["kv_transfer_bandwidth"],
         kv_bytes_per_token=options["kv_bytes_per_token"] or kv_bytes_per_token(card.path),
+        embedding_dim=embedding_dim(card.path, options) if options["runner"] == "pooling" else 0,
     )
     return MockerEngine(card, tok, config)
+
+
+DEFAULT_EMBEDDING_DIM = 64  # a pooling mocker's, without --embedding-dim or a config.json
+
+
+def embedding_dim(model_dir: str | None, options: dict[str, Any]) -> int:
+    """A pooling mocker's dimension: --embedding-dim, else the model's hidden_size."""
+    if options["embedding_dim"]:
+        return options["embedding_dim"]
+    top = _config_json(model_dir)
+    config = top.get("text_config") or top
+    hidden = config.get("hidden_size") if isinstance(config, dict) else None
+    return hidden if isinstance(hidden, int) and hidden > 0 else DEFAULT_EMBEDDING_DIM
 
 
 _DTYPE_BYTES = {
@@ -90,10 +104,8 @@ def kv_bytes_per_token(model_dir: str | None) -> int:
     Llama-3-8B's) when the directory or a field is missing."""
     from rotor.engines.mocker.config import DEFAULT_KV_BYTES_PER_TOKEN as default
 
-    if not model_dir:
-        return default
+    top = _config_json(model_dir)
     try:
-        top = json.loads((Path(model_dir) / "config.json").read_text())
         config = top.get("text_config") or top  # a multimodal model's language part
         layers = int(config["num_hidden_layers"])
         heads = int(config["num_attention_heads"])
@@ -104,6 +116,17 @@ def kv_bytes_per_token(model_dir: str | None) -> int:
     names = ("torch_dtype", "dtype")
     dtype = next((d for k in names for d in (config.get(k), top.get(k)) if d), "bfloat16")
     return layers * 2 * kv_heads * head_dim * _DTYPE_BYTES.get(str(dtype), 2)
+
+
+def _config_json(model_dir: str | None) -> dict[str, Any]:
+    """A model directory's config.json ({} when there is none or it is not an object)."""
+    if not model_dir:
+        return {}
+    try:
+        top = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return top if isinstance(top, dict) else {}
 
 
 def _vllm_builtin(name: str | None) -> tuple[ModelCard, Tokenizer | None, str]:
@@ -179,6 +202,20 @@ MOCKER_FLAGS = (
     Flag(
         "--kv-bytes-per-token",
         "mocker: bytes of KV cache per token (0 = from the model's config.json)",
+        int,
+        0,
+        minimum=0,
+    ),
+    Flag(
+        "--runner",
+        "mocker: generate (chat and completions) or pooling (an embedding model)",
+        str.lower,
+        "generate",
+        choices=("generate", "pooling"),
+    ),
+    Flag(
+        "--embedding-dim",
+        "mocker with --runner pooling: the vectors' dimension (0 = the model's hidden_size)",
         int,
         0,
         minimum=0,

@@ -26,11 +26,17 @@ class Capabilities:
     resumable_constraints: bool = False
     # the block size of the KV events the engine publishes (0: it publishes none)
     kv_block_size: int = 0
+    # embeddings (/v1/embeddings): their dimension (0: the engine cannot embed);
+    # `generates` False: an embedding model alone (chat and completions are 400s);
+    # `dimensions` below the full one (Matryoshka-style truncation) when allowed
+    embedding_dim: int = 0
+    generates: bool = True
+    shortens_embeddings: bool = False
 
 
 @dataclass(slots=True)
 class ModelCard:
-    name: str
+    name: str  # the canonical name: responses say it unless the request named an alias
     path: str | None = None  # model directory; None for built-ins without files
     context_length: int = 8192
     eos_token_ids: list[int] = field(default_factory=list)
@@ -49,6 +55,12 @@ class ModelCard:
     # served with, once known (a card read from the wire has it), so cards can be
     # compared without their tokenizers.
     tokenizer_hash: str | None = None
+    # more names the model is served under (`--served-model-name A B`: B)
+    aliases: list[str] = field(default_factory=list)
+
+    def names(self) -> list[str]:
+        """Every name it is served under, the canonical one first."""
+        return [self.name, *(a for a in self.aliases if a != self.name)]
 
     def chat_template(self, with_tools: bool) -> str | None:
         """Pick `tool_use` when tools are present, else `default` (as transformers does)."""

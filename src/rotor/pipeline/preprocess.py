@@ -20,6 +20,7 @@ from rotor.model.tokenizer import Tokenizer
 from rotor.pipeline.bounds import check_prompt_size
 from rotor.pipeline.choice import ChoicePipeline
 from rotor.pipeline.decode import ChoiceDecoder
+from rotor.pipeline.embed import refuse_generation
 from rotor.pipeline.errors import RequestError
 from rotor.pipeline.mock_calls import markup_choices
 from rotor.pipeline.params import engine_params, request_guided
@@ -64,6 +65,7 @@ def new_request_id() -> str:
 def prepare_chat(model: ServedModel, req: ChatCompletionRequest, request_id: str) -> Prepared:
     """The chat request as engine requests (one per choice) and their
     choices' pipelines; RequestError for what the request cannot ask."""
+    refuse_generation(model)
     check_prompt_size(
         model, "conversation (messages and tools)", "messages", req.messages, req.tools
     )
@@ -89,6 +91,7 @@ def prepare_chat(model: ServedModel, req: ChatCompletionRequest, request_id: str
         stop=stop,
         output=output,
         annotations=prompt.annotations,
+        session_id=req.session_id,
     )
     # Reasoning tags that are special tokens reach the parser whatever
     # skip_special_tokens says (the parser strips them).
@@ -201,6 +204,7 @@ def prepare_completion(
     model: ServedModel, req: CompletionRequest, request_id: str
 ) -> list[Prepared]:
     """One Prepared per prompt; choice indices continue across prompts."""
+    refuse_generation(model)
     card, tok = model.card, model.tokenizer
     prompts = req.prompts()
     if len(prompts) * req.n > MAX_CHOICES:
@@ -244,6 +248,7 @@ def prepare_completion(
             stop=stop,
             output=output,
             annotations=annotations,
+            session_id=req.session_id,
         )
         choices = [
             ChoicePipeline(

@@ -132,6 +132,12 @@ def _str_map(value: Any, name: str) -> dict[str, str]:
     return value
 
 
+def _strs(value: Any, name: str) -> list[str]:
+    if type(value) is not list or any(type(item) is not str for item in value):
+        raise _wrong(name, "a list of strings", value)
+    return value
+
+
 def _optional(check: Check) -> Check:
     def optional(value: Any, name: str) -> Any:
         return None if value is None else check(value, name)
@@ -213,6 +219,7 @@ _REQUEST: dict[str, Check] = {
     "output": lambda v, n: _build(OutputParams, _OUTPUT_PARAMS, v, n),
     "n": _int,
     "annotations": _map,
+    "session_id": _optional(_str),
 }
 _SAMPLING_NAMES, _STOP_NAMES = _names(SamplingParams), _names(StopParams)
 _OUTPUT_PARAMS_NAMES = _names(OutputParams)
@@ -232,6 +239,7 @@ def encode_request(request: EngineRequest) -> bytes:
             "output": _as_map(request.output, _OUTPUT_PARAMS_NAMES),
             "n": request.n,
             "annotations": request.annotations,
+            "session_id": request.session_id,
         }
     )
 
@@ -362,6 +370,50 @@ def decode_outputs(data: bytes) -> list[EngineOutput]:
 # -- EngineError ---------------------------------------------------------------
 
 
+# -- embeddings (request/reply on a worker's embed subject) ---------------------------
+
+
+def encode_embed_request(inputs: list[list[int]], dimensions: int | None) -> bytes:
+    return _packb({"inputs": inputs, "dimensions": dimensions})
+
+
+def decode_embed_request(data: bytes) -> tuple[list[list[int]], int | None]:
+    m = _map(_unpack(data), "embed")
+    inputs = m.get("inputs")
+    if type(inputs) is not list:
+        raise _wrong("embed.inputs", "a list", inputs)
+    checked = [_token_ids(one, f"embed.inputs[{i}]") for i, one in enumerate(inputs)]
+    return checked, _optional(_int)(m.get("dimensions"), "embed.dimensions")
+
+
+def encode_embeddings(vectors: list[list[float]]) -> bytes:
+    """Float32 on the wire (what embeddings are): half of float64's bytes."""
+    return msgpack.packb({"vectors": vectors}, use_single_float=True)
+
+
+def encode_embed_error(error: EngineError) -> bytes:
+    return _packb({"error": encode_error(error)})
+
+
+def decode_embeddings(data: bytes) -> list[list[float]]:
+    """The vectors, or the worker's EngineError raised."""
+    m = _map(_unpack(data), "embeddings")
+    if "error" in m:
+        raw = m["error"]
+        if type(raw) is not bytes:
+            raise _wrong("embeddings.error", "bytes", raw)
+        raise decode_error(raw)
+    vectors = m.get("vectors")
+    try:
+        if type(vectors) is not list or any(type(v) is not list for v in vectors):
+            raise TypeError
+        for v in vectors:
+            array("d", v)  # numbers only, checked in C
+    except TypeError:
+        raise CodecError("embeddings.vectors: expected a list of lists of numbers") from None
+    return vectors
+
+
 def encode_error(error: EngineError) -> bytes:
     m = {"message": error.message, "kind": error.kind, "param": error.param}
     if error.cause is not None:
@@ -481,6 +533,7 @@ _CARD: dict[str, Check] = {
     "capabilities": lambda v, n: _build(Capabilities, _CAPABILITIES, v, n),
     "created": _int,
     "tokenizer_hash": _optional(_str),
+    "aliases": _strs,
 }
 _CARD_NAMES, _CAPABILITY_NAMES = _names(ModelCard), _names(Capabilities)
 

@@ -122,6 +122,9 @@ class EngineRequest:
     # Engine-specific extras: "echo_text" for the text-out echo engine,
     # "mock" for the mocker's scripted output, RESUME_FROM for either.
     annotations: dict[str, Any] = field(default_factory=dict)
+    # The conversation it belongs to, which a frontend's pool keeps on one
+    # worker (router/sessions.py); engines need not read it.
+    session_id: str | None = None
 
 
 @dataclass(slots=True)

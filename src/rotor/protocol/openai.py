@@ -29,6 +29,7 @@ from rotor.protocol.mock import MockField
 from rotor.protocol.parts import check_chat_content
 
 MAX_N = 16
+MAX_SESSION_ID = 256  # characters of a session id
 MAX_STOP = 4
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
@@ -157,6 +158,9 @@ class SamplingFields(_CommonIgnored):
     guided_choice: list[str] | None = None
     # rotor extensions
     mock: MockField | None = None
+    # the conversation this turn belongs to (as the x-rotor-session-id header):
+    # a frontend keeps its turns on one worker
+    session_id: str | None = Field(default=None, min_length=1, max_length=MAX_SESSION_ID)
 
     @field_validator("stop")
     @classmethod

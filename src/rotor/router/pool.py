@@ -26,6 +26,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any, Protocol
@@ -46,6 +47,7 @@ from rotor.router import migration
 from rotor.router.disagg import Choice, DisaggPolicy
 from rotor.router.kv import KVRouter, KVStats
 from rotor.router.modes import Decision, LocalLoad, Routed, Router, WorkerState
+from rotor.router.sessions import Sessions
 from rotor.router.stats import PoolStats
 from rotor.tracing import NO_SPAN, Span
 
@@ -68,6 +70,12 @@ class WorkerLink(Protocol):
     ) -> AsyncIterator[EngineOutput]:
         """`request` on one worker; closing the stream early aborts it there.
         `headers` go with it (the trace context of its attempt, tracing on)."""
+        ...
+
+    async def embed(
+        self, worker_id: str, inputs: list[list[int]], dimensions: int | None, timeout: float
+    ) -> list[list[float]]:
+        """The inputs' vectors from one worker; EngineError when it cannot give them."""
         ...
 
     def worker_gone(self, worker_id: str) -> None:
@@ -100,6 +108,7 @@ class Pool:
         on_join: Callable[[str], None] | None = None,
         prefill_router: Router | None = None,
         disagg: DisaggPolicy | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         """`router` picks among the agg and decode workers, `prefill_router`
         (by default one like `router`'s mode is not shared: give one) among
@@ -109,6 +118,7 @@ class Pool:
         self.router = router
         self.prefill_router = prefill_router
         self.disagg = disagg or DisaggPolicy()
+        self.sessions = sessions  # None: session ids are not followed
         self.migration_limit = migration_limit
         self.request_timeout = request_timeout
         self.on_join = on_join
@@ -284,6 +294,26 @@ class Pool:
             if handover is not None:  # ended before its decode worker fetched: free them now
                 self.link.release_kv(handover.worker, _transfer_id(handover))
 
+    async def embed(self, inputs: list[list[int]], dimensions: int | None) -> list[list[float]]:
+        """The inputs' vectors from one live worker, the router's pick; when it
+        is unavailable, from another, up to the migration limit."""
+        request = EngineRequest(f"embed-{uuid.uuid4().hex[:12]}", self.card.name, inputs[0])
+        tried: set[str] = set()
+        while True:
+            decision = self._choose(request, tried)
+            worker = decision.worker_id
+            prefill = self._sent(worker, request, decision)
+            try:
+                return await self.link.embed(worker, inputs, dimensions, self.request_timeout)
+            except EngineError as e:
+                if e.kind != "unavailable" or len(tried) >= self.migration_limit:
+                    raise
+                tried.add(worker)
+                self.stats.migrations[e.cause or "unavailable"] += 1
+                log.warning("embed request %s: %s; trying another worker", request.request_id, e)
+            finally:
+                self._done(worker, prefill)
+
     # -- disaggregation ------------------------------------------------------------------
 
     async def _remote_prefill(
@@ -444,7 +474,15 @@ class Pool:
             route.fail(error.message, error.cause)
             route.end()
             raise error
+        sessions, session = self.sessions, request.session_id
+        if sessions is not None and session is not None and not tried:  # (not a migration)
+            keep, outcome = sessions.choose(session, candidates)
+            self.stats.sessions[outcome] += 1
+            if keep is not None:
+                candidates = [keep]  # the router still tells its cost (kv: the overlap)
         decision = self.router.choose(candidates, request, self.load)
+        if sessions is not None and session is not None:
+            sessions.pin(session, decision.worker_id)  # a migration's new worker, too
         self.stats.decisions[decision.worker_id] += 1
         decision.headers.setdefault("x-rotor-worker", decision.worker_id)
         if route.recording:

@@ -43,6 +43,8 @@ class PoolStats:
     decisions: collections.Counter[str] = field(default_factory=collections.Counter)
     migrations: collections.Counter[str] = field(default_factory=collections.Counter)
     no_worker: int = 0
+    # session affinity: what became of each turn that named a session (router/sessions.py)
+    sessions: collections.Counter[str] = field(default_factory=collections.Counter)
     # disaggregation: (where, reason) of every prefill decision, and handovers
     disagg: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
     handover: Histogram = field(default_factory=Histogram)

@@ -26,19 +26,38 @@ def load(config: ModelConfig, spec: EngineSpec) -> tuple[ModelCard, Tokenizer | 
     with --max-model-len and --chat-template applied (and checked) either way."""
     from rotor.model.loader import ModelLoadError, apply_overrides, load_model
 
+    name, aliases = served_names(config)
     try:
         if config.model_path:
-            return load_model(
+            card, tok = load_model(
                 config.model_path,
-                model_name=config.model_name,
+                model_name=name,
                 max_model_len=config.max_model_len,
                 chat_template_file=config.chat_template,
             )
-        card, tok, source = spec.builtin(config.model_name)
-        apply_overrides(card, config.max_model_len, config.chat_template, source)
+        else:
+            card, tok, source = spec.builtin(name)
+            apply_overrides(card, config.max_model_len, config.chat_template, source)
     except ModelLoadError as e:
         raise StartupError(str(e)) from None
+    card.aliases = [a for a in aliases if a != card.name]
     return card, tok
+
+
+def served_names(config: ModelConfig) -> tuple[str | None, list[str]]:
+    """The canonical name (None: the model's own) and the aliases, from
+    --model-name and --served-model-name."""
+    names = list(dict.fromkeys(config.served_model_names))  # in order, once each
+    if not names:
+        return config.model_name, []
+    if config.model_name is not None and config.model_name != names[0]:
+        raise StartupError(
+            f"--model-name {config.model_name!r} and --served-model-name {names[0]!r} "
+            "both name the model: give one (--served-model-name's first name is the canonical one)"
+        )
+    if any(not n.strip() for n in names):
+        raise StartupError("--served-model-name: a name is empty")
+    return names[0], names[1:]
 
 
 def build_engine(spec: EngineSpec, card: ModelCard, tok: Tokenizer | None, options: dict) -> Engine:

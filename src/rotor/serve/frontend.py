@@ -29,6 +29,7 @@ from rotor.router.kv_cost import KVCost
 from rotor.router.kv_sync import KVSync
 from rotor.router.modes import LeastLoaded, Random, RoundRobin, Router
 from rotor.router.pool import Pool
+from rotor.router.sessions import Sessions
 from rotor.runtime.nats.connect import connect
 from rotor.runtime.nats.frontend_stats import StatsPublisher
 from rotor.runtime.nats.kv_events import KVEventFeed, KVSnapshots
@@ -108,6 +109,7 @@ class Cluster:
             # the prefill workers' own router (and, for kv, their own index)
             prefill_router=make_router(config, card),
             disagg=config.disagg,
+            sessions=Sessions(config.session_ttl) if config.session_ttl > 0 else None,
         )
         try:
             served = ServedModel.build(card, tok, card.tool_call_parser, card.reasoning_parser)

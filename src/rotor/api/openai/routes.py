@@ -66,9 +66,9 @@ def register_openai(app: FastAPI, responder: Responder, body_limit: int) -> None
 
     @app.get("/v1/models", **route("models"))
     async def list_models(request: Request) -> Response:
-        entries = [e for e in frontend.registry.entries() if e.live()]
+        entries = [e for e in frontend.registry.listed() if e.live()]
         if "anthropic-version" in request.headers:
-            return JSONResponse(anthropic_models([e.model for e in entries]))
+            return JSONResponse(anthropic_models([(e.model, e.name) for e in entries]))
         return JSONResponse({"object": "list", "data": [model_entry(e) for e in entries]})
 
     @app.get("/v1/models/{model_id:path}", **route("model"))
@@ -77,7 +77,7 @@ def register_openai(app: FastAPI, responder: Responder, body_limit: int) -> None
             raise APIError(404, f"the model {model_id!r} does not exist", "model")
         entry = frontend.model(model_id)
         if "anthropic-version" in request.headers:
-            return JSONResponse(anthropic_model(entry.model))
+            return JSONResponse(anthropic_model(entry.model, entry.name))
         return JSONResponse(model_entry(entry))
 
 
@@ -91,16 +91,21 @@ def echo_texts(model: ServedModel, req: CompletionRequest) -> list[str]:
 
 
 def model_entry(entry: ModelEntry) -> dict[str, Any]:
-    """OpenAI's model object; a model served by workers also names its live
-    workers by pool (`decode`, `prefill`)."""
+    """OpenAI's model object under the entry's name, with vLLM's `root` (the
+    canonical name: a model's aliases share it); a model served by workers
+    also names its live workers by pool (`decode`, `prefill`)."""
     card = entry.model.card
     out: dict[str, Any] = {
-        "id": card.name,
+        "id": entry.name,
         "object": "model",
         "created": card.created,
         "owned_by": "rotor",
+        "root": card.name,
         "max_model_len": card.context_length,
+        "task": "generate" if card.capabilities.generates else "embed",
     }
+    if card.capabilities.embedding_dim:
+        out["embedding_dim"] = card.capabilities.embedding_dim
     if entry.remote is not None:
         out["pools"] = entry.remote.pools()
     return out

@@ -38,6 +38,9 @@ class MockerConfig:
     eos_probability: float = 0.02  # per generated token, seeded output only
     structural_tags: bool = True  # advertised on the card (the mocker never enforces it)
     seed: int = 0
+    # `--runner pooling`: an embedding model of this many dimensions, which
+    # cannot generate (0: `--runner generate`, which cannot embed)
+    embedding_dim: int = 0
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_kv_blocks"):

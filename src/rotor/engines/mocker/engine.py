@@ -23,6 +23,7 @@ from rotor import tracing
 from rotor.engines.base import KVFetch
 from rotor.engines.mocker.config import MockerConfig
 from rotor.engines.mocker.constrained import constrained_text, refuse_unsupported
+from rotor.engines.mocker.embed import shortened, unit_vector
 from rotor.engines.mocker.handover import Holds, leading, missing, transfer_seconds
 from rotor.engines.mocker.sampler import LogprobMaker, RandomSource, biased, readable_vocab
 from rotor.engines.mocker.scheduler import Scheduler
@@ -174,6 +175,9 @@ class MockerEngine:
             mock_scripts=True,
             structural_tags=config.structural_tags,
             kv_block_size=config.block_size,
+            embedding_dim=config.embedding_dim,
+            generates=config.embedding_dim == 0,
+            shortens_embeddings=True,
         )
         # The card tells the frontend how long a sequence may get, so its context
         # check (prompt + max_tokens) also keeps every request within the KV cache.
@@ -283,6 +287,26 @@ class MockerEngine:
                 self.abort(rid)
             self._requests.pop(rid, None)
             self.scheduler.held.discard(rid)
+
+    async def embed(self, inputs: list[list[int]], dimensions: int | None) -> list[list[float]]:
+        """A unit vector per input (mocker/embed.py), after the simulated time
+        of prefilling them all in one step."""
+        dim = self.card.capabilities.embedding_dim
+        if dim == 0:
+            raise EngineError(
+                f"the model {self.card.name!r} cannot embed (start the mocker with --runner pooling)",
+                "refused",
+                "model",
+            )
+        if dimensions is not None and dimensions > dim:
+            raise EngineError(
+                f"dimensions {dimensions} is more than the model's {dim}", "refused", "dimensions"
+            )
+        ratio = self.config.speedup_ratio
+        if ratio > 0:
+            tokens = sum(len(ids) for ids in inputs)
+            await self._sleep(self.config.step_ms(tokens, 0) / 1000 / ratio)
+        return [shortened(unit_vector(ids, dim), dimensions) for ids in inputs]
 
     def abort(self, request_id: str, index: int | None = None) -> None:
         """Stop one choice (or all): its blocks are freed now and the consumer

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 import msgpack
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
 
 from rotor.protocol import codec
 from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest
@@ -98,6 +99,31 @@ class RequestPlane:
             )
 
         return stream.read(send)
+
+    async def embed(
+        self, worker_id: str, inputs: list[list[int]], dimensions: int | None, timeout: float
+    ) -> list[list[float]]:
+        """The inputs' vectors from one worker (request/reply); EngineError
+        "unavailable" when it does not answer in `timeout` seconds or is gone."""
+        data = codec.encode_embed_request(inputs, dimensions)
+        try:
+            reply = await self.nc.request(subjects.embed(worker_id), data, timeout=timeout)
+        except NoRespondersError:
+            raise EngineError(
+                f"worker {worker_id} is gone", "unavailable", cause="worker_gone"
+            ) from None
+        except (asyncio.TimeoutError, TimeoutError):
+            raise EngineError(
+                f"worker {worker_id} did not answer in {timeout:g} s",
+                "unavailable",
+                cause="timeout",
+            ) from None
+        try:
+            return codec.decode_embeddings(reply.data)
+        except codec.CodecError as e:
+            raise EngineError(
+                f"worker {worker_id} sent a malformed answer: {e}", "internal"
+            ) from None
 
     def release_kv(self, worker_id: str, transfer_id: str) -> None:
         """Tell a prefill worker its pinned blocks for `transfer_id` are not

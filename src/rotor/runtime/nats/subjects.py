@@ -4,6 +4,7 @@ bucket name, so both sides always agree.
 - `rotor.worker.<id>.generate`  a request (msgpack) for the worker; outputs go
   to the reply subject it names, in order, numbered.
 - `rotor.worker.<id>.abort`     a request id to stop now.
+- `rotor.worker.<id>.embed`     request/reply: inputs' token ids → their vectors (or an error).
 - `rotor.worker.<id>.kv`        request/reply: the worker's KV snapshot (resync).
 - `rotor.worker.<id>.kv_fetch`  request/reply: the KV blocks a prefill pinned
   (`{"transfer_id", "hashes"}` → `{"hashes": the ones handed over}`).
@@ -29,6 +30,10 @@ PLANNER_BUCKET = "rotor_planner"
 
 def generate(worker_id: str) -> str:
     return f"rotor.worker.{worker_id}.generate"
+
+
+def embed(worker_id: str) -> str:
+    return f"rotor.worker.{worker_id}.embed"
 
 
 def abort(worker_id: str) -> str:

@@ -24,7 +24,7 @@ from nats.aio.msg import Msg
 from nats.js.errors import BucketNotFoundError, NotFoundError
 
 from rotor import tracing
-from rotor.engines.base import Engine, KVEventSource, KVHandover, KVHold
+from rotor.engines.base import Embedder, Engine, KVEventSource, KVHandover, KVHold
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol import codec
@@ -104,6 +104,8 @@ class WorkerService:
         wid = self.worker_id
         await self._subs.add(subjects.generate(wid), self._on_generate)
         await self._subs.add(subjects.abort(wid), self._on_abort)
+        if isinstance(self.engine, Embedder) and self.engine.card.capabilities.embedding_dim:
+            await self._subs.add(subjects.embed(wid), self._on_embed)
         await self._subs.add(subjects.kv_snapshot(wid), self._on_kv_snapshot)
         if isinstance(self.engine, KVHold):
             await self._subs.add(subjects.kv_fetch(wid), self._on_kv_fetch)
@@ -284,6 +286,37 @@ class WorkerService:
             await asyncio.gather(beat, return_exceptions=True)
             await stream.aclose()  # type: ignore[attr-defined]
             span.end()
+
+    async def _on_embed(self, msg: Msg) -> None:
+        """Request/reply: the vectors of the inputs' token ids, on a task of
+        its own (one slow batch must not hold up the next), which a drain waits for."""
+        if not msg.reply:
+            return
+        key = f"embed-{uuid.uuid4().hex}"
+        task = asyncio.create_task(self._embed(msg.data, msg.reply), name=key)
+        self._tasks[key] = task
+        task.add_done_callback(lambda _: self._tasks.pop(key, None))
+
+    async def _embed(self, data: bytes, reply: str) -> None:
+        assert isinstance(self.engine, Embedder)
+        try:
+            if self._leaving:
+                raise EngineError(
+                    f"worker {self.worker_id} is shutting down",
+                    "unavailable",
+                    cause="shutting_down",
+                )
+            try:
+                inputs, dimensions = codec.decode_embed_request(data)
+            except codec.CodecError as e:
+                raise EngineError(f"malformed embed request: {e}", "internal") from None
+            answer = codec.encode_embeddings(await self.engine.embed(inputs, dimensions))
+        except EngineError as e:
+            answer = codec.encode_embed_error(e)
+        except Exception as e:
+            log.exception("an embed request failed on worker %s", self.worker_id)
+            answer = codec.encode_embed_error(EngineError(str(e), "internal"))
+        await self.nc.publish(reply, answer)
 
     async def _on_abort(self, msg: Msg) -> None:
         rid = msg.data.decode(errors="replace")

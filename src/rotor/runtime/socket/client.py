@@ -1,5 +1,6 @@
 """The HTTP process's side: an engine client over the engine process's unix
-socket, implementing the Engine contract (`generate`, `abort`, `state`), so
+socket, implementing the Engine contract (`generate`, `abort`, `state`, and
+`embed`), so
 the frontend cannot tell it from an in-process engine.
 
 One connection per HTTP process carries all its requests; each request's
@@ -11,10 +12,17 @@ burst costs the pipeline one step and the client one write.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 
 from rotor.model.card import ModelCard
-from rotor.protocol.codec import decode_error, decode_outputs, encode_request
+from rotor.protocol.codec import (
+    decode_embeddings,
+    decode_error,
+    decode_outputs,
+    encode_embed_request,
+    encode_request,
+)
 from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineState
 from rotor.runtime.socket import frames
 from rotor.runtime.stream import OutputStream
@@ -32,6 +40,7 @@ class SocketEngine(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._reader = frames.Reader(self._on_frame)
         self._streams: dict[str, OutputStream] = {}
+        self._embeds: dict[str, asyncio.Future[bytes]] = {}  # by the embed's own id
         self._state = EngineState()
         self._state_asked = False
         self._first_state: asyncio.Future[None] | None = None
@@ -83,6 +92,21 @@ class SocketEngine(asyncio.Protocol):
 
         return stream.read(send)
 
+    async def embed(self, inputs: list[list[int]], dimensions: int | None) -> list[list[float]]:
+        if not self.card.capabilities.embedding_dim:  # (the frontend checked; the contract)
+            raise EngineError(f"the model {self.card.name!r} cannot embed", "refused", "model")
+        if self.transport is None:
+            raise EngineError(GONE, "unavailable", cause="worker_gone")
+        rid = f"embed-{uuid.uuid4().hex}"
+        answer = self._embeds[rid] = asyncio.get_running_loop().create_future()
+        try:
+            self.transport.write(
+                frames.frame(frames.EMBED, rid, encode_embed_request(inputs, dimensions))
+            )
+            return decode_embeddings(await answer)
+        finally:
+            self._embeds.pop(rid, None)
+
     def abort(self, request_id: str) -> None:
         if self.transport is not None:
             self.transport.write(frames.frame(frames.ABORT, request_id))
@@ -111,6 +135,9 @@ class SocketEngine(asyncio.Protocol):
         self.transport = None
         for stream in self._streams.values():
             stream.fail(EngineError(GONE, "unavailable", cause="worker_gone"))
+        for answer in self._embeds.values():
+            if not answer.done():
+                answer.set_exception(EngineError(GONE, "unavailable", cause="worker_gone"))
         if self._first_state is not None and not self._first_state.done():
             self._first_state.set_exception(ConnectionError(GONE))
 
@@ -120,6 +147,11 @@ class SocketEngine(asyncio.Protocol):
             self._state_asked = False
             if self._first_state is not None and not self._first_state.done():
                 self._first_state.set_result(None)
+            return
+        if kind == frames.VECTORS:
+            answer = self._embeds.get(rid)
+            if answer is not None and not answer.done():
+                answer.set_result(payload)
             return
         stream = self._streams.get(rid)
         if stream is None:  # a request this side already left (aborted, or finished)

@@ -13,8 +13,16 @@ import asyncio
 import logging
 import socket
 
-from rotor.engines.base import Engine
-from rotor.protocol.codec import CodecError, decode_request, encode_error, encode_outputs
+from rotor.engines.base import Embedder, Engine
+from rotor.protocol.codec import (
+    CodecError,
+    decode_embed_request,
+    decode_request,
+    encode_embed_error,
+    encode_embeddings,
+    encode_error,
+    encode_outputs,
+)
 from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest
 from rotor.runtime.socket import frames
 
@@ -73,8 +81,25 @@ class _Connection(asyncio.Protocol):
                 task.cancel()
         elif kind == frames.STATE:
             self._write(frames.frame(frames.STATE, "", frames.encode_state(self.engine.state())))
+        elif kind == frames.EMBED:
+            inputs, dimensions = decode_embed_request(payload)
+            self.tasks[rid] = asyncio.ensure_future(self._embed(rid, inputs, dimensions))
         else:
             raise frames.WireError(f"frame kind {kind!r} is not one an HTTP process sends")
+
+    async def _embed(self, rid: str, inputs: list[list[int]], dimensions: int | None) -> None:
+        try:
+            if not isinstance(self.engine, Embedder):
+                raise EngineError("the engine cannot embed", "refused", "model")
+            answer = encode_embeddings(await self.engine.embed(inputs, dimensions))
+        except EngineError as e:
+            answer = encode_embed_error(e)
+        except Exception as e:  # a broken engine fails the request, not the process
+            log.exception("embed request %s failed", rid)
+            answer = encode_embed_error(EngineError(f"{type(e).__name__}: {e}", "internal"))
+        finally:
+            self.tasks.pop(rid, None)
+        self._write(frames.frame(frames.VECTORS, rid, answer))
 
     async def _run(self, request: EngineRequest) -> None:
         rid = request.request_id

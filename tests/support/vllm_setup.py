@@ -5,3 +5,5 @@
 VLLM_ARGS = ("--enforce-eager", "--dtype", "float32", "--block-size", "32", "--max-num-seqs", "16")
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
 START_TIMEOUT = 600.0
+# vLLM runs the model as an embedding model (a generative one converted: `--convert embed`)
+POOLING_ARGS = ("--runner", "pooling")

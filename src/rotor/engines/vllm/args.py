@@ -20,7 +20,7 @@ OWNED = {
     "--max-model-len": "give the context length with rotor's --max-model-len",
     "--skip-tokenizer-init": "vLLM needs its tokenizer for structured outputs",
     "--kv-events-config": "rotor configures vLLM's KV event publisher itself",
-    "--served-model-name": "give the served name with rotor's --model-name",
+    "--served-model-name": "give the served names with rotor's own --served-model-name (before --)",
 }
 
 

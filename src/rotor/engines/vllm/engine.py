@@ -7,7 +7,9 @@ EOS or stop id that ended the choice, `length`, `abort`), its prefix cache's
 hit count (`cached_tokens`), its scheduler's running / waiting / KV usage
 (`state()`, via a stat logger of rotor's own), and its death
 (`EngineDeadError`: an *unavailable* engine error, never a hang). Its KV cache
-events come back through `kv_events(sink)`, as the mocker's do.
+events come back through `kv_events(sink)`, as the mocker's do. With
+`-- --runner pooling` it serves an embedding model instead (`embed`,
+pooling.py).
 
 The AsyncLLM is created in `start()` (engine processes are spawned there,
 40-75 s on a small CPU machine) and shut down in `stop()`.
@@ -28,6 +30,7 @@ from rotor.engines.vllm.args import engine_args
 from rotor.engines.vllm.disagg import Mode, Relay
 from rotor.engines.vllm.holds import StoredHolds
 from rotor.engines.vllm.kv_relay import KVRelay, listen, relay_events
+from rotor.engines.vllm.pooling import check_embeds, embed, pooling_of
 from rotor.engines.vllm.sampling import sampling_params
 from rotor.model.card import ModelCard
 from rotor.protocol.engine import (
@@ -87,16 +90,25 @@ class VLLMEngine:
     ) -> None:
         if card.path is None:
             raise ValueError("out=vllm needs a model directory: give --model-path DIR")
-        caps = dataclasses.replace(
-            card.capabilities, structural_tags=True, logprobs=True, mock_scripts=False
-        )
-        self.card = dataclasses.replace(card, capabilities=caps)
         # The card's context length is rotor's --max-model-len (or the model's):
         # vLLM gets exactly that, so both ends check against one number.
         # (the KV event endpoint is set in start(), once rotor's socket is bound)
         self.args = engine_args(
             card.path, card.context_length, vllm_words, "tcp://127.0.0.1:0", mode
         )
+        # a pooling model (-- --runner pooling) embeds and does not generate
+        self.pooling = pooling_of(self.args)
+        pool = self.pooling
+        caps = dataclasses.replace(
+            card.capabilities,
+            structural_tags=pool is None,
+            logprobs=pool is None,
+            mock_scripts=False,
+            embedding_dim=pool.embedding_dim if pool is not None else 0,
+            generates=pool is None,
+            shortens_embeddings=pool is not None and pool.matryoshka,
+        )
+        self.card = dataclasses.replace(card, capabilities=caps)
         # a prefill / decode worker's KV connector (docs/vllm.md#disaggregated-serving)
         self.disagg = Relay(self.args.kv_transfer_config)
         self.mode = mode
@@ -138,6 +150,13 @@ class VLLMEngine:
         except BaseException:
             sock.close(linger=0)
             raise
+        if self.pooling is not None:
+            try:
+                await check_embeds(self.llm)
+            except BaseException:
+                sock.close(linger=0)
+                await self.stop()
+                raise
         cache = self.llm.vllm_config.cache_config
         self.relay.block_size = cache.block_size
         # The card says at which block size its KV events name blocks (the kv router hashes so).
@@ -225,6 +244,17 @@ class VLLMEngine:
         finally:
             self._running.discard(rid)
             await stream.aclose()  # leaving early: vLLM aborts the request here
+
+    async def embed(self, inputs: list[list[int]], dimensions: int | None) -> list[list[float]]:
+        """Each input's vector from vLLM's pooler, in order (pooling.py)."""
+        if self.pooling is None:
+            raise EngineError(
+                f"the model {self.card.name!r} cannot embed: vLLM runs it for generation "
+                "(start it with -- --runner pooling)",
+                "refused",
+                "model",
+            )
+        return await embed(self.llm, inputs, dimensions, self._running)
 
     def abort(self, request_id: str) -> None:
         """Free the request's slot in vLLM now (its stream then ends)."""

@@ -20,6 +20,7 @@ from support.server import Server, rotor_server
 
 MODEL = "mock-model"
 DIM = 48
+WIDE = 1024  # the pooling workers' dimension over NATS
 CONTEXT = 64
 
 
@@ -155,18 +156,25 @@ def test_http_workers_embed_through_the_engine_process() -> None:
 
 def test_a_pooling_worker_embeds_through_a_frontend() -> None:
     with nats_server() as nats:
-        pooling = ("out=mocker", "--runner", "pooling", "--embedding-dim", str(DIM))
+        # wide vectors: 600 of them (3 MB as float32s) need several NATS messages
+        pooling = ("out=mocker", "--runner", "pooling", "--embedding-dim", str(WIDE))
         workers = [start_worker(nats, *pooling, "--speedup-ratio", "0") for _ in range(2)]
         frontend = start_frontend(nats)
         try:
             frontend.wait_workers(MODEL, {w.id for w in workers})
             client = openai.OpenAI(base_url=frontend.v1, api_key="x", max_retries=0)
             got = client.embeddings.create(model=MODEL, input=["p", "q"], encoding_format="float")
-            assert len(got.data) == 2 and len(got.data[0].embedding) == DIM
+            assert len(got.data) == 2 and len(got.data[0].embedding) == WIDE
             # float32 on the wire: the same numbers as rotor run's (float32-rounded)
             assert math.isclose(norm(got.data[0].embedding), 1, rel_tol=1e-5)
             again = client.embeddings.create(model=MODEL, input=["p", "q"], encoding_format="float")
             assert again.data[0].embedding == got.data[0].embedding  # another worker, same vector
+            many = [f"input number {i}" for i in range(600)]
+            batch = client.embeddings.create(model=MODEL, input=many, encoding_format="float")
+            assert [d.index for d in batch.data] == list(range(600))
+            for i in (0, 299, 599):  # in order: each is that input's own vector
+                one = client.embeddings.create(model=MODEL, input=many[i], encoding_format="float")
+                assert batch.data[i].embedding == one.data[0].embedding
             with pytest.raises(openai.BadRequestError):
                 client.chat.completions.create(
                     model=MODEL, messages=[{"role": "user", "content": "hi"}]

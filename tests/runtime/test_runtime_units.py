@@ -24,6 +24,7 @@ from rotor.router.migration import Progress, resumed
 from rotor.router.modes import LeastLoaded, LocalLoad, Random, RoundRobin
 from rotor.router.pool import Pool
 from rotor.runtime.nats import messages as wire
+from rotor.runtime.nats.request_plane import embed_runs
 from rotor.runtime.stream import OutputStream
 
 
@@ -257,3 +258,16 @@ async def test_no_live_worker_is_unavailable_and_counted() -> None:
     with pytest.raises(EngineError, match="no live worker") as e:
         await stream.__anext__()
     assert e.value.kind == "unavailable" and pool.stats.no_worker == 1
+
+
+def test_embed_runs_keep_the_order_and_fit_the_limit() -> None:
+    inputs = [[1] * n for n in (10, 10, 10, 50, 1, 400, 2)]
+    runs = embed_runs(inputs, width=4, limit=120)
+    assert [ids for run in runs for ids in run] == inputs  # every input, in order
+    for run in runs:
+        asked = sum(5 * len(ids) + 8 for ids in run)
+        answered = len(run) * (5 * 4 + 8)
+        assert len(run) == 1 or (asked <= 120 and answered <= 120)
+    assert [len(run) for run in runs] == [2, 1, 1, 1, 1, 1]  # the 400-token input alone
+    # the answers decide when the vectors are wide: 508 bytes each, one per 1000-byte run
+    assert [len(run) for run in embed_runs([[1]] * 10, width=100, limit=1000)] == [1] * 10

@@ -73,9 +73,15 @@ class WorkerLink(Protocol):
         ...
 
     async def embed(
-        self, worker_id: str, inputs: list[list[int]], dimensions: int | None, timeout: float
+        self,
+        worker_id: str,
+        inputs: list[list[int]],
+        dimensions: int | None,
+        width: int,
+        timeout: float,
     ) -> list[list[float]]:
-        """The inputs' vectors from one worker; EngineError when it cannot give them."""
+        """The inputs' vectors (`width` numbers each) from one worker;
+        EngineError when it cannot give them."""
         ...
 
     def worker_gone(self, worker_id: str) -> None:
@@ -304,7 +310,10 @@ class Pool:
             worker = decision.worker_id
             prefill = self._sent(worker, request, decision)
             try:
-                return await self.link.embed(worker, inputs, dimensions, self.request_timeout)
+                width = dimensions or self.card.capabilities.embedding_dim
+                return await self.link.embed(
+                    worker, inputs, dimensions, width, self.request_timeout
+                )
             except EngineError as e:
                 if e.kind != "unavailable" or len(tried) >= self.migration_limit:
                     raise

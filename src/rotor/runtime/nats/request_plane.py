@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 import msgpack
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.errors import NoRespondersError
+from nats.errors import MaxPayloadError, NoRespondersError
 
 from rotor.protocol import codec
 from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest
@@ -29,6 +29,29 @@ from rotor.runtime.stream import OutputStream
 log = logging.getLogger("rotor.request_plane")
 
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
+EMBED_FILL = 0.8  # the share of the server's max payload one embed message (or its answer) fills
+_NUMBER_BYTES = 5  # msgpack's most for a token id (u32) or a float32, with its marker
+
+
+def embed_runs(inputs: list[list[int]], width: int, limit: int) -> list[list[list[int]]]:
+    """The inputs in order, cut into runs whose request (their token ids) and
+    answer (`width` numbers per input) each stay within `limit` bytes; an
+    input too large alone is a run of its own."""
+    runs: list[list[list[int]]] = []
+    run: list[list[int]] = []
+    asked = answered = 0
+    answer = _NUMBER_BYTES * width + 8
+    for ids in inputs:
+        size = _NUMBER_BYTES * len(ids) + 8
+        if run and (asked + size > limit or answered + answer > limit):
+            runs.append(run)
+            run, asked, answered = [], 0, 0
+        run.append(ids)
+        asked += size
+        answered += answer
+    if run:
+        runs.append(run)
+    return runs
 
 
 class RequestPlane:
@@ -101,16 +124,39 @@ class RequestPlane:
         return stream.read(send)
 
     async def embed(
+        self,
+        worker_id: str,
+        inputs: list[list[int]],
+        dimensions: int | None,
+        width: int,
+        timeout: float,
+    ) -> list[list[float]]:
+        """The inputs' vectors (`width` numbers each) from one worker, as
+        request/reply messages that each fit the server's max payload, all
+        at once; EngineError "unavailable" when the worker does not answer in
+        `timeout` seconds or is gone."""
+        limit = int(self.nc.max_payload * EMBED_FILL)
+        runs = embed_runs(inputs, width, limit)
+        answers = await asyncio.gather(
+            *(self._embed_run(worker_id, run, dimensions, timeout) for run in runs)
+        )
+        return [vector for answer in answers for vector in answer]
+
+    async def _embed_run(
         self, worker_id: str, inputs: list[list[int]], dimensions: int | None, timeout: float
     ) -> list[list[float]]:
-        """The inputs' vectors from one worker (request/reply); EngineError
-        "unavailable" when it does not answer in `timeout` seconds or is gone."""
         data = codec.encode_embed_request(inputs, dimensions)
         try:
             reply = await self.nc.request(subjects.embed(worker_id), data, timeout=timeout)
         except NoRespondersError:
             raise EngineError(
                 f"worker {worker_id} is gone", "unavailable", cause="worker_gone"
+            ) from None
+        except MaxPayloadError:
+            raise EngineError(
+                f"an input of {len(inputs[0])} tokens is too large for one NATS message",
+                "refused",
+                "input",
             ) from None
         except (asyncio.TimeoutError, TimeoutError):
             raise EngineError(

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import msgpack
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.errors import MaxPayloadError
 from nats.js.errors import BucketNotFoundError, NotFoundError
 
 from rotor import tracing
@@ -316,7 +317,11 @@ class WorkerService:
         except Exception as e:
             log.exception("an embed request failed on worker %s", self.worker_id)
             answer = codec.encode_embed_error(EngineError(str(e), "internal"))
-        await self.nc.publish(reply, answer)
+        try:
+            await self.nc.publish(reply, answer)
+        except MaxPayloadError:  # (the frontend sizes its runs so that this cannot happen)
+            too_big = EngineError("the vectors are more than one NATS message holds", "internal")
+            await self.nc.publish(reply, codec.encode_embed_error(too_big))
 
     async def _on_abort(self, msg: Msg) -> None:
         rid = msg.data.decode(errors="replace")

@@ -17,6 +17,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from rotor.api.request_log import RequestLog, process_path
 
+from support.clock import FakeClock
+
 
 class Line:
     """An entry of `size` bytes with its newline."""
@@ -33,14 +35,6 @@ class Line:
 class Broken:
     def encode(self) -> bytes:
         raise RuntimeError("a bug in a record")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -132,7 +126,7 @@ def test_an_unwritable_file_costs_records_said_once_then_recovers(
     lines go to the file again."""
     path = tmp_path / "requests.jsonl"
     path.mkdir()
-    clock = Clock()
+    clock = FakeClock(1000.0)
     caplog.set_level(logging.WARNING, "rotor.request_log")
     w = started(logs, path, retry_s=5.0, clock=clock)
     for n in range(3):

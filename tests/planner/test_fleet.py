@@ -6,13 +6,7 @@ from rotor.planner.fleet import Fleet
 from rotor.protocol.engine import EngineState
 from rotor.protocol.lease import Lease
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from support.clock import FakeClock
 
 
 def _lease(wid: str, role: str = "agg", status: str = "serving", **state: int) -> Lease:
@@ -20,7 +14,7 @@ def _lease(wid: str, role: str = "agg", status: str = "serving", **state: int) -
 
 
 async def test_interval_means_counters_and_traffic() -> None:
-    clock = Clock()
+    clock = FakeClock()
     fleet = Fleet(clock, lease_ttl=5.0)
     await fleet.on_lease(_lease("a", active_requests=2, steps=10, simulated_ms=100))
     fleet.observe("m")  # the interval starts
@@ -68,7 +62,7 @@ async def test_interval_means_counters_and_traffic() -> None:
 
 
 async def test_silent_workers_expire_and_leaving_ones_do_not_serve() -> None:
-    clock = Clock()
+    clock = FakeClock()
     fleet = Fleet(clock, lease_ttl=5.0)
     await fleet.on_lease(_lease("a"))
     await fleet.on_lease(_lease("b", status="leaving"))
@@ -81,7 +75,7 @@ async def test_silent_workers_expire_and_leaving_ones_do_not_serve() -> None:
 
 
 def test_malformed_stats_count_for_nothing() -> None:
-    fleet = Fleet(Clock())
+    fleet = Fleet(FakeClock())
     fleet.on_stats("f", {"m": {"requests": "many"}})
     fleet.on_stats("f", {"m": {"requests": 2, "ttft": [0.5, 0.7]}})
     obs = fleet.observe("m")

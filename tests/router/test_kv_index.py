@@ -13,6 +13,7 @@ from rotor.engines.mocker import MockerConfig, MockerEngine
 from rotor.protocol.kv import AllCleared, BlocksRemoved, BlocksStored, KVSnapshot, block_hashes
 from rotor.router.kv_index import Applied, ApproxKVIndex, KVIndex, PrefixMap
 
+from support.clock import FakeClock
 from support.mocker import CARD, TOK
 
 BS = 4
@@ -273,16 +274,8 @@ async def test_index_follows_a_mocker_cache_through_eviction_and_a_lost_event() 
 # -- approximate mode -------------------------------------------------------------
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_ttl_expiry_with_a_fake_clock() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     index = ApproxKVIndex(ttl=10.0, clock=clock)
     index.record("w0", A[:6])
     clock.now = 105.0

@@ -13,21 +13,15 @@ from rotor.router.modes import RoundRobin
 from rotor.router.pool import Pool
 from rotor.router.sessions import Sessions
 
+from support.clock import FakeClock
+
 
 def lease(wid: str, waiting: int = 0) -> Lease:
     return Lease(wid, "m", "card", "compat", "host:1", state=EngineState(waiting=waiting))
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_pin_lasts_the_ttl_after_its_last_turn() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     sessions = Sessions(ttl=10, clock=clock)
     assert sessions.pinned("s") is None
     sessions.pin("s", "a")
@@ -41,7 +35,7 @@ def test_a_pin_lasts_the_ttl_after_its_last_turn() -> None:
 
 
 def test_the_oldest_pins_go_first_past_the_capacity() -> None:
-    sessions = Sessions(ttl=10, clock=Clock(), capacity=2)
+    sessions = Sessions(ttl=10, clock=FakeClock(1000.0), capacity=2)
     sessions.pin("s1", "a")
     sessions.pin("s2", "b")
     sessions.pin("s1", "a")  # s1 is now the newest
@@ -50,7 +44,7 @@ def test_the_oldest_pins_go_first_past_the_capacity() -> None:
 
 
 def test_a_session_moves_when_its_worker_is_gone_or_overloaded() -> None:
-    sessions = Sessions(ttl=10, clock=Clock())
+    sessions = Sessions(ttl=10, clock=FakeClock(1000.0))
     assert sessions.choose("s", [lease("a")]) == (None, "new")
     sessions.pin("s", "a")
     a, b = lease("a"), lease("b")
@@ -92,7 +86,9 @@ async def turn(pool: Pool, session: str | None) -> None:
 
 async def test_a_pool_keeps_a_session_on_one_worker_under_round_robin() -> None:
     link = Link()
-    pool = Pool(ModelCard("m"), link, RoundRobin(), sessions=Sessions(ttl=10, clock=Clock()))
+    pool = Pool(
+        ModelCard("m"), link, RoundRobin(), sessions=Sessions(ttl=10, clock=FakeClock(1000.0))
+    )
     for wid in ("a", "b", "c"):
         pool.upsert(lease(wid))
     await turn(pool, None)

@@ -14,8 +14,8 @@ import pytest
 
 from support.llama import add_llama_weights
 from support.models import beam_model
-from support.server import Server, rotor_server
-from support.vllm_setup import START_TIMEOUT, VLLM_ARGS, VLLM_ENV
+from support.server import Server
+from support.vllm_setup import vllm_server
 
 TOOL = "weather.lookup"
 # A boolean parameter is JSON inside the tag: the grammar then forces the
@@ -29,17 +29,7 @@ FORBIDDEN = ("<|", "|>", "<rfl:parameter", "</rfl:parameter", "rfl:")
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     model = add_llama_weights(beam_model(tmp_path_factory.mktemp("vllm"), "beam"), 2048)
-    with rotor_server(
-        "out=vllm",
-        "--model-path",
-        str(model),
-        "--tool-call-parser",
-        "beam",
-        "--",
-        *VLLM_ARGS,
-        env=VLLM_ENV,
-        timeout=START_TIMEOUT,
-    ) as s:
+    with vllm_server(model, "--tool-call-parser", "beam") as s:
         yield s
 
 

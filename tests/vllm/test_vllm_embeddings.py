@@ -26,9 +26,9 @@ from rotor.engines.registry import engine_spec
 from rotor.protocol.engine import EngineError
 from rotor.serve.build import StartupError, build_engine, load
 
-from support.server import Server, rotor_server
+from support.server import Server
 from support.vllm_embed_model import EMBEDDING_DIM, embedding_model
-from support.vllm_setup import POOLING_ARGS, START_TIMEOUT, VLLM_ARGS, VLLM_ENV
+from support.vllm_setup import POOLING_ARGS, VLLM_ARGS, vllm_server
 
 MODEL = "tiny-embed"
 CONTEXT = 512
@@ -41,16 +41,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(model_dir: Path) -> Iterator[Server]:
-    with rotor_server(
-        "out=vllm",
-        "--model-path",
-        str(model_dir),
-        "--",
-        *VLLM_ARGS,
-        *POOLING_ARGS,
-        env=VLLM_ENV,
-        timeout=START_TIMEOUT,
-    ) as s:
+    with vllm_server(model_dir, vllm=POOLING_ARGS) as s:
         yield s
 
 

@@ -22,8 +22,8 @@ from rotor.planner.profile import Profile
 
 from support.llama import add_llama_weights
 from support.models import chatml_model
-from support.server import Server, rotor_server
-from support.vllm_setup import START_TIMEOUT, VLLM_ARGS, VLLM_ENV
+from support.server import Server
+from support.vllm_setup import vllm_server
 from support.wait import wait_for
 
 CONTEXT = 2048
@@ -33,15 +33,7 @@ MSGS = [{"role": "user", "content": "Tell me about Paris and the weather."}]
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     model = add_llama_weights(chatml_model(tmp_path_factory.mktemp("vllm"), "tiny"), CONTEXT)
-    with rotor_server(
-        "out=vllm",
-        "--model-path",
-        str(model),
-        "--",
-        *VLLM_ARGS,
-        env=VLLM_ENV,
-        timeout=START_TIMEOUT,
-    ) as s:
+    with vllm_server(model) as s:
         yield s
 
 

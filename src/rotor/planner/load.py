@@ -5,18 +5,25 @@ a memory of where the SLA broke, so a scale-down never returns to it.
 For a pool of `n` serving workers and its latency signal — the interval's
 p90 time to first token against `--ttft` (prefill and agg pools) and p90
 time per output token against `--itl` (decode and agg pools), each a ratio
-`r = observed / target`, the larger one counting — and its load `L` (the
-requests its workers hold or queue, summed):
+`r = observed / target`, the larger one counting — and two loads: `Q`, the
+requests its workers hold or queue now (summed), and `T`, the tokens per
+second its work came to in the interval (prompt tokens for a prefill pool,
+answer tokens for a decode pool, both for agg):
 
-- **up** when `r > 1 + TOLERANCE`: `n' = clamp(ceil(n · r), n + 1, 2n)`; or
-  `ceil(L / (HEADROOM · L_miss))` when that is more, where `L_miss` is the
-  lowest per-worker load at which the SLA was seen missed. Also up, before
-  any miss, when the per-worker load reaches `HEADROOM · L_miss` (a ramp
-  that already broke the SLA once is met ahead of time).
-- **down** by one when removing a worker keeps both `r · n / (n − 1)` and
-  `L / (n − 1)` (against `HEADROOM · L_miss`, once known) under `HEADROOM`;
-  latency is flat until a worker saturates, so the load rule is the one that
-  stops a scale-down from walking back into the miss (replicas that fight).
+- **up** when `r > 1 + TOLERANCE`: `n' = clamp(ceil(n · r), n + 1, 2n)`, or
+  more when a remembered limit says so (`ceil(X / (HEADROOM · X_miss))` for
+  each load X, where `X_miss` is the lowest per-worker X at which the SLA
+  was seen missed). Also up, before any miss shows, when a per-worker load
+  reaches `HEADROOM · X_miss` of a limit a miss set (a ramp that already
+  broke the SLA once is met ahead of time).
+- **down** by one when removing a worker keeps `r · n / (n − 1)` under
+  `HEADROOM`, and each load `X / (n − 1)` under `HEADROOM · X_miss` once
+  known. Latency is flat until a worker saturates, so the loads are what
+  stop a scale-down from walking back into the miss (replicas that fight).
+  `Q` leads (it grows the moment requests queue) but is noisy and swells
+  past the limit once requests queue; `T` is linear in the offered load and,
+  measured on finished requests, tops out at what the workers can serve, so
+  its memory is the pool's real capacity. A scale-down needs both.
 - **hold** otherwise. guard.py adds the rest: min/max, cool-down, how many
   intervals a scale-down must be wanted, one action at a time.
 """
@@ -24,9 +31,9 @@ requests its workers hold or queue, summed):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from rotor.planner.observation import Observation, PoolName, WorkerLoad
+from rotor.planner.observation import Observation, PoolName, Traffic, WorkerLoad
 
 TOLERANCE = 0.1  # |r - 1| within this: hold (HPA's default tolerance)
 HEADROOM = 0.8  # a scale-down must leave latency and load under this share of the limit
@@ -46,15 +53,29 @@ class MissMemory:
     """The lowest per-worker load at which a pool missed its SLA (None: never)."""
 
     load: float | None = None
+    missed_last: bool = False  # set by a miss, not raised by the SLA held above it
 
     def missed(self, per_worker: float) -> None:
         if per_worker > 0 and (self.load is None or per_worker < self.load):
             self.load = per_worker
+            self.missed_last = True
 
     def met(self, per_worker: float) -> None:
         """The SLA held at this load: a miss below it was a burst, not the limit."""
         if self.load is not None and per_worker > self.load:
             self.load = per_worker
+            self.missed_last = False
+
+    def limit(self) -> float | None:
+        return HEADROOM * self.load if self.load is not None else None
+
+
+@dataclass
+class PoolMemory:
+    """A pool's two remembered limits: requests held (`queue`), tokens per second (`rate`)."""
+
+    queue: MissMemory = field(default_factory=MissMemory)
+    rate: MissMemory = field(default_factory=MissMemory)
 
 
 def _ratio(obs: Observation, pool: PoolName, ttft: float, itl: float) -> tuple[float | None, str]:
@@ -77,39 +98,51 @@ def pool_load(workers: list[WorkerLoad]) -> float:
     return sum(w.load for w in workers)
 
 
+def pool_rate(traffic: Traffic, pool: PoolName) -> float:
+    """Tokens per second of the pool's work in the interval (finished requests)."""
+    if traffic.seconds <= 0:
+        return 0.0
+    if pool == "prefill":
+        tokens = traffic.prompt_tokens
+    elif pool == "decode":
+        tokens = traffic.completion_tokens
+    else:
+        tokens = traffic.prompt_tokens + traffic.completion_tokens
+    return tokens / traffic.seconds
+
+
 def size_pool(
-    obs: Observation, pool: PoolName, ttft: float, itl: float, memory: MissMemory
+    obs: Observation, pool: PoolName, ttft: float, itl: float, memory: PoolMemory
 ) -> Proposal:
     workers = obs.pool(pool)
     n = len(workers)
-    load = pool_load(workers)
+    loads = ((pool_load(workers), memory.queue), (pool_rate(obs.traffic, pool), memory.rate))
     r, what = _ratio(obs, pool, ttft, itl)
     if n == 0:
         return Proposal(pool, 0, "no serving worker")
-    per_worker = load / n
+    seen = f"load {loads[0][0] / n:.1f}/worker, {loads[1][0] / n:.0f} tok/s/worker"
     if r is not None and r > 1 + TOLERANCE:
-        memory.missed(per_worker)
         want = min(max(math.ceil(n * r), n + 1), 2 * n)
-        if memory.load is not None:
-            want = max(want, math.ceil(load / (HEADROOM * memory.load)))
-        return Proposal(pool, want, f"{what}: SLA missed at load {per_worker:.1f}/worker")
+        for total, mem in loads:
+            mem.missed(total / n)
+            limit = mem.limit()
+            if limit is not None:
+                want = max(want, math.ceil(total / limit))
+        return Proposal(pool, want, f"{what}: SLA missed at {seen}")
     if r is not None and r <= 1:
-        memory.met(per_worker)
-    limit = HEADROOM * memory.load if memory.load is not None else None
-    if limit is not None and per_worker >= limit:
-        want = max(n + 1, math.ceil(load / limit))
-        return Proposal(
-            pool,
-            want,
-            f"load {per_worker:.1f}/worker ≥ {limit:.1f} (the SLA broke at {memory.load:.1f})",
-        )
+        for total, mem in loads:
+            mem.met(total / n)
+    for total, mem in loads:  # nearing a limit a miss set: up before latency shows it
+        limit = mem.limit()
+        if mem.missed_last and limit is not None and total / n >= limit:
+            want = max(n + 1, *(math.ceil(t / m.limit()) for t, m in loads if m.limit()))
+            return Proposal(pool, want, f"{seen}: near where the SLA broke")
     if n > 1:
-        after = n / (n - 1)
-        latency_ok = r is None or r * after < HEADROOM
-        load_ok = limit is None or load / (n - 1) < limit
-        if latency_ok and load_ok:
-            return Proposal(pool, n - 1, f"headroom: {what}, load {per_worker:.1f}/worker")
-    return Proposal(pool, n, f"holds: {what}, load {per_worker:.1f}/worker")
+        latency_ok = r is None or r * n / (n - 1) < HEADROOM
+        loads_ok = all(m.limit() is None or t / (n - 1) < m.limit() for t, m in loads)
+        if latency_ok and loads_ok:
+            return Proposal(pool, n - 1, f"headroom: {what}, {seen}")
+    return Proposal(pool, n, f"holds: {what}, {seen}")
 
 
 class LoadSizer:
@@ -118,10 +151,10 @@ class LoadSizer:
     def __init__(self, ttft: float, itl: float) -> None:
         self.ttft = ttft
         self.itl = itl
-        self.memory: dict[PoolName, MissMemory] = {}
+        self.memory: dict[PoolName, PoolMemory] = {}
 
     def propose(self, obs: Observation, pools: tuple[PoolName, ...]) -> list[Proposal]:
         return [
-            size_pool(obs, p, self.ttft, self.itl, self.memory.setdefault(p, MissMemory()))
+            size_pool(obs, p, self.ttft, self.itl, self.memory.setdefault(p, PoolMemory()))
             for p in pools
         ]

@@ -171,7 +171,10 @@ def test_the_resolver_models_kustomize(tmp_path: Path) -> None:
         resolve(tmp_path)
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl here")
+# kubectl is not one of rotor's dependencies and Debian's (1.20) kustomize is too old for
+# these files: where none is installed, this cross-check of the resolver is all that is left
+# out; the schema, RBAC, probe and grace checks below run on the resolver's output regardless.
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 @pytest.mark.parametrize("name", VARIANTS)
 def test_the_resolver_agrees_with_kubectl_kustomize(name: str) -> None:
     built = subprocess.run(

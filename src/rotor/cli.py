@@ -21,6 +21,7 @@ from rotor.config import (
     PlannerConfig,
     RunConfig,
     WorkerConfig,
+    lora_spec,
 )
 from rotor.engines.registry import ENGINES, engine_flags, engine_names, engine_spec
 from rotor.inputs.style import COLOR_MODES
@@ -118,6 +119,13 @@ MODEL_FLAGS = [
         "--served-model-name",
         "one or more names to serve the model under; the first is the canonical name "
         "(instead of --model-name), a request may use any",
+        nargs="+",
+    ),
+    Flag(
+        "--lora",
+        "a LoRA adapter (PEFT directory) loaded at start and served as model NAME; repeatable",
+        lora_spec,
+        action="extend",
         nargs="+",
     ),
     Flag("--tool-call-parser", "tool-call family (hermes, llama3_json, mistral, ...)"),
@@ -390,7 +398,12 @@ def _add_flags(parser: argparse.ArgumentParser, flags: list[Flag]) -> None:
         default = _env_default(flag)
         shown = "" if flag.action or default is None else f" (default: {default})"
         help_text = f"{flag.help}{shown} [{env_name(flag.name)}]"
-        if flag.action:
+        if flag.action == "extend":  # repeatable, each time one or more values
+            parser.add_argument(
+                flag.name, action="extend", nargs="+", type=_checked(flag), help=help_text
+            )
+            parser.set_defaults(**{flag.dest: list(default or [])})
+        elif flag.action:
             parser.add_argument(flag.name, action=flag.action, default=default, help=help_text)
         else:
             parser.add_argument(
@@ -504,6 +517,7 @@ def _model_config(args: argparse.Namespace) -> ModelConfig:
         model_path=args.model_path,
         model_name=args.model_name,
         served_model_names=list(args.served_model_name or []),
+        loras=list(args.lora or []),
         max_model_len=args.max_model_len,
         chat_template=args.chat_template,
         tool_call_parser=args.tool_call_parser,

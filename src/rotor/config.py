@@ -16,7 +16,7 @@ class Flag:
     help: str
     type: Any = str
     default: Any = None
-    action: str | None = None  # "store_true"
+    action: str | None = None  # "store_true"; "extend": repeatable, one or more values each
     choices: tuple[str, ...] | None = None
     minimum: float | None = None  # numbers: the smallest value allowed
     maximum: float | None = None
@@ -26,9 +26,11 @@ class Flag:
         """The flag's value from its text; ValueError saying what is wrong."""
         try:
             value = self.type(raw)
-        except ValueError:
-            kind = {int: "an integer", float: "a number"}.get(self.type, "a valid value")
-            raise ValueError(f"expected {kind}, got {raw!r}") from None
+        except ValueError as e:
+            kind = {int: "an integer", float: "a number"}.get(self.type)
+            if kind is None and str(e):  # a parser of rotor's own says what it expects
+                raise
+            raise ValueError(f"expected {kind or 'a valid value'}, got {raw!r}") from None
         if self.minimum is not None and value < self.minimum:
             raise ValueError(f"must be at least {self.minimum:g}, got {raw}")
         if self.maximum is not None and value > self.maximum:
@@ -40,6 +42,14 @@ class Flag:
         return self.name.lstrip("-").replace("-", "_")
 
 
+def lora_spec(raw: str) -> tuple[str, str]:
+    """`--lora NAME=DIR` as (name, directory)."""
+    name, sep, path = raw.partition("=")
+    if not sep or not name or not path:
+        raise ValueError(f"expected NAME=DIR, got {raw!r}")
+    return name, path
+
+
 @dataclass
 class ModelConfig:
     """Which model is served and how the frontend treats it."""
@@ -48,6 +58,8 @@ class ModelConfig:
     model_name: str | None = None
     # `--served-model-name A B`: served as A (canonical) and B
     served_model_names: list[str] = field(default_factory=list)
+    # `--lora NAME=DIR`: LoRA adapters loaded at start, each served as a model
+    loras: list[tuple[str, str]] = field(default_factory=list)
     max_model_len: int | None = None
     chat_template: str | None = None
     tool_call_parser: str | None = None

@@ -80,6 +80,16 @@ class EmbeddingEngine(Protocol):
 
 
 @runtime_checkable
+class AdapterEngine(Protocol):
+    """An engine client whose requests may name a LoRA adapter (engines/base.
+    AdapterSource as the registry sees it): each adapter is served as a model."""
+
+    def adapters(self) -> dict[str, str]:
+        """Each adapter's name and the directory it was loaded from."""
+        ...
+
+
+@runtime_checkable
 class RemoteEngine(Protocol):
     """An engine client over remote workers (a router's pool): which workers
     are live, and where a request was routed."""
@@ -105,6 +115,10 @@ class ModelEntry:
     # The name a request finds it by: the model's own, or one of its aliases
     # (`--served-model-name`); responses say it back.
     name: str = ""
+    # The LoRA adapter its requests generate with (the entry's name), and the
+    # directory it was loaded from; None: the model itself.
+    lora: str | None = None
+    lora_path: str | None = None
     # The engine when it is a pool of remote workers; None for an in-process
     # engine, which is always there.
     remote: RemoteEngine | None = field(init=False)
@@ -115,7 +129,8 @@ class ModelEntry:
 
     def live(self) -> bool:
         """Something can serve it now (a model whose last worker left stays
-        known, and its requests are 503s)."""
+        known, and its requests are 503s; so does an adapter whose last
+        holder left)."""
         return self.remote is None or bool(self.remote.describe())
 
     def routed(self, request_id: str) -> Routed | None:
@@ -151,29 +166,43 @@ class ModelRegistry:
         """Every name a request may use, aliases included."""
         return list(self._entries)
 
-    def live_names(self) -> list[str]:
-        return [name for name, e in self._entries.items() if e.live()]
-
     def entries(self) -> list[ModelEntry]:
         """One entry per model, under its canonical name (metrics, /health)."""
         return [e for name, e in self._entries.items() if name == e.model.name]
 
     def listed(self) -> list[ModelEntry]:
-        """One entry per name, aliases included (`/v1/models`)."""
-        return list(self._entries.values())
+        """One entry per name, aliases and LoRA adapters included (`/v1/models`)."""
+        out = list(self._entries.values())
+        for entry in self.entries():
+            engine = entry.engine
+            if isinstance(engine, AdapterEngine):
+                out.extend(_adapter_entry(entry, n, p) for n, p in engine.adapters().items())
+        return out
+
+    def adapter(self, name: str) -> ModelEntry | None:
+        """The entry of the LoRA adapter `name` (a model's engine holds it)."""
+        for entry in self.entries():
+            engine = entry.engine
+            if isinstance(engine, AdapterEngine) and (path := engine.adapters().get(name)):
+                return _adapter_entry(entry, name, path)
+        return None
 
     def get(self, name: str | None) -> ModelEntry:
         """The entry for a request's `model`; None or "" means the only one."""
         if name:
-            entry = self._entries.get(name)
+            entry = self._entries.get(name) or self.adapter(name)
             if entry is not None:
                 return entry
         elif len(models := self.entries()) == 1:
             return models[0]
-        served = ", ".join(self._entries) or "none"
+        served = ", ".join(e.name for e in self.listed()) or "none"
         if not name:
             raise ModelNotFound(f"the request names no model; served: {served}")
         raise ModelNotFound(f"the model {name!r} does not exist; served: {served}")
+
+
+def _adapter_entry(base: ModelEntry, name: str, path: str) -> ModelEntry:
+    return ModelEntry(base.model, base.engine, name, lora=name, lora_path=path)
 
 
 @dataclass
@@ -277,6 +306,10 @@ class Frontend:
         self, entry: ModelEntry, response_id: str, prepared: list[Prepared], logprobs: bool
     ) -> StartedResponse:
         model = entry.model
+        if entry.lora is not None:
+            for p in prepared:
+                for r in p.requests:
+                    r.lora = entry.lora
         log.debug(
             "response %s runs as engine request(s) %s",
             response_id,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -23,6 +24,7 @@ import pytest
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate as validate_openapi
 
+from support.adapters import write_adapter
 from support.server import Server, rotor_server
 from support.sse import data_events
 
@@ -55,6 +57,11 @@ ROUTES = {
     ("post", "/detokenize"),
     ("get", "/v1/models"),
     ("get", "/v1/models/{model_id}"),
+    ("get", "/v1/loras"),
+    ("post", "/v1/loras"),
+    ("delete", "/v1/loras/{name}"),
+    ("post", "/v1/load_lora_adapter"),
+    ("post", "/v1/unload_lora_adapter"),
     ("get", "/health"),
     ("get", "/live"),
     ("get", "/metrics"),
@@ -228,6 +235,9 @@ WRONG = [
     ("/detokenize", {"model": "mock-model"}),
     ("/v1/embeddings", {"model": "mock-model"}),
     ("/v1/embeddings", {"input": "x", "encoding_format": "int8"}),
+    ("/v1/loras", {"lora_name": "x"}),
+    ("/v1/load_lora_adapter", {"lora_name": "x", "lora_path": "/a", "base_model_name": "m"}),
+    ("/v1/unload_lora_adapter", {}),
 ]
 
 
@@ -235,7 +245,9 @@ def test_what_the_sdks_send_validates_and_is_served(
     server: Server, embedder: Server, doc: dict[str, Any]
 ) -> None:
     bodies = sdk_bodies(server, embedder)
-    assert set(bodies) == {p for m, p in ROUTES if m == "post"}
+    # no SDK loads LoRA adapters: their bodies are the examples' (above)
+    lora = {*LORA_LOADS, "/v1/unload_lora_adapter"}
+    assert set(bodies) == {p for m, p in ROUTES if m == "post"} - lora
     for path, body in bodies.items():
         assert errors_of(request_schema(doc, path), body) == [], (path, body)
         url = serving(path, server, embedder).url
@@ -254,18 +266,33 @@ def test_wrong_bodies_fail_the_schema_and_the_server(
     assert errors_of(component(doc, envelope), r.json()) == []
 
 
+LORA_LOADS = ("/v1/loras", "/v1/load_lora_adapter")
+
+
 def test_each_example_validates_and_is_served(
-    server: Server, embedder: Server, doc: dict[str, Any]
+    server: Server, embedder: Server, doc: dict[str, Any], tmp_path: Path
 ) -> None:
-    """The body "Try it out" starts from is one the server takes."""
+    """The body "Try it out" starts from is one the server takes. A LoRA
+    load's example names a directory on the server: here, one the test wrote
+    (and the adapter is unloaded again, so the next example can load it)."""
+    adapter = write_adapter(tmp_path / "adapter")
     for path, item in doc["paths"].items():
         if "post" not in item:
             continue
         media = item["post"]["requestBody"]["content"]["application/json"]
-        assert errors_of(request_schema(doc, path), media["example"]) == [], path
+        example = media["example"]
+        assert errors_of(request_schema(doc, path), example) == [], path
         url = serving(path, server, embedder).url
-        r = httpx.post(url + path, json=media["example"], headers=AUTH, timeout=30)
+        if path in LORA_LOADS:
+            example = {**example, "lora_path": str(adapter)}
+        if path == "/v1/unload_lora_adapter":  # its example's adapter must be loaded
+            loaded = {"lora_name": example["lora_name"], "lora_path": str(adapter)}
+            assert httpx.post(url + "/v1/loras", json=loaded, headers=AUTH).status_code == 200
+        r = httpx.post(url + path, json=example, headers=AUTH, timeout=30)
         assert r.status_code == 200, (path, r.text)
+        if path in LORA_LOADS:
+            gone = httpx.delete(url + "/v1/loras/" + example["lora_name"], headers=AUTH)
+            assert gone.status_code == 200, gone.text
 
 
 # -- answers -------------------------------------------------------------------------------------

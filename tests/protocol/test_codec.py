@@ -79,6 +79,8 @@ requests = st.builds(
     output=output_params,
     n=small_int,
     annotations=json_map,
+    session_id=st.none() | text,
+    lora=st.none() | text,
 )
 logprob = st.builds(
     TokenLogprob,

@@ -49,3 +49,9 @@ def test_the_handover_gauges_are_engine_state() -> None:
     state = EngineState(kv_blocks_pinned=3, kv_hold_timeouts=1, kv_blocks_fetched=9)
     lease = Lease("w", "m", "c", "x", "h", state=state)
     assert Lease.decode(lease.encode()).state == state
+
+
+def test_a_lease_carries_its_lora_adapters() -> None:
+    lease = Lease("w", "m", "card", "compat", "h:1", loras={"sql": "/a/sql"})
+    assert Lease.decode(lease.encode()).loras == {"sql": "/a/sql"}
+    assert Lease.decode(Lease("w", "m", "c", "x", "h").encode()).loras == {}

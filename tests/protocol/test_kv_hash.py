@@ -13,7 +13,7 @@ import xxhash
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rotor.protocol.kv import ROOT_PARENT, SEED, block_hash, block_hashes
+from rotor.protocol.kv import ROOT_PARENT, SEED, block_hash, block_hashes, lora_root
 
 # Computed once from the spec in rotor.protocol.kv; they must never change.
 GOLDEN = [
@@ -116,3 +116,25 @@ def test_two_processes_with_different_hash_seeds_agree() -> None:
         )
         outputs.add(done.stdout.strip())
     assert outputs == {str(block_hashes(list(range(1000, 1100)), 16, 7))}
+
+
+def test_lora_root_golden_and_by_hand() -> None:
+    """An adapter's root is XXH3-64 of b"lora:" + its name's UTF-8, with SEED;
+    the base model's is None (0)."""
+    assert lora_root(None) is None
+    assert lora_root("sql") == 0xA9A6AA13E9543C80
+    assert lora_root("sql") == xxhash.xxh3_64_intdigest(b"lora:sql", seed=SEED)
+    assert block_hashes([1, 2, 3, 4], 2, lora_root("sql")) == [
+        0x6A27775F3CE116CB,
+        0xB89A841E3E33C378,
+    ]
+
+
+@given(tokens.filter(lambda ids: len(ids) >= 2), st.text(min_size=1), st.text(min_size=1))
+def test_adapters_never_share_blocks(ids: list[int], a: str, b: str) -> None:
+    """The same tokens under two adapters, or an adapter and the base, hash apart."""
+    base = block_hashes(ids, 2)
+    under_a = block_hashes(ids, 2, lora_root(a))
+    assert not set(base) & set(under_a)
+    if a != b:
+        assert not set(under_a) & set(block_hashes(ids, 2, lora_root(b)))

@@ -1,10 +1,13 @@
 """Session affinity (router/sessions.py): pins, their TTL on an injected
 clock, what moves a session, and a pool that keeps a session's turns on one
-worker under round robin — and moves it when a migration must."""
+worker under round robin — and moves it when a migration must; and the
+same pool's choice for a LoRA adapter (only the workers holding it)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+
+import pytest
 
 from rotor.model.card import ModelCard
 from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineState
@@ -120,3 +123,30 @@ async def test_a_pool_without_sessions_ignores_the_id() -> None:
     for _ in range(4):
         await turn(pool, "s")
     assert link.sent == ["a", "b", "a", "b"] and not pool.stats.sessions
+
+
+async def test_an_adapter_goes_only_to_its_holders_and_is_a_503_when_none_is_live() -> None:
+    """A pool routes a LoRA adapter's requests to the workers whose lease
+    lists it; it remembers a gone holder's adapter (503, like a model whose
+    last worker left) and forgets one unloaded everywhere."""
+    link = Link()
+    pool = Pool(ModelCard("m"), link, RoundRobin())
+    pool.upsert(lease("a"))
+    held = lease("b")
+    held.loras = {"sql": "/a/sql"}
+    pool.upsert(held)
+    for _ in range(3):
+        async for _ in pool.generate(EngineRequest("r", "m", [1, 2, 3], lora="sql")):
+            pass
+    assert link.sent == ["b", "b", "b"]
+    assert pool.adapters() == {"sql": "/a/sql"}
+    pool.remove("b")
+    assert pool.adapters() == {"sql": "/a/sql"}  # still known: its requests are 503s
+    with pytest.raises(EngineError, match="no live worker serves the LoRA adapter 'sql'") as e:
+        async for _ in pool.generate(EngineRequest("r", "m", [1, 2, 3], lora="sql")):
+            pass
+    assert e.value.kind == "unavailable"
+    pool.upsert(held)
+    unloaded = lease("b")
+    pool.upsert(unloaded)  # its lease no longer lists it, and no one else holds it
+    assert pool.adapters() == {}

@@ -36,6 +36,7 @@ from rotor.api.errors import (
     error_response,
     is_anthropic,
 )
+from rotor.api.lora import LoraControl, register_lora
 from rotor.api.metrics import Metrics
 from rotor.api.openai.embeddings import register_embeddings
 from rotor.api.openai.routes import register_openai
@@ -64,6 +65,7 @@ def create_app(
     max_queued: int = DEFAULT_MAX_QUEUED,
     request_log: RequestLog | None = None,
     answers: Answers | None = None,
+    loras: LoraControl | None = None,
 ) -> FastAPI:
     """`on_startup` / `on_shutdown`: what the builder starts and stops with the
     server (in-process engines, a NATS connection); the frontend is ready once
@@ -73,7 +75,8 @@ def create_app(
     `max_queued`: requests waiting for their first token beyond which a new
     one is a 503 (admission control). `request_log`: where each generating
     request's record goes (its writer runs while the server does).
-    `answers`: where each response's figures go for the planner (rotor frontend)."""
+    `answers`: where each response's figures go for the planner (rotor frontend).
+    `loras`: the engine `/v1/loras` loads adapters into (rotor run)."""
     leaving = asyncio.Event()
 
     @asynccontextmanager
@@ -120,6 +123,8 @@ def create_app(
     register_responses(app, responder, body_limit)
     register_tokens(app, frontend, body_limit)
     register_ops(app, frontend, metrics)
+    if loras is not None:
+        register_lora(app, loras)
     register_docs(app)
     install_openapi(app, api_key)
     register_page(app)

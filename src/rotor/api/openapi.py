@@ -25,6 +25,7 @@ from rotor.api.auth import guarded
 from rotor.protocol import ignored
 from rotor.protocol.anthropic import CountTokensRequest, MessagesRequest
 from rotor.protocol.embeddings import EmbeddingRequest
+from rotor.protocol.lora import LoadLoraRequest, UnloadLoraRequest
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 from rotor.protocol.responses import ResponsesRequest
 
@@ -145,6 +146,37 @@ DOCS: dict[str, Doc] = {
         {"tokens": [72, 105]},
         errors=_TEXT_ERRORS,
     ),
+    "loras": Doc("LoRA adapters loaded", "LoRA", "LoraList", errors=(401, 500)),
+    "load_lora": Doc(
+        "Load a LoRA adapter (served as a model of its own)",
+        "LoRA",
+        "Lora",
+        "LoadLoraRequest",
+        {"lora_name": "sql-adapter", "lora_path": "/adapters/sql"},
+        errors=(400, 401, 413, 500, 503),
+    ),
+    "unload_lora": Doc(
+        "Unload a LoRA adapter (its running requests finish)",
+        "LoRA",
+        "LoraDeleted",
+        errors=(400, 401, 404, 500),
+    ),
+    "vllm_load_lora": Doc(
+        "Load a LoRA adapter (vLLM's route)",
+        "LoRA",
+        None,
+        "LoadLoraRequest",
+        {"lora_name": "sql-adapter", "lora_path": "/adapters/sql"},
+        errors=(400, 401, 413, 500, 503),
+    ),
+    "vllm_unload_lora": Doc(
+        "Unload a LoRA adapter (vLLM's route)",
+        "LoRA",
+        None,
+        "UnloadLoraRequest",
+        {"lora_name": "sql-adapter"},
+        errors=(400, 401, 404, 413, 500),
+    ),
     "health": Doc("Readiness: models and their engines", "Operations", "Health", errors=(503,)),
     "live": Doc("Liveness", "Operations", "Live"),
     "metrics": Doc("Prometheus metrics (text exposition format)", "Operations", None),
@@ -218,6 +250,8 @@ def model(name: str) -> type[BaseModel]:
         MessagesRequest,
         CountTokensRequest,
         EmbeddingRequest,
+        LoadLoraRequest,
+        UnloadLoraRequest,
     )
     found = {m.__name__: m for m in requests}.get(name) or getattr(schemas, name)
     assert isinstance(found, type) and issubclass(found, BaseModel), name

@@ -252,8 +252,10 @@ class ModelEntry(_Closed):
     created: int
     owned_by: str
     root: str = Field(
-        description="the model's canonical name: its aliases (--served-model-name) share it"
+        description="the model's canonical name: its aliases (--served-model-name) share it; "
+        "a LoRA adapter's: its directory"
     )
+    parent: str | None = Field(description="a LoRA adapter: the model it adapts; else null")
     task: Literal["generate", "embed"] = Field(
         description="generate: chat and completions; embed: /v1/embeddings only"
     )
@@ -271,6 +273,27 @@ class ModelEntry(_Closed):
 class ModelList(_Closed):
     object: Literal["list"]
     data: list[ModelEntry]
+
+
+# -- LoRA adapters --------------------------------------------------------------------------------
+
+
+class Lora(_Closed):
+    id: str = Field(description="its name: the `model` its requests use")
+    object: Literal["lora"]
+    path: str = Field(description="the directory it was loaded from")
+    parent: str = Field(description="the model it adapts")
+
+
+class LoraList(_Closed):
+    object: Literal["list"]
+    data: list[Lora]
+
+
+class LoraDeleted(_Closed):
+    id: str
+    object: Literal["lora"]
+    deleted: Literal[True]
 
 
 class AnthropicModel(_Closed):

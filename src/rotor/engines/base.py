@@ -75,6 +75,32 @@ class Embedder(Protocol):
         ...
 
 
+@runtime_checkable
+class AdapterSource(Protocol):
+    """Engines whose requests may name a LoRA adapter (`EngineRequest.lora`):
+    the adapters they hold, so a frontend serves each as a model of its own."""
+
+    def adapters(self) -> dict[str, str]:
+        """Each adapter's name and the directory it was loaded from."""
+        ...
+
+
+@runtime_checkable
+class Adapters(AdapterSource, Protocol):
+    """Engines that load and unload LoRA adapters while they run (the mocker,
+    vLLM with LoRA enabled)."""
+
+    async def load_adapter(self, name: str, path: str) -> None:
+        """Load the adapter at `path` under `name`; EngineError ("refused",
+        naming `lora_name` or `lora_path`) when it cannot be."""
+        ...
+
+    async def unload_adapter(self, name: str) -> None:
+        """New requests can no longer name it; those running with it finish
+        first. EngineError ("refused", `lora_name`) when none has that name."""
+        ...
+
+
 # (the kv_transfer of a decode request, the block hashes it lacks) -> the
 # hashes the prefill worker handed over
 KVFetch = Callable[[dict, list[int]], Awaitable[list[int]]]

@@ -71,6 +71,7 @@ def _build_mocker(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any
         kv_transfer_gbps=options["kv_transfer_bandwidth"],
         kv_bytes_per_token=options["kv_bytes_per_token"] or kv_bytes_per_token(card.path),
         embedding_dim=embedding_dim(card.path, options) if options["runner"] == "pooling" else 0,
+        lora_load_ms=options["lora_load_ms"],
     )
     return MockerEngine(card, tok, config)
 
@@ -218,6 +219,13 @@ MOCKER_FLAGS = (
         "mocker with --runner pooling: the vectors' dimension (0 = the model's hidden_size)",
         int,
         0,
+        minimum=0,
+    ),
+    Flag(
+        "--lora-load-ms",
+        "mocker: simulated time a LoRA adapter takes to load",
+        float,
+        50.0,
         minimum=0,
     ),
     Flag(

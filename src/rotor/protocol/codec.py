@@ -220,6 +220,7 @@ _REQUEST: dict[str, Check] = {
     "n": _int,
     "annotations": _map,
     "session_id": _optional(_str),
+    "lora": _optional(_str),
 }
 _SAMPLING_NAMES, _STOP_NAMES = _names(SamplingParams), _names(StopParams)
 _OUTPUT_PARAMS_NAMES = _names(OutputParams)
@@ -240,6 +241,7 @@ def encode_request(request: EngineRequest) -> bytes:
             "n": request.n,
             "annotations": request.annotations,
             "session_id": request.session_id,
+            "lora": request.lora,
         }
     )
 

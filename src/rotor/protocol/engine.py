@@ -125,6 +125,9 @@ class EngineRequest:
     # The conversation it belongs to, which a frontend's pool keeps on one
     # worker (router/sessions.py); engines need not read it.
     session_id: str | None = None
+    # The LoRA adapter to generate with (its name, as loaded on the engine);
+    # None: the base model. It salts the KV block hashes (protocol/kv.py).
+    lora: str | None = None
 
 
 @dataclass(slots=True)

@@ -14,6 +14,18 @@ hash, and the root block's parent is 0 (the data always starts with 8 bytes).
 So a block of k tokens hashes exactly 8 + 4k bytes, and a block's hash names
 its whole prefix: equal hashes mean equal token prefixes (up to 2**-64).
 
+A sequence generated with a LoRA adapter chains its root block in the
+adapter's root instead of 0:
+
+    root(name) = XXH3_64(seed=SEED, data=b"lora:" + utf8(name))
+
+so an adapter's blocks never share a hash with the base model's or another
+adapter's (their KV differs: the adapter changes the attention projections),
+and a KV router never sends a prefix to a worker whose cache holds it for
+another adapter.
+KV events still name a sequence's first block with no parent (None): the
+root is part of its hash, not a block of its own.
+
 SEED = 0x726F746F72 (= 491496173426, the ASCII bytes of "rotor" read as a
 big-endian integer). XXH3-64 is the 64-bit XXH3 of the `xxhash` package
 (`xxhash.xxh3_64_intdigest`), version-stable by its own specification, so
@@ -67,6 +79,12 @@ def _le_u64(parent: int | None) -> bytes:
         raise ValueError(
             f"a parent hash must be an integer in [0, 2**64), got {parent!r}"
         ) from None
+
+
+def lora_root(lora: str | None) -> int | None:
+    """The parent of a sequence's first block: None (0) for the base model,
+    the adapter's root for a LoRA adapter's."""
+    return None if lora is None else _xxh3(b"lora:" + lora.encode(), seed=SEED)
 
 
 def block_hash(parent: int | None, tokens: Iterable[int]) -> int:

@@ -36,6 +36,8 @@ class Lease:
     status: Status = "serving"
     state: EngineState = field(default_factory=EngineState)
     role: Role = "agg"
+    # The LoRA adapters it holds: name → the directory it loaded it from
+    loras: dict[str, str] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         return msgpack.packb(
@@ -47,6 +49,7 @@ class Lease:
                 "address": self.address,
                 "status": self.status,
                 "role": self.role,
+                "loras": self.loras,
                 "state": {k: getattr(self.state, k) for k in _STATE_FIELDS},
             }
         )
@@ -64,6 +67,9 @@ class Lease:
             role = m.get("role", "agg")
             if role not in ROLES:
                 raise ValueError(f"unknown worker role {role!r}")
+            loras = m.get("loras") or {}
+            if not isinstance(loras, dict):
+                raise ValueError("loras must be a map of name to directory")
             return cls(
                 str(m["worker_id"]),
                 str(m["model"]),
@@ -73,6 +79,7 @@ class Lease:
                 status,
                 state,
                 role,
+                {str(k): str(v) for k, v in loras.items()},
             )
         except (KeyError, TypeError, ValueError, msgpack.UnpackException) as e:
             raise ValueError(f"not a lease: {e}") from None

@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass, field
 
 from rotor.protocol.engine import EngineRequest
-from rotor.protocol.kv import block_hashes
+from rotor.protocol.kv import block_hashes, lora_root
 from rotor.protocol.lease import Lease
 from rotor.router.kv_cost import KVCost, WorkerLoad
 from rotor.router.kv_index import ApproxKVIndex, KVIndex
@@ -49,7 +49,7 @@ class KVRouter:
         return self.index.overlaps(hashes)  # type: ignore[return-value]
 
     def choose(self, workers: list[Lease], request: EngineRequest, load: LocalLoad) -> Decision:
-        hashes = block_hashes(request.token_ids, self.block_size)
+        hashes = block_hashes(request.token_ids, self.block_size, lora_root(request.lora))
         loads = {w.worker_id: self._load(w, load) for w in workers}
         decision = self.cost.choose(len(hashes), self.overlaps(hashes), loads)
         worker = str(decision.worker)

@@ -132,6 +132,10 @@ class Pool:
         self.load = LocalLoad()
         self.stats = PoolStats()
         self._routed: dict[str, Routed] = {}
+        # The LoRA adapters of its model: those live workers hold, and those
+        # of workers that left (their requests are 503s until a holder comes,
+        # like a model's whose last worker left); an unload forgets one.
+        self._adapters: dict[str, str] = {}
 
     @property
     def kv(self) -> KVRouter | None:
@@ -149,8 +153,13 @@ class Pool:
     # -- membership ------------------------------------------------------------------
 
     def upsert(self, lease: Lease) -> None:
-        new = lease.worker_id not in self.workers
+        old = self.workers.get(lease.worker_id)
+        new = old is None
         self.workers[lease.worker_id] = lease
+        self._adapters.update(lease.loras)
+        for name in old.loras.keys() - lease.loras.keys() if old is not None else ():
+            if not any(name in w.loras for w in self.workers.values()):  # unloaded everywhere
+                self._adapters.pop(name, None)
         if new and self.on_join is not None:
             self.on_join(lease.worker_id)
 
@@ -161,13 +170,19 @@ class Pool:
             if isinstance(router, WorkerState):
                 router.remove_worker(worker_id)
 
-    def live(self, roles: tuple[str, ...] | None = None) -> list[Lease]:
-        """The workers taking requests (of those roles)."""
+    def live(self, roles: tuple[str, ...] | None = None, lora: str | None = None) -> list[Lease]:
+        """The workers taking requests (of those roles; holding that adapter)."""
         return [
             w
             for w in self.workers.values()
-            if w.status == "serving" and (roles is None or w.role in roles)
+            if w.status == "serving"
+            and (roles is None or w.role in roles)
+            and (lora is None or lora in w.loras)
         ]
+
+    def adapters(self) -> dict[str, str]:
+        """The model's LoRA adapters (name → directory), each served as a model."""
+        return self._adapters
 
     def describe(self) -> list[dict[str, Any]]:
         """The live workers, for /health."""
@@ -331,7 +346,7 @@ class Pool:
         """The prompt prefilled on a prefill worker, when the policy says so
         and one can; None: the decode worker prefills it. The disaggregation
         decision ends the `route` span."""
-        prefill_workers = self.live(("prefill",))
+        prefill_workers = self.live(("prefill",), request.lora)
         if not prefill_workers and not self.disagg.enforce and not self.live(("decode",)):
             return None  # an aggregated model: no decision to count
         prompt = len(request.token_ids)
@@ -471,15 +486,14 @@ class Pool:
     def _choose(self, request: EngineRequest, tried: set[str], route: Span = NO_SPAN) -> Decision:
         """A decode (or agg) worker for `request`, none of `tried` if it can; the
         decision told to `route` (a span that a request with no worker ends)."""
-        live = self.live(DECODE_ROLES)
+        live = self.live(DECODE_ROLES, request.lora)
         candidates = [w for w in live if w.worker_id not in tried] or live
         if not candidates:
             self.stats.no_worker += 1
-            error = EngineError(
-                f"no live worker serves the model {self.card.name!r}",
-                "unavailable",
-                cause="no_worker",
-            )
+            what = f"the model {self.card.name!r}"
+            if request.lora is not None:
+                what = f"the LoRA adapter {request.lora!r} of {what}"
+            error = EngineError(f"no live worker serves {what}", "unavailable", cause="no_worker")
             route.fail(error.message, error.cause)
             route.end()
             raise error

@@ -6,11 +6,14 @@ process). A problem with the flags or the model directory is a
 
 from __future__ import annotations
 
+from typing import Any
+
 from rotor import tracing
-from rotor.config import ModelConfig, RunConfig
-from rotor.engines.base import Engine
+from rotor.config import EngineConfig, ModelConfig, RunConfig
+from rotor.engines.base import Adapters, Engine
 from rotor.engines.registry import EngineSpec, engine_spec
 from rotor.model.card import ModelCard
+from rotor.model.lora import AdapterError, read_adapter
 from rotor.model.tokenizer import Tokenizer
 from rotor.pipeline.preparer import Preparer
 from rotor.pipeline.served import ServedModel
@@ -79,14 +82,41 @@ def build_system(config: RunConfig) -> System:
     """`rotor run`'s one process: the model, its engine, the frontend over both."""
     spec = engine_spec(config.engine.name)
     card, tok = load(config.model, spec)
-    engine = build_engine(spec, card, tok, config.engine.options)
+    check_adapters(config.model)
+    engine = build_engine(spec, card, tok, engine_options(config.engine, config.model))
+    check_adapter_engine(config.model, engine)
     model = serve_model(config.model, engine.card, tok)
     return System.local(
         engine,
         model,
         reasoning_field=config.http.reasoning_field,
         preparer=Preparer(budget_s=config.model.template_timeout),
+        adapters=config.model.loras,
     )
+
+
+def engine_options(engine: EngineConfig, model: ModelConfig) -> dict[str, Any]:
+    """The engine's flags, and the `--lora` adapters it loads once started
+    (vLLM must enable LoRA when it is built)."""
+    return {**engine.options, "loras": list(model.loras)}
+
+
+def check_adapters(config: ModelConfig) -> None:
+    """Each `--lora NAME=DIR` checked before the engine is built (a bad
+    directory must not wait for vLLM's minute of startup to be reported)."""
+    names = [name for name, _ in config.loras]
+    if len(set(names)) != len(names):
+        raise StartupError("--lora: a name is given twice")
+    for name, path in config.loras:
+        try:
+            read_adapter(name, path)
+        except AdapterError as e:
+            raise StartupError(f"--lora {name}={path}: {e.message}") from None
+
+
+def check_adapter_engine(config: ModelConfig, engine: Engine) -> None:
+    if config.loras and not isinstance(engine, Adapters):
+        raise StartupError("--lora: this engine cannot load LoRA adapters (mocker and vllm can)")
 
 
 def check_limits(config: RunConfig) -> None:

@@ -85,7 +85,7 @@ def _http_process(
     from rotor.pipeline.preparer import Preparer
     from rotor.serve.http import http_server
 
-    engine = SocketEngine(entry.engine.card, path)
+    engine = SocketEngine(entry.engine.card, path, dict(parent.adapters))
     system = System.local(
         engine,
         entry.model,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rotor.config import HTTPConfig
-from rotor.engines.base import Engine, Lifecycle
+from rotor.engines.base import Adapters, AdapterSource, Engine, Lifecycle
 from rotor.frontend import Frontend
 from rotor.pipeline.preparer import Preparer
 from rotor.pipeline.served import ServedModel
@@ -19,6 +19,8 @@ from rotor.pipeline.served import ServedModel
 class System:
     frontend: Frontend
     engines: list[Engine] = field(default_factory=list)
+    # `--lora NAME=DIR`: loaded into the (one) engine once it has started
+    adapters: list[tuple[str, str]] = field(default_factory=list)
     _started: list[Lifecycle] = field(default_factory=list, init=False, repr=False)
 
     @classmethod
@@ -28,17 +30,21 @@ class System:
         model: ServedModel,
         reasoning_field: str = "reasoning_content",
         preparer: Preparer | None = None,
+        adapters: list[tuple[str, str]] | None = None,
     ) -> System:
-        """One model served by one in-process engine (`rotor run`)."""
+        """One model served by one in-process engine (`rotor run`), with the
+        LoRA adapters it loads once started."""
         frontend = Frontend(reasoning_field=reasoning_field, preparer=preparer or Preparer())
         frontend.registry.add(model, engine)
-        return cls(frontend, [engine])
+        return cls(frontend, [engine], list(adapters or []))
 
     async def start(self) -> None:
         for engine in self.engines:
             if isinstance(engine, Lifecycle):
                 await engine.start()
                 self._started.append(engine)
+        for name, path in self.adapters:
+            await load_startup_adapter(self.engines[0], name, path)
 
     async def stop(self) -> None:
         """Stop what started (startup may have been cut short)."""
@@ -55,6 +61,7 @@ class System:
         from rotor.tracing import Exporting
 
         traces = Exporting(http.otlp_endpoint, "rotor")
+        engine = self.engines[0] if self.engines else None
         return create_app(
             self.frontend,
             api_key=http.api_key,
@@ -62,4 +69,35 @@ class System:
             on_shutdown=[self.stop, traces.stop],
             max_queued=http.max_queued_requests,
             request_log=open_request_log(http),
+            loras=lora_control(self.frontend, engine),
         )
+
+
+def lora_control(frontend: Frontend, engine: Engine | None) -> Any:
+    """What `/v1/loras` acts on: the one model's engine, if it loads adapters."""
+    from rotor.api.lora import LoraControl
+
+    entries = frontend.registry.entries()
+    if len(entries) != 1:
+        return None
+    loader = engine if isinstance(engine, Adapters) else None
+    why = (
+        "this server loads LoRA adapters only at start (--lora NAME=DIR; with"
+        " --http-workers the engine runs in a process of its own)"
+        if isinstance(engine, AdapterSource)
+        else f"the {entries[0].model.name!r} engine cannot load LoRA adapters"
+    )
+    return LoraControl(entries[0].model.name, loader, why)
+
+
+async def load_startup_adapter(engine: Engine, name: str, path: str) -> None:
+    """One `--lora NAME=DIR`; StartupError saying which and why when it cannot."""
+    from rotor.protocol.engine import EngineError
+    from rotor.serve.build import StartupError
+
+    if not isinstance(engine, Adapters):
+        raise StartupError(f"--lora {name}={path}: this engine cannot load LoRA adapters")
+    try:
+        await engine.load_adapter(name, path)
+    except EngineError as e:
+        raise StartupError(f"--lora {name}={path}: {e.message}") from None

@@ -17,9 +17,18 @@ from rotor.engines.registry import engine_spec
 from rotor.model.tokenizer import Tokenizer
 from rotor.runtime.nats.connect import connect
 from rotor.runtime.nats.worker import CardConflict, WorkerService
-from rotor.serve.build import StartupError, build_engine, load, serve_model
+from rotor.serve.build import (
+    StartupError,
+    build_engine,
+    check_adapter_engine,
+    check_adapters,
+    engine_options,
+    load,
+    serve_model,
+)
 from rotor.serve.gc import settle
 from rotor.serve.http import EmbeddedServer
+from rotor.serve.system import load_startup_adapter
 from rotor.serve.worker_status import status_server
 
 log = logging.getLogger("rotor.worker")
@@ -29,9 +38,11 @@ def build(config: WorkerConfig) -> tuple[Engine, Tokenizer | None]:
     """The engine, its card carrying the parser choice (frontends read it there)."""
     spec = engine_spec(config.engine.name)
     card, tok = load(config.model, spec)
+    check_adapters(config.model)
     # the engine knows its role (vLLM configures its KV connector by it)
-    options = {**config.engine.options, "disaggregation_mode": config.role}
+    options = {**engine_options(config.engine, config.model), "disaggregation_mode": config.role}
     engine = build_engine(spec, card, tok, options)
+    check_adapter_engine(config.model, engine)
     served = serve_model(config.model, engine.card, tok)
     engine.card.tool_call_parser = served.tool_parser
     engine.card.reasoning_parser = served.reasoning_parser
@@ -71,7 +82,7 @@ async def _serve(engine: Engine, tok: Tokenizer | None, config: WorkerConfig) ->
     told.cancel()
     try:
         service = startup.result()
-    except CardConflict as e:
+    except (CardConflict, StartupError) as e:
         logs.say(str(e), logging.ERROR)
         await worker.close()
         return 2
@@ -112,6 +123,8 @@ class _Worker:
         if isinstance(engine, Lifecycle):
             await engine.start()
             self.engine_started = True
+        for name, path in config.model.loras:  # before the first lease, which lists them
+            await load_startup_adapter(engine, name, path)
         service = WorkerService(self.nc, engine, self.tok, role=self.config.role)  # type: ignore[arg-type]
         await service.start()
         self.service = service

@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from rotor.api.lora import LoraControl, register_lora
 from rotor.api.metrics import Metrics
+from rotor.engines.base import Adapters
 from rotor.runtime.nats.worker import WorkerService
 from rotor.serve.http import EmbeddedServer
 from rotor.serve.status import status_app
@@ -29,4 +31,8 @@ def status_server(service: WorkerService, host: str, port: int) -> EmbeddedServe
         }
         return body, 200 if ok else 503
 
-    return serve_status(status_app("rotor worker", health, metrics.render), host, port)
+    app = status_app("rotor worker", health, metrics.render)
+    loader = engine if isinstance(engine, Adapters) else None
+    why = f"the {engine.card.name!r} engine cannot load LoRA adapters"
+    register_lora(app, LoraControl(engine.card.name, loader, why, service.adapters_changed))
+    return serve_status(app, host, port)

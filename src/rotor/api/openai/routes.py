@@ -15,7 +15,7 @@ from rotor.api.openai.completions import CompletionShaper, completion_body
 from rotor.api.openapi import route
 from rotor.api.respond import APIView, Responder
 from rotor.api.sse import OPENAI
-from rotor.frontend import ModelEntry, StartedResponse
+from rotor.frontend import ModelEntry, ModelNotFound, StartedResponse
 from rotor.pipeline.served import ServedModel
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 
@@ -73,9 +73,12 @@ def register_openai(app: FastAPI, responder: Responder, body_limit: int) -> None
 
     @app.get("/v1/models/{model_id:path}", **route("model"))
     async def get_model(request: Request, model_id: str) -> Response:
-        if model_id not in frontend.registry.live_names():
+        try:
+            entry = frontend.registry.get(model_id) if model_id else None
+        except ModelNotFound:
+            entry = None
+        if entry is None or not entry.live():
             raise APIError(404, f"the model {model_id!r} does not exist", "model")
-        entry = frontend.model(model_id)
         if "anthropic-version" in request.headers:
             return JSONResponse(anthropic_model(entry.model, entry.name))
         return JSONResponse(model_entry(entry))
@@ -92,15 +95,17 @@ def echo_texts(model: ServedModel, req: CompletionRequest) -> list[str]:
 
 def model_entry(entry: ModelEntry) -> dict[str, Any]:
     """OpenAI's model object under the entry's name, with vLLM's `root` (the
-    canonical name: a model's aliases share it); a model served by workers
-    also names its live workers by pool (`decode`, `prefill`)."""
+    canonical name: a model's aliases share it; a LoRA adapter's directory,
+    with its model as `parent`); a model served by workers also names its
+    live workers by pool (`decode`, `prefill`)."""
     card = entry.model.card
     out: dict[str, Any] = {
         "id": entry.name,
         "object": "model",
         "created": card.created,
         "owned_by": "rotor",
-        "root": card.name,
+        "root": entry.lora_path or card.name,
+        "parent": card.name if entry.lora is not None else None,
         "max_model_len": card.context_length,
         "task": "generate" if card.capabilities.generates else "embed",
     }

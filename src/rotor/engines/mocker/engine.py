@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from rotor import tracing
+from rotor.engines.adapters import AdapterBook
 from rotor.engines.base import KVFetch
 from rotor.engines.mocker.config import MockerConfig
 from rotor.engines.mocker.constrained import constrained_text, refuse_unsupported
@@ -40,7 +41,7 @@ from rotor.protocol.engine import (
     EngineRequest,
     EngineState,
 )
-from rotor.protocol.kv import KVEvent, KVSnapshot
+from rotor.protocol.kv import KVEvent, KVSnapshot, lora_root
 from rotor.protocol.mock import MockScript
 
 logger = logging.getLogger(__name__)
@@ -200,6 +201,7 @@ class MockerEngine:
         self._fetching: set[asyncio.Task[int]] = set()  # decode requests' KV fetches
         self.kv_blocks_fetched = 0
         self.kv_fetch_failures = 0
+        self._adapters = AdapterBook()  # LoRA adapters: each changes the seeded output
         # Requests whose long script is being tokenized off the loop, and the
         # choices aborted meanwhile (None: all of them), applied once admitted.
         self._tokenizing: dict[str, set[int] | None] = {}
@@ -248,45 +250,46 @@ class MockerEngine:
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         """Admit the request's n sequences and relay their outputs until every
         choice has ended; leaving early aborts whatever is still running."""
-        script = self._parse(request)
-        self._check_admissible(request.request_id)
-        rid = request.request_id
-        transfer = request.annotations.get(KV_TRANSFER)
-        if transfer is not None:
-            self._tokenizing.setdefault(rid, set())  # an abort meanwhile applies once admitted
-            try:
-                await self._fetch_blocks(request, transfer)
-            except BaseException:
-                self._tokenizing.pop(rid, None)
-                raise
-        ids = await self._script_ids(request, script) if script is not None else None
-        aborted = self._tokenizing.pop(rid, set())  # while it was tokenized
-        req = self._admit(request, script, ids)
-        if aborted is None:
-            self.abort(rid)
-        for index in sorted(aborted or ()):
-            self.abort(rid, index)
-        done: set[int] = set()
-        try:
-            while len(done) < request.n:
-                items = await req.queue.get_all()
-                if rid in self.scheduler.held:  # read again: compute it again
-                    self.scheduler.held.discard(rid)
-                    self._wake.set()
-                for item in _merge(items):
-                    if isinstance(item, _Closed):
-                        done.add(item.index)
-                        continue
-                    if item.index in req.aborted:
-                        continue
-                    if item.finish is not None:
-                        done.add(item.index)
-                    yield item
-        finally:
-            if len(done) < request.n:
+        with self._adapters.using(request.lora):  # its adapter stays while it runs
+            script = self._parse(request)
+            self._check_admissible(request.request_id)
+            rid = request.request_id
+            transfer = request.annotations.get(KV_TRANSFER)
+            if transfer is not None:
+                self._tokenizing.setdefault(rid, set())  # an abort meanwhile applies once admitted
+                try:
+                    await self._fetch_blocks(request, transfer)
+                except BaseException:
+                    self._tokenizing.pop(rid, None)
+                    raise
+            ids = await self._script_ids(request, script) if script is not None else None
+            aborted = self._tokenizing.pop(rid, set())  # while it was tokenized
+            req = self._admit(request, script, ids)
+            if aborted is None:
                 self.abort(rid)
-            self._requests.pop(rid, None)
-            self.scheduler.held.discard(rid)
+            for index in sorted(aborted or ()):
+                self.abort(rid, index)
+            done: set[int] = set()
+            try:
+                while len(done) < request.n:
+                    items = await req.queue.get_all()
+                    if rid in self.scheduler.held:  # read again: compute it again
+                        self.scheduler.held.discard(rid)
+                        self._wake.set()
+                    for item in _merge(items):
+                        if isinstance(item, _Closed):
+                            done.add(item.index)
+                            continue
+                        if item.index in req.aborted:
+                            continue
+                        if item.finish is not None:
+                            done.add(item.index)
+                        yield item
+            finally:
+                if len(done) < request.n:
+                    self.abort(rid)
+                self._requests.pop(rid, None)
+                self.scheduler.held.discard(rid)
 
     async def embed(self, inputs: list[list[int]], dimensions: int | None) -> list[list[float]]:
         """A unit vector per input (mocker/embed.py), after the simulated time
@@ -307,6 +310,24 @@ class MockerEngine:
             tokens = sum(len(ids) for ids in inputs)
             await self._sleep(self.config.step_ms(tokens, 0) / 1000 / ratio)
         return [shortened(unit_vector(ids, dim), dimensions) for ids in inputs]
+
+    # -- LoRA adapters -------------------------------------------------------
+
+    def adapters(self) -> dict[str, str]:
+        return self._adapters.names()
+
+    async def load_adapter(self, name: str, path: str) -> None:
+        """Check the adapter's files, then spend its simulated load time. Its
+        requests' seeded output differs from the base model's (and another
+        adapter's), the same each time; a `mock` script plays as written."""
+        adapter = self._adapters.check(name, path)
+        ratio = self.config.speedup_ratio
+        if ratio > 0 and self.config.lora_load_ms > 0:
+            await self._sleep(self.config.lora_load_ms / 1000 / ratio)
+        self._adapters.add(adapter)
+
+    async def unload_adapter(self, name: str) -> None:
+        self._adapters.remove(name)
 
     def abort(self, request_id: str, index: int | None = None) -> None:
         """Stop one choice (or all): its blocks are freed now and the consumer
@@ -454,11 +475,14 @@ class MockerEngine:
         makers: list[LogprobMaker | None] = []
         seeded = request.sampling.seed is not None
         resume = max(int(request.annotations.get(RESUME_FROM, 0)), 0)
+        root = lora_root(request.lora)
         for index in range(request.n):
             if seeded:
                 key = f"{request.sampling.seed}:{index}"
             else:
                 key = f"{self.config.seed}:{request.request_id}:{index}"
+            if request.lora is not None:  # an adapter's answer is its own
+                key += f":lora:{request.lora}"
             source: TokenSource
             guided = request.sampling.guided
             text = None
@@ -485,7 +509,7 @@ class MockerEngine:
                 )
                 if seeded:
                     source.skip(resume)
-            seqs.append(Sequence(request.request_id, index, request.token_ids, source))
+            seqs.append(Sequence(request.request_id, index, request.token_ids, source, root))
             maker = None
             if request.output.logprobs:
                 maker = LogprobMaker(
@@ -627,7 +651,8 @@ class MockerEngine:
         fetch is a task of its own, so `stop` ends it; the step loop runs on."""
         kv = self.scheduler.kv
         offered = [int(h) for h in transfer.get("block_hashes") or ()]
-        wanted = missing(kv, request.token_ids, offered)
+        root = lora_root(request.lora)
+        wanted = missing(kv, request.token_ids, offered, root)
         if wanted is None:
             self._release(transfer)
             self._fetch_failed(request, "the offered blocks are not this prompt's")
@@ -645,7 +670,7 @@ class MockerEngine:
             count = await self._fetch_task(request, transfer, hashes, span)
         if count is None:
             return
-        parent = offered[first - 1] if first else None
+        parent = offered[first - 1] if first else root
         self.kv_blocks_fetched += kv.store(hashes[:count], parent)
         if count < len(hashes):
             self._fetch_failed(

@@ -72,11 +72,13 @@ class Holds:
             self.timeouts += 1
 
 
-def missing(kv: KVCache, prompt: list[int], offered: list[int]) -> tuple[int, list[int]] | None:
+def missing(
+    kv: KVCache, prompt: list[int], offered: list[int], root: int | None = None
+) -> tuple[int, list[int]] | None:
     """Which of a prefill's `offered` block hashes this cache lacks: (the index
     of the first one lacking, those from there on). None when the offer is not
     this prompt's blocks (another block size, another prompt)."""
-    own = block_hashes(prompt[: len(offered) * kv.block_size], kv.block_size)
+    own = block_hashes(prompt[: len(offered) * kv.block_size], kv.block_size, root)
     if own != offered:
         return None
     held = kv.hash_to_block

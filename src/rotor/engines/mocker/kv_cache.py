@@ -72,7 +72,7 @@ class KVCache:
         hashes = seq.block_hashes
         if len(hashes) <= i:
             bs, j = self.block_size, len(hashes)
-            parent = hashes[j - 1] if j else None
+            parent = hashes[j - 1] if j else seq.root
             hashes.extend(block_hashes(seq.token_ids[j * bs : (i + 1) * bs], bs, parent))
         return hashes[i]
 

@@ -31,7 +31,14 @@ class TokenSource(Protocol):
 
 
 class Sequence:
-    def __init__(self, request_id: str, index: int, prompt: list[int], source: TokenSource) -> None:
+    def __init__(
+        self,
+        request_id: str,
+        index: int,
+        prompt: list[int],
+        source: TokenSource,
+        root: int | None = None,
+    ) -> None:
         self.request_id = request_id
         self.index = index
         self.token_ids = list(prompt)  # prompt, then everything generated
@@ -43,6 +50,7 @@ class Sequence:
         self.block_table: list[int] = []
         self.num_hashed_blocks = 0  # leading blocks registered in the prefix cache
         self.block_hashes: list[int] = []  # memo of full-block hashes; tokens never change
+        self.root = root  # its first block's parent: a LoRA adapter's root (protocol/kv.py)
         self.cached_tokens: int | None = None  # prompt tokens served from cache, first admission
 
     def __repr__(self) -> str:

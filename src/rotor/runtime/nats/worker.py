@@ -25,7 +25,14 @@ from nats.errors import MaxPayloadError
 from nats.js.errors import BucketNotFoundError, NotFoundError
 
 from rotor import tracing
-from rotor.engines.base import Embedder, Engine, KVEventSource, KVHandover, KVHold
+from rotor.engines.base import (
+    AdapterSource,
+    Embedder,
+    Engine,
+    KVEventSource,
+    KVHandover,
+    KVHold,
+)
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol import codec
@@ -206,11 +213,21 @@ class WorkerService:
         that already know it (so its running requests are not taken for dead)."""
         lease = self.lease
         lease.state = self.engine.state()
+        if isinstance(self.engine, AdapterSource):
+            lease.loras = self.engine.adapters()
         data = lease.encode()
         await self.nc.publish(subjects.lease(self.worker_id), data)
         if not self._leaving:
             kv = await self._bucket()
             await kv.put(self.worker_id, data)
+
+    async def adapters_changed(self) -> None:
+        """A LoRA adapter was loaded or unloaded: frontends hear it now, not
+        at the next renewal."""
+        try:
+            await self._renew()
+        except Exception as e:  # the next renewal tries again
+            log.warning("worker %s: could not renew its lease: %s", self.worker_id, e)
 
     async def _renew_forever(self) -> None:
         while True:

@@ -34,9 +34,11 @@ STATE_EVERY_S = 0.25  # how stale /health and /metrics may be about the engine
 class SocketEngine(asyncio.Protocol):
     """An engine in another process on this machine, reached at `path`."""
 
-    def __init__(self, card: ModelCard, path: str) -> None:
+    def __init__(self, card: ModelCard, path: str, adapters: dict[str, str] | None = None) -> None:
+        """`adapters`: the LoRA adapters the engine process loaded at start."""
         self.card = card
         self.path = path
+        self._adapters = dict(adapters or {})
         self.transport: asyncio.Transport | None = None
         self._reader = frames.Reader(self._on_frame)
         self._streams: dict[str, OutputStream] = {}
@@ -45,6 +47,9 @@ class SocketEngine(asyncio.Protocol):
         self._state_asked = False
         self._first_state: asyncio.Future[None] | None = None
         self._refresh: asyncio.Future[None] | None = None
+
+    def adapters(self) -> dict[str, str]:
+        return self._adapters
 
     # -- lifecycle (the HTTP process's startup and shutdown) -----------------------
 

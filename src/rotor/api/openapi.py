@@ -12,7 +12,7 @@ first GET /openapi.json.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fastapi import FastAPI
@@ -161,14 +161,7 @@ DOCS: dict[str, Doc] = {
         "LoraDeleted",
         errors=(400, 401, 404, 500),
     ),
-    "vllm_load_lora": Doc(
-        "Load a LoRA adapter (vLLM's route)",
-        "LoRA",
-        None,
-        "LoadLoraRequest",
-        {"lora_name": "sql-adapter", "lora_path": "/adapters/sql"},
-        errors=(400, 401, 413, 500, 503),
-    ),
+
     "vllm_unload_lora": Doc(
         "Unload a LoRA adapter (vLLM's route)",
         "LoRA",
@@ -181,6 +174,11 @@ DOCS: dict[str, Doc] = {
     "live": Doc("Liveness", "Operations", "Live"),
     "metrics": Doc("Prometheus metrics (text exposition format)", "Operations", None),
 }
+
+# vLLM's own load route: the same body as /v1/loras, a plain-text answer
+DOCS["vllm_load_lora"] = replace(
+    DOCS["load_lora"], summary="Load a LoRA adapter (vLLM's route)", answer=None
+)
 
 # Schemas that no route names directly but the stream descriptions do.
 _EXTRA = ("ChatCompletionChunk", "CompletionChunk", "OpenAIError", "AnthropicError")

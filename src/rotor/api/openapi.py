@@ -161,7 +161,6 @@ DOCS: dict[str, Doc] = {
         "LoraDeleted",
         errors=(400, 401, 404, 500),
     ),
-
     "vllm_unload_lora": Doc(
         "Unload a LoRA adapter (vLLM's route)",
         "LoRA",

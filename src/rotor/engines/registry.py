@@ -142,7 +142,11 @@ def _build_vllm(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any])
     mode = options.get("disaggregation_mode") or "agg"
     hold = options.get("kv_hold_timeout")
     return VLLMEngine(
-        card, list(options.get("engine_args") or []), mode, 30.0 if hold is None else hold
+        card,
+        list(options.get("engine_args") or []),
+        mode,
+        30.0 if hold is None else hold,
+        loras=list(options.get("loras") or []),
     )
 
 

@@ -24,13 +24,23 @@ OWNED = {
 }
 
 
+def _option(word: str) -> str:
+    """The option a passthrough word names, spelled with dashes as vLLM's
+    parser accepts either (`--max_loras=2` names `--max-loras`)."""
+    return word.split("=", 1)[0].replace("_", "-")
+
+
 def owned_option(words: list[str]) -> str | None:
     """The first passthrough word that names an option rotor owns, else None."""
     for word in words:
-        name = word.split("=", 1)[0]
-        if name in OWNED or name.replace("_", "-") in OWNED:
-            return name
+        if _option(word) in OWNED:
+            return word.split("=", 1)[0]
     return None
+
+
+def given(words: list[str], option: str) -> bool:
+    """Whether the passthrough words set `option` (e.g. `--max-lora-rank`)."""
+    return any(_option(word) == option for word in words)
 
 
 def engine_args(
@@ -41,7 +51,7 @@ def engine_args(
     (`mode`) gets its KV connector (disagg.py)."""
     owned = owned_option(words)
     if owned is not None:
-        raise ValueError(f"vLLM option {owned} after '--': {OWNED[owned.replace('_', '-')]}")
+        raise ValueError(f"vLLM option {owned} after '--': {OWNED[_option(owned)]}")
     user, words = split_config(words)
     from vllm.config import KVEventsConfig, KVTransferConfig
     from vllm.engine.arg_utils import AsyncEngineArgs

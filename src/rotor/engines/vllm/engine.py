@@ -9,7 +9,8 @@ hit count (`cached_tokens`), its scheduler's running / waiting / KV usage
 (`EngineDeadError`: an *unavailable* engine error, never a hang). Its KV cache
 events come back through `kv_events(sink)`, as the mocker's do. With
 `-- --runner pooling` it serves an embedding model instead (`embed`,
-pooling.py).
+pooling.py). With `--lora NAME=DIR` (or `-- --enable-lora`) vLLM serves LoRA
+adapters, loaded and unloaded while it runs (the `Adapters` protocol, lora.py).
 
 The AsyncLLM is created in `start()` (engine processes are spawned there,
 40-75 s on a small CPU machine) and shut down in `stop()`.
@@ -30,9 +31,11 @@ from rotor.engines.vllm.args import engine_args
 from rotor.engines.vllm.disagg import Mode, Relay
 from rotor.engines.vllm.holds import StoredHolds
 from rotor.engines.vllm.kv_relay import KVRelay, listen, relay_events
+from rotor.engines.vllm.lora import VLLMLoras, size_lora
 from rotor.engines.vllm.pooling import check_embeds, embed, pooling_of
 from rotor.engines.vllm.sampling import sampling_params
 from rotor.model.card import ModelCard
+from rotor.model.lora import read_adapter
 from rotor.protocol.engine import (
     EngineError,
     EngineOutput,
@@ -87,7 +90,10 @@ class VLLMEngine:
         vllm_words: list[str],
         mode: Mode = "agg",
         kv_hold_timeout_s: float = 30.0,
+        loras: list[tuple[str, str]] | None = None,
     ) -> None:
+        """`loras`: the (name, directory) adapters loaded once started; vLLM is
+        built with LoRA enabled and sized for them."""
         if card.path is None:
             raise ValueError("out=vllm needs a model directory: give --model-path DIR")
         # The card's context length is rotor's --max-model-len (or the model's):
@@ -96,6 +102,9 @@ class VLLMEngine:
         self.args = engine_args(
             card.path, card.context_length, vllm_words, "tcp://127.0.0.1:0", mode
         )
+        startup = [read_adapter(name, path) for name, path in loras or []]
+        size_lora(self.args, vllm_words, startup)
+        self.loras = VLLMLoras(bool(self.args.enable_lora), self.args.max_lora_rank)
         # a pooling model (-- --runner pooling) embeds and does not generate
         self.pooling = pooling_of(self.args)
         pool = self.pooling
@@ -122,7 +131,7 @@ class VLLMEngine:
         self.kv_blocks_fetched = 0
         self.kv_fetch_failures = 0
         self.llm: Any = None
-        self.relay = KVRelay(block_size=self.args.block_size or 0)
+        self.relay = KVRelay(self.args.block_size or 0, self.loras.name_of)
         self._sched = _Scheduler()
         self._relay_task: asyncio.Task[None] | None = None
         self._running: set[str] = set()
@@ -157,6 +166,7 @@ class VLLMEngine:
                 sock.close(linger=0)
                 await self.stop()
                 raise
+        self.loras.llm = self.llm
         cache = self.llm.vllm_config.cache_config
         self.relay.block_size = cache.block_size
         # The card says at which block size its KV events name blocks (the kv router hashes so).
@@ -171,6 +181,7 @@ class VLLMEngine:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.loras.close()
         llm, self.llm = self.llm, None
         if llm is not None:
             llm.shutdown()
@@ -207,43 +218,46 @@ class VLLMEngine:
         params = sampling_params(request, handover.params)
         want_logprobs = request.output.logprobs
         top = request.output.top_logprobs
-        self._running.add(rid)
-        stream = llm.generate(TokensPrompt(prompt_token_ids=list(request.token_ids)), params, rid)
-        first: set[int] = set()
-        try:
-            async for out in stream:
-                for c in out.outputs:
-                    if c.finish_reason == "abort":
-                        continue  # aborted: the stream ends with no further output
-                    ids = list(c.token_ids)
-                    self.tokens_generated += len(ids)
-                    item = EngineOutput(index=c.index, token_ids=ids)
-                    if c.index not in first:
-                        first.add(c.index)
-                        item.cached_tokens = out.num_cached_tokens or 0
-                    if want_logprobs and c.logprobs is not None:
-                        item.logprobs = _logprobs(ids, c.logprobs, top)
-                    if c.finish_reason is not None:
-                        item.finish, item.matched = self._finish(
-                            c.finish_reason, c.stop_reason, ids
-                        )
-                        if handover.prefill:
-                            item.kv_transfer = self.disagg.handed_over(out.kv_transfer_params)
-                            self._hold(item.kv_transfer)
-                        elif handover.fetch_tokens > 0:
-                            loaded = self.disagg.loaded(handover, out.kv_transfer_params)
-                            self.kv_blocks_fetched += loaded // self.relay.block_size
-                    if ids or item.finish is not None:
-                        yield item
-        except EngineDeadError as e:
-            raise EngineError(f"the vLLM engine died: {e}", "unavailable") from None
-        except VLLMClientError as e:
-            raise EngineError(str(e), "refused", _param(str(e))) from None
-        except ValueError as e:  # vLLM's validation of the request
-            raise EngineError(str(e), "refused", _param(str(e))) from None
-        finally:
-            self._running.discard(rid)
-            await stream.aclose()  # leaving early: vLLM aborts the request here
+        # its adapter (if any) stays in vLLM until it ends
+        with self.loras.using(request.lora) as lora:
+            self._running.add(rid)
+            prompt = TokensPrompt(prompt_token_ids=list(request.token_ids))
+            stream = llm.generate(prompt, params, rid, lora_request=lora)
+            first: set[int] = set()
+            try:
+                async for out in stream:
+                    for c in out.outputs:
+                        if c.finish_reason == "abort":
+                            continue  # aborted: the stream ends with no further output
+                        ids = list(c.token_ids)
+                        self.tokens_generated += len(ids)
+                        item = EngineOutput(index=c.index, token_ids=ids)
+                        if c.index not in first:
+                            first.add(c.index)
+                            item.cached_tokens = out.num_cached_tokens or 0
+                        if want_logprobs and c.logprobs is not None:
+                            item.logprobs = _logprobs(ids, c.logprobs, top)
+                        if c.finish_reason is not None:
+                            item.finish, item.matched = self._finish(
+                                c.finish_reason, c.stop_reason, ids
+                            )
+                            if handover.prefill:
+                                item.kv_transfer = self.disagg.handed_over(out.kv_transfer_params)
+                                self._hold(item.kv_transfer)
+                            elif handover.fetch_tokens > 0:
+                                loaded = self.disagg.loaded(handover, out.kv_transfer_params)
+                                self.kv_blocks_fetched += loaded // self.relay.block_size
+                        if ids or item.finish is not None:
+                            yield item
+            except EngineDeadError as e:
+                raise EngineError(f"the vLLM engine died: {e}", "unavailable") from None
+            except VLLMClientError as e:
+                raise EngineError(str(e), "refused", _param(str(e))) from None
+            except ValueError as e:  # vLLM's validation of the request
+                raise EngineError(str(e), "refused", _param(str(e))) from None
+            finally:
+                self._running.discard(rid)
+                await stream.aclose()  # leaving early: vLLM aborts the request here
 
     async def embed(self, inputs: list[list[int]], dimensions: int | None) -> list[list[float]]:
         """Each input's vector from vLLM's pooler, in order (pooling.py)."""
@@ -263,6 +277,18 @@ class VLLMEngine:
         task = asyncio.get_running_loop().create_task(self.llm.abort(request_id))
         self._aborts.add(task)
         task.add_done_callback(self._aborts.discard)
+
+    # -- LoRA adapters (the Adapters protocol, lora.py) -------------------------
+
+    def adapters(self) -> dict[str, str]:
+        return self.loras.names()
+
+    async def load_adapter(self, name: str, path: str) -> None:
+        """Load it into vLLM now, so a bad adapter fails here, not at its first request."""
+        await self.loras.load(name, path)
+
+    async def unload_adapter(self, name: str) -> None:
+        self.loras.unload(name)
 
     # -- a prefill's hand-overs (the KVHold protocol) -------------------------
 

@@ -9,6 +9,10 @@ rotor hash so removals can be named too. The relay keeps the findable set
 itself, so it can hand out a `KVSnapshot` at any time, exactly like the
 mocker's cache does; its `event_id`s count its own events from 1.
 
+A block stored for a request with a LoRA adapter (the event's `lora_name`,
+or its `lora_id`, which the engine's lookup names) chains from the adapter's
+root (`lora_root`), as the mocker's do; its event still names no parent.
+
 vLLM may hold two physical blocks with one hash (it stores both, then
 removes both); rotor's findable set has the hash once, so a hash is stored on
 its first copy and removed with its last.
@@ -22,12 +26,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rotor.protocol.kv import AllCleared, BlocksRemoved, BlocksStored, KVEvent, KVSnapshot
+from rotor.protocol.kv import (
+    AllCleared,
+    BlocksRemoved,
+    BlocksStored,
+    KVEvent,
+    KVSnapshot,
+    lora_root,
+)
 from rotor.protocol.kv import block_hashes as rotor_hashes
 
 logger = logging.getLogger(__name__)
 
 EventSink = Callable[[KVEvent], None]
+# vLLM's int id of a LoRA adapter -> its name (None: not one the engine knows)
+LoraNames = Callable[[int], str | None]
 
 
 @dataclass(slots=True)
@@ -40,8 +53,9 @@ class _Block:
 class KVRelay:
     """Turns vLLM's KV events into rotor's, keeping the findable set."""
 
-    def __init__(self, block_size: int) -> None:
+    def __init__(self, block_size: int, lora_names: LoraNames | None = None) -> None:
         self.block_size = block_size
+        self.lora_names = lora_names
         self.sink: EventSink | None = None
         self.event_id = 0
         self.lost = 0  # vLLM batches missed (a gap in its sequence numbers)
@@ -90,7 +104,14 @@ class KVRelay:
             logger.warning("KV relay: a stored block's parent is unknown; dropped")
             return
         parent = parent_block.rotor_hash if parent_block else None
-        ours = rotor_hashes(event.token_ids, size, parent)
+        chain = parent
+        if parent_block is None:  # a first block: the base model's root, or its adapter's
+            try:
+                chain = lora_root(self._lora(event))
+            except LookupError:
+                logger.warning("KV relay: a stored block's LoRA adapter is unknown; dropped")
+                return
+        ours = rotor_hashes(event.token_ids, size, chain)
         run: list[int] = []
         run_parent = parent
         prev_vllm = vllm_parent
@@ -107,6 +128,20 @@ class KVRelay:
             prev_vllm = vllm_hash
         if run:
             self._store_run(run, run_parent, size)
+
+    def _lora(self, event: Any) -> str | None:
+        """The adapter the event's blocks were computed with (None: the base
+        model); LookupError for an adapter id nobody can name."""
+        name = getattr(event, "lora_name", None)
+        if name:
+            return name
+        lora_id = getattr(event, "lora_id", None)
+        if lora_id is None:
+            return None
+        named = self.lora_names(lora_id) if self.lora_names is not None else None
+        if named is None:
+            raise LookupError(lora_id)
+        return named
 
     def _store_run(self, run: list[int], parent: int | None, size: int) -> None:
         chain = list(run)

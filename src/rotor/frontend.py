@@ -223,6 +223,13 @@ class Frontend:
         """The served model a request names (ModelNotFound when there is none)."""
         return self.registry.get(name)
 
+    def live_model(self, name: str) -> ModelEntry:
+        """The model `name` when something can serve it now (`/v1/models/NAME`,
+        KServe's model metadata); ModelNotFound otherwise."""
+        if name not in self.registry.live_names():
+            raise ModelNotFound(f"the model {name!r} does not exist")
+        return self.registry.get(name)
+
     async def prepare_chat(self, model: ServedModel, req: ChatCompletionRequest) -> Prepared:
         """The chat request prepared as `chat` runs it (prompt, tokens, choices),
         by the preparer: a chat template is untrusted code. A short

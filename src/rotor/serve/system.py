@@ -51,6 +51,7 @@ class System:
         Tracing (when asked for) starts first and sends its last spans last."""
         from rotor.api.app import create_app
         from rotor.serve.gc import settle_after_startup
+        from rotor.serve.kserve import kserve_options
         from rotor.serve.request_log import open_request_log
         from rotor.tracing import Exporting
 
@@ -62,4 +63,5 @@ class System:
             on_shutdown=[self.stop, traces.stop],
             max_queued=http.max_queued_requests,
             request_log=open_request_log(http),
+            kserve=kserve_options(http),
         )

@@ -9,7 +9,6 @@ from starlette.responses import JSONResponse, Response
 
 from rotor.api.anthropic.models import anthropic_model, anthropic_models
 from rotor.api.body import read_request
-from rotor.api.errors import APIError
 from rotor.api.openai.chat import ChatShaper, chat_body
 from rotor.api.openai.completions import CompletionShaper, completion_body
 from rotor.api.openapi import route
@@ -73,9 +72,7 @@ def register_openai(app: FastAPI, responder: Responder, body_limit: int) -> None
 
     @app.get("/v1/models/{model_id:path}", **route("model"))
     async def get_model(request: Request, model_id: str) -> Response:
-        if model_id not in frontend.registry.live_names():
-            raise APIError(404, f"the model {model_id!r} does not exist", "model")
-        entry = frontend.model(model_id)
+        entry = frontend.live_model(model_id)  # ModelNotFound: the 404 naming it
         if "anthropic-version" in request.headers:
             return JSONResponse(anthropic_model(entry.model, entry.name))
         return JSONResponse(model_entry(entry))

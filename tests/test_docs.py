@@ -493,7 +493,20 @@ def test_links_resolve(doc: Doc) -> None:
 
 _TOP = ("src", "tests", "benchmarks", "docs", ".ci")
 _PACKAGES = tuple(p.name for p in (ROOT / "src" / "rotor").iterdir() if p.is_dir())
-_FILE_EXT = {"py", "md", "sh", "html", "jinja", "toml", "json", "jsonl", "txt", "yaml", "yml"}
+_FILE_EXT = {
+    "py",
+    "md",
+    "sh",
+    "html",
+    "jinja",
+    "toml",
+    "json",
+    "jsonl",
+    "txt",
+    "yaml",
+    "yml",
+    "proto",
+}
 
 
 def _path_exists(text: str) -> bool:

@@ -65,6 +65,14 @@ HTTP_FLAGS = [
         maximum=65535,
     ),
     Flag(
+        "--grpc-port",
+        "also serve the KServe v2 / Triton gRPC API on this port (0: a free one; "
+        "needs rotor[grpc]); default: off",
+        int,
+        minimum=0,
+        maximum=65535,
+    ),
+    Flag(
         "--api-key",
         "require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on /v1/*, /tokenize, "
         "/detokenize",
@@ -551,6 +559,7 @@ def _http_config(args: argparse.Namespace) -> HTTPConfig:
         request_log_max_bytes=args.request_log_max_bytes,
         request_log_hashes=args.request_log_hashes,
         otlp_endpoint=args.otlp_endpoint,
+        grpc_port=args.grpc_port,
     )
 
 

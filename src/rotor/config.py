@@ -83,6 +83,7 @@ class HTTPConfig:
     request_log_max_bytes: int = DEFAULT_REQUEST_LOG_BYTES  # then rotated (api/request_log.py)
     request_log_hashes: bool = False  # records carry the prompt's KV block hashes
     otlp_endpoint: str | None = None  # tracing: the OTLP/HTTP collector (rotor.tracing)
+    grpc_port: int | None = None  # KServe v2 gRPC beside HTTP (rotor.api.kserve); None: off
 
 
 @dataclass

@@ -170,6 +170,10 @@ class ModelRegistry:
         """One entry per model, under its canonical name (metrics, /health)."""
         return [e for name, e in self._entries.items() if name == e.model.name]
 
+    def live_names(self) -> list[str]:
+        """Every name something can serve now, aliases and LoRA adapters included."""
+        return [e.name for e in self.listed() if e.live()]
+
     def listed(self) -> list[ModelEntry]:
         """One entry per name, aliases and LoRA adapters included (`/v1/models`)."""
         out = list(self._entries.values())
@@ -250,6 +254,13 @@ class Frontend:
 
     def model(self, name: str | None) -> ModelEntry:
         """The served model a request names (ModelNotFound when there is none)."""
+        return self.registry.get(name)
+
+    def live_model(self, name: str) -> ModelEntry:
+        """The model `name` when something can serve it now (`/v1/models/NAME`,
+        KServe's model metadata); ModelNotFound otherwise."""
+        if name not in self.registry.live_names():
+            raise ModelNotFound(f"the model {name!r} does not exist")
         return self.registry.get(name)
 
     async def prepare_chat(self, model: ServedModel, req: ChatCompletionRequest) -> Prepared:

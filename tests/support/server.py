@@ -42,6 +42,14 @@ class Server:
     def v1(self) -> str:
         return self.url + "/v1"
 
+    @property
+    def grpc(self) -> str:
+        """Where it serves KServe gRPC (`--grpc-port`), as `host:port`: the
+        line it says once the port is bound, before its HTTP line."""
+        found = GRPC_ANNOUNCED.search(self.log)
+        assert found is not None, f"no KServe gRPC line in the log:\n{self.log}"
+        return found.group(1)
+
     def openai(self, api_key: str = "unused") -> openai.OpenAI:
         """The official OpenAI client for this server (no retries)."""
         return openai.OpenAI(base_url=self.v1, api_key=api_key, max_retries=0)
@@ -96,6 +104,8 @@ def log_text(log: IO[bytes]) -> str:
 # rotor's own line saying where it serves once the port is bound (the real
 # port, in text or JSON logs); uvicorn's "running on" names the port asked for
 ANNOUNCED = re.compile(r"(?:serving .*?|frontend) on (http://127\.0\.0\.1:\d+)")
+# and where it serves KServe gRPC (--grpc-port), said before that line
+GRPC_ANNOUNCED = re.compile(r"KServe gRPC on (127\.0\.0\.1:\d+)")
 
 
 def _announced_url(log: IO[bytes]) -> str | None:

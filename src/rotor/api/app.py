@@ -36,6 +36,7 @@ from rotor.api.errors import (
     error_response,
     is_anthropic,
 )
+from rotor.api.kserve import KServeOptions
 from rotor.api.lora import LoraControl, register_lora
 from rotor.api.metrics import Metrics
 from rotor.api.openai.embeddings import register_embeddings
@@ -66,6 +67,7 @@ def create_app(
     request_log: RequestLog | None = None,
     answers: Answers | None = None,
     loras: LoraControl | None = None,
+    kserve: KServeOptions | None = None,
 ) -> FastAPI:
     """`on_startup` / `on_shutdown`: what the builder starts and stops with the
     server (in-process engines, a NATS connection); the frontend is ready once
@@ -76,8 +78,12 @@ def create_app(
     one is a 503 (admission control). `request_log`: where each generating
     request's record goes (its writer runs while the server does).
     `answers`: where each response's figures go for the planner (rotor frontend).
-    `loras`: the engine `/v1/loras` loads adapters into (rotor run)."""
+    `loras`: the engine `/v1/loras` loads adapters into (rotor run).
+    `kserve` (`--grpc-port`): the KServe gRPC server over the same responder
+    (`app.state.kserve`; serve/http.py starts it once HTTP listens), stopped
+    before the shutdown hooks."""
     leaving = asyncio.Event()
+    stop_first: list[Hook] = []  # what serves requests stops before what answers them
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -89,7 +95,7 @@ def create_app(
         finally:
             frontend.ready = False
             try:
-                for hook in on_shutdown or ():
+                for hook in (*stop_first, *(on_shutdown or ())):
                     await hook()
             finally:
                 if request_log is not None:  # what is queued is written, a .gz closed whole
@@ -117,6 +123,12 @@ def create_app(
     if api_key is not None:  # "" is refused by the middleware: never auth silently off
         app.add_middleware(APIKeyMiddleware, api_key=api_key)
     responder = Responder(frontend, metrics, admission, streams)
+    app.state.kserve = None
+    if kserve is not None:  # grpc is imported only now
+        from rotor.api.kserve.server import KServeServer
+
+        app.state.kserve = KServeServer(responder, kserve, api_key, leaving, body_limit)
+        stop_first.append(app.state.kserve.stop)
     register_openai(app, responder, body_limit)
     register_embeddings(app, responder, body_limit)
     register_anthropic(app, responder, body_limit)

@@ -3,14 +3,16 @@
 description (/openapi.json, /docs, /redoc and their assets under /docs/assets,
 api/docs.py) and the chat page (/, which asks for the key itself) stay open:
 orchestrators, scrapers and browsers call them without
-credentials, and they do no work a client could make expensive."""
+credentials, and they do no work a client could make expensive. The KServe gRPC API
+(api/kserve) checks the same credentials, sent as metadata (`check_key`)."""
 
 from __future__ import annotations
 
 import hmac
+from collections.abc import Iterable
 from typing import Any
 
-from rotor.api.errors import error_response, is_anthropic
+from rotor.api.errors import APIError, error_response, is_anthropic
 
 # Paths outside /v1/ that do real work (tokenizing, rendering) and need the key.
 _GUARDED = frozenset({"/tokenize", "/detokenize"})
@@ -32,30 +34,30 @@ class APIKeyMiddleware:
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and guarded(scope["path"]):
-            message = self._refusal(scope["headers"])
-            if message is not None:
-                status = 400 if message.startswith("duplicate") else 401
+            error = check_key(scope["headers"], self.api_key)
+            if error is not None:
                 anthropic = is_anthropic(scope["path"], scope["headers"])
-                response = error_response(status, message, anthropic=anthropic)
+                response = error_response(error.status, error.message, anthropic=anthropic)
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
-    def _refusal(self, raw: list[tuple[bytes, bytes]]) -> str | None:
-        """Why the request's credentials are refused; None when they are good.
-        A credential header sent twice is refused: which one counts would
-        depend on the proxy in front."""
-        found: dict[bytes, bytes] = {}
-        for name, value in raw:
-            name = name.lower()
-            if name in _CREDENTIALS:
-                if name in found:
-                    return f"duplicate {name.decode()} header"
-                found[name] = value
-        auth = found.get(b"authorization", b"")
-        token = auth[7:] if auth[:7].lower() == b"bearer " else None
-        if token is None:
-            token = found.get(b"x-api-key") or None
-        if token is None or not hmac.compare_digest(token, self.api_key):
-            return "invalid or missing API key"
-        return None
+
+def check_key(headers: Iterable[tuple[bytes, bytes]], api_key: bytes) -> APIError | None:
+    """Why a request's credentials are refused (401; 400 for a credential
+    header sent twice: which one counts would depend on the proxy in front);
+    None when they are good."""
+    found: dict[bytes, bytes] = {}
+    for name, value in headers:
+        name = name.lower()
+        if name in _CREDENTIALS:
+            if name in found:
+                return APIError(400, f"duplicate {name.decode()} header")
+            found[name] = value
+    auth = found.get(b"authorization", b"")
+    token = auth[7:] if auth[:7].lower() == b"bearer " else None
+    if token is None:
+        token = found.get(b"x-api-key") or None
+    if token is None or not hmac.compare_digest(token, api_key):
+        return APIError(401, "invalid or missing API key")
+    return None

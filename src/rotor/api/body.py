@@ -29,11 +29,17 @@ def request_id(request: Request) -> str:
     the same for every caller within one request (error responses included)."""
     rid = getattr(request.state, "request_id", None)
     if rid is None:
-        rid = request.headers.get("x-request-id")
-        if not (rid and len(rid) <= 128 and rid.replace("-", "").replace("_", "").isalnum()):
-            rid = uuid.uuid4().hex
+        rid = client_request_id(request.headers.get("x-request-id"))
         request.state.request_id = rid
     return rid
+
+
+def client_request_id(given: str | None) -> str:
+    """A client's request id when it is a sane token (at most 128 letters,
+    digits, `-` and `_`), else a new one."""
+    if given and len(given) <= 128 and given.replace("-", "").replace("_", "").isalnum():
+        return given
+    return uuid.uuid4().hex
 
 
 SESSION_HEADER = "x-rotor-session-id"

@@ -7,6 +7,7 @@ stream would have sent."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
@@ -115,7 +116,7 @@ class Responder:
         t0 = time.perf_counter()
         apply_session(request, req)
         try:
-            resp = await self._start(
+            resp = await self.start(
                 begin or self.frontend.chat, req, rid, endpoint, params, request.receive
             )
         except ClientGone:
@@ -138,25 +139,33 @@ class Responder:
         body = api.body(choices)
         return Response(orjson.dumps(body), media_type="application/json", headers=headers)
 
-    async def _start(
+    async def start(
         self,
         begin: Begin,
         req: Any,
         rid: str,
         endpoint: str,
-        params: dict[str, str] | None,
-        receive: Callable,
+        params: dict[str, str] | None = None,
+        receive: Callable | None = None,
     ) -> StartedResponse:
         """The model looked up (once) and the response begun, holding a place
         in the admission queue until its first event; a refusal is counted
         and raised as the client API's error. A client that leaves before
         the first event (a long queue, a long prefill, a KV handover) stops
-        the engines' work at once: ClientGone."""
+        the engines' work at once: over HTTP (`receive`) that is ClientGone;
+        without `receive` (gRPC) the caller's task is cancelled, which
+        cancels the start the same way."""
         label = UNKNOWN_MODEL
         try:
             entry = self.frontend.model(req.model)
             label = entry.model.name
             with self.admission.queued():
+                if receive is None:
+                    try:
+                        return await begin(entry, req, rid)
+                    except asyncio.CancelledError:
+                        self.metrics.disconnected.labels(label).inc()
+                        raise
                 started = await race_disconnect(begin(entry, req, rid), receive)
             if started is None:
                 self.metrics.disconnected.labels(label).inc()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from rotor import tracing
+from rotor.api import kserve
 from rotor.config import EngineConfig, ModelConfig, RunConfig
 from rotor.engines.base import Adapters, Engine
 from rotor.engines.registry import EngineSpec, engine_spec
@@ -130,5 +131,7 @@ def check_limits(config: RunConfig) -> None:
     if not config.model.template_timeout > 0:
         raise StartupError("--template-timeout must be a positive number of seconds")
     problem = tracing.missing(config.http.otlp_endpoint) if config.input == "http" else None
+    if problem is None and config.input == "http" and config.http.grpc_port is not None:
+        problem = kserve.missing()
     if problem is not None:
         raise StartupError(problem)

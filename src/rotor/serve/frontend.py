@@ -15,6 +15,7 @@ import socket
 from typing import Any
 
 from rotor import logs
+from rotor.api import kserve
 from rotor.api.answers import Answers
 from rotor.api.app import create_app
 from rotor.config import FrontendConfig
@@ -38,6 +39,7 @@ from rotor.runtime.nats.request_plane import RequestPlane
 from rotor.serve.build import StartupError
 from rotor.serve.gc import settle_after_startup
 from rotor.serve.http import http_server
+from rotor.serve.kserve import hold_shared_port, kserve_options, say_shared_port
 from rotor.serve.request_log import for_process, open_request_log
 from rotor.tracing import Exporting
 from rotor.tracing import missing as tracing_missing
@@ -161,6 +163,8 @@ def run_frontend(config: FrontendConfig) -> int:
         logs.say("--api-key is empty: give a key, or leave the flag out", logging.ERROR)
         return 2
     problem = tracing_missing(http.otlp_endpoint)
+    if problem is None and http.grpc_port is not None:
+        problem = kserve.missing()
     if problem is not None:
         logs.say(problem, logging.ERROR)
         return 2
@@ -189,6 +193,7 @@ def frontend_server(config: FrontendConfig, announce: str = "") -> Any:
         max_queued=http.max_queued_requests,
         request_log=open_request_log(http),
         answers=answers,
+        kserve=kserve_options(http),
     )
     return http_server(app, http, config.log_level, announce)
 
@@ -205,7 +210,11 @@ def run_frontends(config: FrontendConfig) -> int:
         supervise,
     )
 
-    http = config.http
+    try:
+        http, held = hold_shared_port(config.http)  # --grpc-port: one port for all
+    except ProcessError as e:
+        logs.say(str(e), logging.ERROR)
+        return 2
     try:
         socks = listen_all(http.host, http.port, http.http_workers)
     except ProcessError as e:
@@ -214,6 +223,8 @@ def run_frontends(config: FrontendConfig) -> int:
     port = socks[0].getsockname()[1]
 
     def serve(sock: socket.socket) -> int:
+        if held is not None:
+            held.close()  # the parent's to hold
         # each HTTP process its own request-log file (serve/request_log.py)
         own = dataclasses.replace(config, http=for_process(http, socks.index(sock)))
         server = frontend_server(own)
@@ -221,6 +232,7 @@ def run_frontends(config: FrontendConfig) -> int:
         return 0 if server.started else 1
 
     pids = fork_each(socks, serve)
+    say_shared_port(http)
     url = f"http://{http.host}:{port}/v1"
     logs.say(
         f"frontend on {url} with {len(pids)} HTTP processes, workers from {config.nats}", url=url

@@ -1,12 +1,15 @@
 """The HTTP servers a command runs: `http_server` (uvicorn for rotor's app,
-which ends the open streams when the SIGTERM grace is over and says where it
-listens once the port is bound) and `EmbeddedServer` (a small server inside
-another asyncio program, a worker's `--system-port`)."""
+which ends the open streams when the SIGTERM grace is over, starts the app's
+KServe gRPC server (`--grpc-port`) once HTTP listens, and says where it
+listens once the ports are bound) and `EmbeddedServer` (a small server
+inside another asyncio program, a worker's `--system-port`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import sys
 from collections.abc import Iterator
 from types import FrameType
 from typing import Any
@@ -39,6 +42,7 @@ class _Server(uvicorn.Server):
         super().__init__(config)
         self._streams = state.streams
         self._leaving = state.leaving
+        self._kserve = getattr(state, "kserve", None)  # --grpc-port (api/kserve/server.py)
         self._grace = grace
         self._announce = announce
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -56,10 +60,28 @@ class _Server(uvicorn.Server):
         await super().startup(sockets)
         if self.should_exit:  # told to stop while starting: it never served
             return
+        if self._kserve is not None:
+            await self._start_kserve()
         if self._announce and self.started and self.servers:
             host, port = self.servers[0].sockets[0].getsockname()[:2]
             url = f"http://{host}:{port}/v1"
             logs.say(self._announce.format(url=url), url=url)
+
+    async def _start_kserve(self) -> None:
+        """The gRPC server; a port it cannot take ends startup as uvicorn's own does."""
+        kserve = self._kserve
+        problem = await kserve.start()
+        if problem is not None:
+            logs.say(problem, logging.ERROR)
+            for server in self.servers:
+                server.close()
+            await self.lifespan.shutdown()
+            sys.exit(1)
+        if not kserve.options.shared:  # --http-workers: the parent says where
+            from rotor.api.kserve import announce_line
+
+            line = announce_line(kserve.options.host, kserve.port)
+            logs.say(line, grpc=line.rpartition(" ")[2])
 
     async def shutdown(self, sockets: list | None = None) -> None:
         loop = asyncio.get_running_loop()

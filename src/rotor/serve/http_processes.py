@@ -28,6 +28,7 @@ from rotor.frontend import ModelEntry
 from rotor.runtime.socket.client import SocketEngine
 from rotor.runtime.socket.server import serve_engine
 from rotor.serve.gc import settle
+from rotor.serve.kserve import hold_shared_port, say_shared_port
 from rotor.serve.processes import (
     ProcessError,
     fork_each,
@@ -52,6 +53,7 @@ def serve_http_processes(system: System, http: HTTPConfig, log_level: str) -> in
     engine_sock.bind(path)
     engine_sock.listen(64)
     try:
+        http, held = hold_shared_port(http)  # --grpc-port: one port for all
         http_socks = listen_all(http.host, http.port, http.http_workers)
     except ProcessError:
         engine_sock.close()
@@ -60,11 +62,14 @@ def serve_http_processes(system: System, http: HTTPConfig, log_level: str) -> in
 
     def serve(sock: socket.socket) -> int:
         engine_sock.close()
+        if held is not None:
+            held.close()  # the parent's to hold
         own = for_process(http, http_socks.index(sock))  # its own request-log file
         return _http_process(entries[0], system, path, sock, own, log_level)
 
     port = http_socks[0].getsockname()[1]
     pids = fork_each(http_socks, serve)
+    say_shared_port(http)
     url = f"http://{http.host}:{port}/v1"
     logs.say(f"serving {entries[0].model.name!r} on {url} with {len(pids)} HTTP processes", url=url)
     try:

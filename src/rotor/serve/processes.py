@@ -37,19 +37,26 @@ class ProcessError(Exception):
     """The HTTP processes cannot start (a port in use, a bad count); the message says why."""
 
 
-def listen_tcp(host: str, port: int) -> socket.socket:
-    """A listening TCP socket that shares its port with the other processes'."""
+def reuse_port_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to `host:port` (0: a free port) that shares the port
+    with the other processes' (SO_REUSEPORT), not listening yet."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    # Accepted connections inherit it on Linux; the loops set it again anyway.
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host, port))
     except OSError as e:
         sock.close()
         raise ProcessError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    return sock
+
+
+def listen_tcp(host: str, port: int) -> socket.socket:
+    """A listening TCP socket that shares its port with the other processes'."""
+    sock = reuse_port_socket(host, port)
+    # Accepted connections inherit it on Linux; the loops set it again anyway.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock

@@ -57,6 +57,7 @@ class System:
         Tracing (when asked for) starts first and sends its last spans last."""
         from rotor.api.app import create_app
         from rotor.serve.gc import settle_after_startup
+        from rotor.serve.kserve import kserve_options
         from rotor.serve.request_log import open_request_log
         from rotor.tracing import Exporting
 
@@ -70,6 +71,7 @@ class System:
             max_queued=http.max_queued_requests,
             request_log=open_request_log(http),
             loras=lora_control(self.frontend, engine),
+            kserve=kserve_options(http),
         )
 
 

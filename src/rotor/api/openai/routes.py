@@ -9,13 +9,12 @@ from starlette.responses import JSONResponse, Response
 
 from rotor.api.anthropic.models import anthropic_model, anthropic_models
 from rotor.api.body import read_request
-from rotor.api.errors import APIError
 from rotor.api.openai.chat import ChatShaper, chat_body
 from rotor.api.openai.completions import CompletionShaper, completion_body
 from rotor.api.openapi import route
 from rotor.api.respond import APIView, Responder
 from rotor.api.sse import OPENAI
-from rotor.frontend import ModelEntry, ModelNotFound, StartedResponse
+from rotor.frontend import ModelEntry, StartedResponse
 from rotor.pipeline.served import ServedModel
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 
@@ -73,12 +72,7 @@ def register_openai(app: FastAPI, responder: Responder, body_limit: int) -> None
 
     @app.get("/v1/models/{model_id:path}", **route("model"))
     async def get_model(request: Request, model_id: str) -> Response:
-        try:
-            entry = frontend.registry.get(model_id) if model_id else None
-        except ModelNotFound:
-            entry = None
-        if entry is None or not entry.live():
-            raise APIError(404, f"the model {model_id!r} does not exist", "model")
+        entry = frontend.live_model(model_id)  # ModelNotFound: the 404 naming it
         if "anthropic-version" in request.headers:
             return JSONResponse(anthropic_model(entry.model, entry.name))
         return JSONResponse(model_entry(entry))

@@ -22,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 from rotor.api.kserve import kserve_pb2 as pb
 from rotor.api.kserve.kserve_pb2_grpc import GRPCInferenceServiceStub
 
+from support.kserve import set_params
 from support.server import Server, rotor_server
 from support.wait import wait_for
 
@@ -86,16 +87,7 @@ def raw_infer(
     if prompt is not None:
         t = req.inputs.add(name="text_input", datatype="BYTES", shape=[1])
         t.contents.bytes_contents.append(prompt)
-    for name, value in params.items():
-        p = req.parameters[name]
-        if isinstance(value, bool):
-            p.bool_param = value
-        elif isinstance(value, int):
-            p.int64_param = value
-        elif isinstance(value, float):
-            p.double_param = value
-        else:
-            p.string_param = value
+    set_params(req.parameters, params)
     return req
 
 

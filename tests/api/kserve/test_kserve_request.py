@@ -17,6 +17,8 @@ from rotor.api.kserve.request import read_infer
 from rotor.api.kserve.tensors import encode_bytes
 from rotor.protocol.openai import CompletionRequest
 
+from support.kserve import set_params
+
 Input = pb.ModelInferRequest.InferInputTensor
 
 
@@ -31,16 +33,7 @@ def infer(
         t = r.inputs.add(name="text_input", datatype="BYTES", shape=[len(prompts)])
         t.contents.bytes_contents.extend(prompts)
     r.inputs.extend(inputs)
-    for name, value in (params or {}).items():
-        p = r.parameters[name]
-        if isinstance(value, bool):
-            p.bool_param = value
-        elif isinstance(value, int):
-            p.int64_param = value
-        elif isinstance(value, float):
-            p.double_param = value
-        else:
-            p.string_param = value
+    set_params(r.parameters, (params or {}))
     return r
 
 

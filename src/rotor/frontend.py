@@ -115,9 +115,8 @@ class ModelEntry:
     # The name a request finds it by: the model's own, or one of its aliases
     # (`--served-model-name`); responses say it back.
     name: str = ""
-    # The LoRA adapter its requests generate with (the entry's name), and the
-    # directory it was loaded from; None: the model itself.
-    lora: str | None = None
+    # A LoRA adapter's entry: the directory it was loaded from (its name is
+    # the entry's); None: the model itself.
     lora_path: str | None = None
     # The engine when it is a pool of remote workers; None for an in-process
     # engine, which is always there.
@@ -126,6 +125,11 @@ class ModelEntry:
     def __post_init__(self) -> None:
         self.remote = self.engine if isinstance(self.engine, RemoteEngine) else None
         self.name = self.name or self.model.name
+
+    @property
+    def lora(self) -> str | None:
+        """The LoRA adapter its requests generate with (None: the model)."""
+        return self.name if self.lora_path is not None else None
 
     def live(self) -> bool:
         """Something can serve it now (a model whose last worker left stays
@@ -170,10 +174,6 @@ class ModelRegistry:
         """One entry per model, under its canonical name (metrics, /health)."""
         return [e for name, e in self._entries.items() if name == e.model.name]
 
-    def live_names(self) -> list[str]:
-        """Every name something can serve now, aliases and LoRA adapters included."""
-        return [e.name for e in self.listed() if e.live()]
-
     def listed(self) -> list[ModelEntry]:
         """One entry per name, aliases and LoRA adapters included (`/v1/models`)."""
         out = list(self._entries.values())
@@ -206,7 +206,7 @@ class ModelRegistry:
 
 
 def _adapter_entry(base: ModelEntry, name: str, path: str) -> ModelEntry:
-    return ModelEntry(base.model, base.engine, name, lora=name, lora_path=path)
+    return ModelEntry(base.model, base.engine, name, lora_path=path)
 
 
 @dataclass
@@ -259,9 +259,13 @@ class Frontend:
     def live_model(self, name: str) -> ModelEntry:
         """The model `name` when something can serve it now (`/v1/models/NAME`,
         KServe's model metadata); ModelNotFound otherwise."""
-        if name not in self.registry.live_names():
+        try:
+            entry = self.registry.get(name) if name else None
+        except ModelNotFound:
+            entry = None
+        if entry is None or not entry.live():
             raise ModelNotFound(f"the model {name!r} does not exist")
-        return self.registry.get(name)
+        return entry
 
     async def prepare_chat(self, model: ServedModel, req: ChatCompletionRequest) -> Prepared:
         """The chat request prepared as `chat` runs it (prompt, tokens, choices),

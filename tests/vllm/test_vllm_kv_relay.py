@@ -1,10 +1,12 @@
 """vLLM's KV events relayed as rotor's: the real engine in this process,
 through the hook the mocker has (`kv_events(sink) -> KVSnapshot`), and the
-relay itself fed vLLM's own event classes."""
+relay itself fed vLLM's own event classes, a LoRA adapter's blocks chained
+from its root."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +14,14 @@ from rotor.config import ModelConfig
 from rotor.engines.registry import engine_spec
 from rotor.engines.vllm.kv_relay import KVRelay
 from rotor.protocol.engine import EngineOutput, EngineRequest, StopParams
-from rotor.protocol.kv import AllCleared, BlocksRemoved, BlocksStored, KVEvent, block_hashes
+from rotor.protocol.kv import (
+    AllCleared,
+    BlocksRemoved,
+    BlocksStored,
+    KVEvent,
+    block_hashes,
+    lora_root,
+)
 from rotor.serve.build import build_engine, load
 
 from support.llama import add_llama_weights
@@ -108,25 +117,35 @@ async def test_relayed_blocks_are_what_a_repeated_prompt_finds_cached(
         await engine.stop()
 
 
+def stored(
+    hashes: list[bytes],
+    parent: bytes | None,
+    ids: list[int],
+    lora_id: int | None = None,
+    name: str | None = None,
+) -> Any:
+    """vLLM's BlockStored event for blocks of 4 tokens in its GPU cache."""
+    from vllm.distributed.kv_events import BlockStored
+
+    return BlockStored(
+        block_hashes=hashes,
+        parent_block_hash=parent,
+        token_ids=ids,
+        block_size=4,
+        lora_id=lora_id,
+        medium="GPU",
+        lora_name=name,
+    )
+
+
 def test_relay_names_blocks_by_rotor_hash_and_counts_copies() -> None:
-    from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
+    from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved
 
     relay = KVRelay(block_size=4)
     out: list[KVEvent] = []
     relay.sink = out.append
     tokens = list(range(1, 13))
     mine = block_hashes(tokens, 4)
-
-    def stored(hashes: list[bytes], parent: bytes | None, ids: list[int]) -> BlockStored:
-        return BlockStored(
-            block_hashes=hashes,
-            parent_block_hash=parent,
-            token_ids=ids,
-            block_size=4,
-            lora_id=None,
-            medium="GPU",
-            lora_name=None,
-        )
 
     relay.apply(stored([b"a", b"b"], None, tokens[:8]))
     relay.apply(stored([b"c"], b"b", tokens[8:12]))
@@ -149,3 +168,34 @@ def test_relay_names_blocks_by_rotor_hash_and_counts_copies() -> None:
     relay.apply(AllBlocksCleared())
     assert out[4] == AllCleared(5)
     assert relay.snapshot().blocks == [] and relay.snapshot().event_id == 5
+
+
+def test_the_relay_chains_an_adapters_blocks_from_its_root() -> None:
+    names = {7: "sql"}
+    relay = KVRelay(block_size=4, lora_names=names.get)
+    out: list[KVEvent] = []
+    relay.sink = out.append
+    tokens = list(range(1, 9))
+
+    other = [20, 21, 22, 23]
+    sql = block_hashes(tokens, 4, lora_root("sql"))
+    base = block_hashes(tokens, 4)
+    chat = block_hashes(tokens, 4, lora_root("chat"))
+    (by_id,) = block_hashes(other, 4, lora_root("sql"))
+    assert len({*sql, *base, *chat, by_id}) == 7
+    relay.apply(stored([b"s1"], None, tokens[:4], 7, "sql"))  # vLLM names it
+    relay.apply(stored([b"s2"], b"s1", tokens[4:], 7, "sql"))  # a child: its parent's chain
+    relay.apply(stored([b"b1", b"b2"], None, tokens, None, None))  # the base model's
+    relay.apply(stored([b"c1", b"c2"], None, tokens, None, "chat"))
+    relay.apply(stored([b"q1"], None, other, 7, None))  # only the id: the engine names it
+    relay.apply(stored([b"u1"], None, other, 99, None))  # an id nobody knows: dropped
+    assert out == [
+        BlocksStored(1, [sql[0]], None, 4),  # a first block names no parent
+        BlocksStored(2, [sql[1]], sql[0], 4),
+        BlocksStored(3, base, None, 4),
+        BlocksStored(4, chat, None, 4),
+        BlocksStored(5, [by_id], None, 4),
+    ]
+    assert relay.num_cached == 7
+    snapshot = dict(relay.snapshot().blocks)
+    assert snapshot[sql[1]] == sql[0] and snapshot[sql[0]] is None and snapshot[chat[1]] == chat[0]

@@ -7,9 +7,10 @@ adapter merged into the weights (W + B @ A * alpha / r), and not the base
 model's; adapters load and unload at run time through `/v1/loras`; what
 vLLM cannot load is a 400 with vLLM's reason; an adapter unloaded while an
 answer uses it stays in vLLM until that answer has streamed its last token.
-The engine's sizing of vLLM's LoRA options, its LoRA bookkeeping (on a
-stand-in AsyncLLM, for the order of events) and the KV relay's chaining of
-an adapter's blocks are checked without an engine running."""
+The engine's sizing of vLLM's LoRA options and its LoRA bookkeeping (on a
+stand-in AsyncLLM, for the order of events) are checked without an engine
+running; the KV relay's chaining of an adapter's blocks is in
+test_vllm_kv_relay.py."""
 
 from __future__ import annotations
 
@@ -24,10 +25,8 @@ import pytest
 
 from rotor.config import ModelConfig
 from rotor.engines.registry import engine_spec
-from rotor.engines.vllm.kv_relay import KVRelay
 from rotor.engines.vllm.lora import VLLMLoras
 from rotor.protocol.engine import EngineError
-from rotor.protocol.kv import BlocksStored, KVEvent, block_hashes, lora_root
 from rotor.serve.build import StartupError, build_engine, load
 
 from support.adapters import write_adapter
@@ -368,52 +367,3 @@ async def test_vllm_s_reason_is_the_refusal_without_its_wrapping(tmp_path: Path)
         f"lora_path {path!r}: vLLM cannot load the adapter: vLLM does not yet support DoRA."
     )
     assert loras.names() == {}
-
-
-# -- the KV relay ----------------------------------------------------------------
-
-
-def test_the_relay_chains_an_adapters_blocks_from_its_root() -> None:
-    from vllm.distributed.kv_events import BlockStored
-
-    names = {7: "sql"}
-    relay = KVRelay(block_size=4, lora_names=names.get)
-    out: list[KVEvent] = []
-    relay.sink = out.append
-    tokens = list(range(1, 9))
-
-    def stored(
-        hashes: list[bytes], parent: bytes | None, ids: list[int], lora_id: Any, name: Any
-    ) -> BlockStored:
-        return BlockStored(
-            block_hashes=hashes,
-            parent_block_hash=parent,
-            token_ids=ids,
-            block_size=4,
-            lora_id=lora_id,
-            medium="GPU",
-            lora_name=name,
-        )
-
-    other = [20, 21, 22, 23]
-    sql = block_hashes(tokens, 4, lora_root("sql"))
-    base = block_hashes(tokens, 4)
-    chat = block_hashes(tokens, 4, lora_root("chat"))
-    (by_id,) = block_hashes(other, 4, lora_root("sql"))
-    assert len({*sql, *base, *chat, by_id}) == 7
-    relay.apply(stored([b"s1"], None, tokens[:4], 7, "sql"))  # vLLM names it
-    relay.apply(stored([b"s2"], b"s1", tokens[4:], 7, "sql"))  # a child: its parent's chain
-    relay.apply(stored([b"b1", b"b2"], None, tokens, None, None))  # the base model's
-    relay.apply(stored([b"c1", b"c2"], None, tokens, None, "chat"))
-    relay.apply(stored([b"q1"], None, other, 7, None))  # only the id: the engine names it
-    relay.apply(stored([b"u1"], None, other, 99, None))  # an id nobody knows: dropped
-    assert out == [
-        BlocksStored(1, [sql[0]], None, 4),  # a first block names no parent
-        BlocksStored(2, [sql[1]], sql[0], 4),
-        BlocksStored(3, base, None, 4),
-        BlocksStored(4, chat, None, 4),
-        BlocksStored(5, [by_id], None, 4),
-    ]
-    assert relay.num_cached == 7
-    snapshot = dict(relay.snapshot().blocks)
-    assert snapshot[sql[1]] == sql[0] and snapshot[sql[0]] is None and snapshot[chat[1]] == chat[0]

@@ -10,6 +10,7 @@ so does a worker's `--system-port`, whose lease then tells frontends.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -93,45 +94,45 @@ def register_lora(app: FastAPI, control: LoraControl) -> None:
     """The routes on `app` (rotor run's API, or a worker's status app, which
     has no error handlers of its own: each route answers its errors)."""
 
-    async def answered(work: Awaitable[Response]) -> Response:
-        try:
-            return await work
-        except APIError as e:
-            return error_response(e.status, e.message, e.param, e.headers)
-
     @app.get("/v1/loras", **route("loras"))
     async def list_loras() -> Response:
         return JSONResponse(control.listing())
 
     @app.post("/v1/loras", **route("load_lora"))
+    @_answered
     async def load_lora(request: Request) -> Response:
-        async def work() -> Response:
-            req = await read_request(request, LoadLoraRequest, MAX_BODY)
-            return JSONResponse(await control.load(req))
-
-        return await answered(work())
+        req = await read_request(request, LoadLoraRequest, MAX_BODY)
+        return JSONResponse(await control.load(req))
 
     @app.delete("/v1/loras/{name:path}", **route("unload_lora"))
+    @_answered
     async def unload_lora(name: str) -> Response:
-        async def work() -> Response:
-            return JSONResponse(await control.unload(name))
-
-        return await answered(work())
+        return JSONResponse(await control.unload(name))
 
     @app.post("/v1/load_lora_adapter", **route("vllm_load_lora"))
+    @_answered
     async def vllm_load(request: Request) -> Response:
-        async def work() -> Response:
-            req = await read_request(request, LoadLoraRequest, MAX_BODY)
-            entry = await control.load(req)
-            return Response(f"Success: LoRA adapter '{entry['id']}' added successfully.")
-
-        return await answered(work())
+        req = await read_request(request, LoadLoraRequest, MAX_BODY)
+        entry = await control.load(req)
+        return Response(f"Success: LoRA adapter '{entry['id']}' added successfully.")
 
     @app.post("/v1/unload_lora_adapter", **route("vllm_unload_lora"))
+    @_answered
     async def vllm_unload(request: Request) -> Response:
-        async def work() -> Response:
-            req = await read_request(request, UnloadLoraRequest, MAX_BODY)
-            await control.unload(req.lora_name)
-            return Response(f"Success: LoRA adapter '{req.lora_name}' removed successfully.")
+        req = await read_request(request, UnloadLoraRequest, MAX_BODY)
+        await control.unload(req.lora_name)
+        return Response(f"Success: LoRA adapter '{req.lora_name}' removed successfully.")
 
-        return await answered(work())
+
+def _answered(route: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
+    """The route's APIError as its error response (a worker's status app has
+    no error handlers of its own); FastAPI still sees the route's parameters."""
+
+    @functools.wraps(route)
+    async def answered(*args: Any, **kwargs: Any) -> Response:
+        try:
+            return await route(*args, **kwargs)
+        except APIError as e:
+            return error_response(e.status, e.message, e.param, e.headers)
+
+    return answered

@@ -97,8 +97,7 @@ async def load_startup_adapter(engine: Engine, name: str, path: str) -> None:
     from rotor.protocol.engine import EngineError
     from rotor.serve.build import StartupError
 
-    if not isinstance(engine, Adapters):
-        raise StartupError(f"--lora {name}={path}: this engine cannot load LoRA adapters")
+    assert isinstance(engine, Adapters), "build.check_adapter_engine refuses the others"
     try:
         await engine.load_adapter(name, path)
     except EngineError as e:

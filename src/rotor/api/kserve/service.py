@@ -28,7 +28,7 @@ from rotor.api.kserve.status import abort, as_api_error, key_refusal
 from rotor.api.kserve.stream import stream_responses
 from rotor.api.observe import observed
 from rotor.api.respond import Responder
-from rotor.frontend import StartedResponse
+from rotor.frontend import ModelNotFound, StartedResponse
 from rotor.pipeline.collected import collect
 from rotor.pipeline.events import ChoiceEvent
 
@@ -57,7 +57,8 @@ class KServeService(GRPCInferenceServiceServicer):
         self, request: pb.ServerReadyRequest, context: Context
     ) -> pb.ServerReadyResponse:
         frontend = self.frontend
-        ready = frontend.ready and not self._leaving() and bool(frontend.registry.live_names())
+        live = any(e.live() for e in frontend.registry.entries())
+        ready = frontend.ready and not self._leaving() and live
         return pb.ServerReadyResponse(ready=ready)
 
     async def ServerMetadata(
@@ -69,11 +70,11 @@ class KServeService(GRPCInferenceServiceServicer):
         self, request: pb.ModelReadyRequest, context: Context
     ) -> pb.ModelReadyResponse:
         await self._authorize(context)
-        ready = request.name in self.frontend.registry.live_names() and request.version in (
-            "",
-            model.VERSION,
-        )
-        return pb.ModelReadyResponse(ready=ready)
+        try:
+            self.frontend.live_model(request.name)
+        except ModelNotFound:
+            return pb.ModelReadyResponse(ready=False)
+        return pb.ModelReadyResponse(ready=request.version in ("", model.VERSION))
 
     async def ModelMetadata(
         self, request: pb.ModelMetadataRequest, context: Context

@@ -13,6 +13,7 @@ from pathlib import Path
 import tokenizers
 from tokenizers.decoders import DecodeStream
 
+from rotor.model.byte_stream import ByteStream, byte_table
 from rotor.model.segments import SegmentCache
 from rotor.model.words import byte_alphabet
 
@@ -27,25 +28,33 @@ class IncrementalDecoder:
 
     `drop`: special-token ids skipped while others are kept — skipping special
     tokens except those a parser must see (reasoning tags that are special
-    tokens); the stream then decodes with special tokens and leaves these out."""
+    tokens); the stream then decodes with special tokens and leaves these out.
+    `table`: the tokenizer's bytes per id when it is byte-level BPE
+    (`byte_stream.byte_table`, for the same skipping): then the stream is
+    rotor's `ByteStream`, which gives DecodeStream's answers for less."""
 
-    __slots__ = ("_stream", "_tok", "_drop")
+    __slots__ = ("_step", "_tok", "_drop")
 
     def __init__(
         self,
         tok: tokenizers.Tokenizer,
         skip_special_tokens: bool,
         drop: frozenset[int] = frozenset(),
+        table: list[bytes] | None = None,
     ) -> None:
         self._tok = tok
         self._drop = drop
-        self._stream = DecodeStream(skip_special_tokens=skip_special_tokens and not drop)
+        if table is not None:
+            self._step = ByteStream(table).step
+        else:
+            stream = DecodeStream(skip_special_tokens=skip_special_tokens and not drop)
+            self._step = functools.partial(stream.step, tok)
 
     def step(self, token_id: int) -> str:
         """Text completed by this token ('' while a character is still incomplete)."""
         if token_id in self._drop:
             return ""
-        return self._stream.step(self._tok, token_id) or ""
+        return self._step(token_id) or ""
 
 
 @functools.lru_cache(maxsize=1)
@@ -63,6 +72,7 @@ class Tokenizer:
         self._special_in: dict[tuple[str, ...], frozenset[int]] = {}  # per set of markers
         # None: this tokenizer's pieces depend on each other (prompts encode whole)
         self._segments = SegmentCache.build(tok)
+        self._byte_tables: dict[bool, list[bytes] | None] = {}  # per skip_special_tokens
 
     @classmethod
     def from_file(cls, path: str | Path) -> Tokenizer:
@@ -102,8 +112,19 @@ class Tokenizer:
     ) -> IncrementalDecoder:
         """`keep`: special-token ids decoded even when skipping special tokens."""
         if skip_special_tokens and keep:
-            return IncrementalDecoder(self.raw, True, self.special_ids - keep)
-        return IncrementalDecoder(self.raw, skip_special_tokens)
+            drop = self.special_ids - keep
+            # the stream skips nothing itself while it drops some (IncrementalDecoder)
+            return IncrementalDecoder(self.raw, True, drop, self._byte_table(not drop))
+        return IncrementalDecoder(
+            self.raw, skip_special_tokens, table=self._byte_table(skip_special_tokens)
+        )
+
+    def _byte_table(self, skip_special_tokens: bool) -> list[bytes] | None:
+        """Each id's bytes for `ByteStream` (None: not byte-level BPE), made once."""
+        tables = self._byte_tables
+        if skip_special_tokens not in tables:
+            tables[skip_special_tokens] = byte_table(self.raw, skip_special_tokens)
+        return tables[skip_special_tokens]
 
     def special_ids_in(self, texts: tuple[str, ...]) -> frozenset[int]:
         """The special tokens the given texts (markers) are written with

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -29,7 +29,7 @@ from rotor import tracing
 from rotor.pipeline.bounds import text_size
 from rotor.pipeline.embed import prepare_embedding
 from rotor.pipeline.errors import RequestError
-from rotor.pipeline.events import ChoiceEvent, Failure, Usage
+from rotor.pipeline.events import ChoiceEvent, Failure, ResponseFailed, Usage
 from rotor.pipeline.generate import EngineClient, run_all
 from rotor.pipeline.preparer import Preparer
 from rotor.pipeline.preprocess import (
@@ -52,16 +52,6 @@ log = logging.getLogger("rotor.frontend")
 
 class ModelNotFound(LookupError):
     pass
-
-
-class ResponseFailed(Exception):
-    """The response cannot go on: an engine error, or output that broke its
-    constraint. Before the first event it is the response's status; after it,
-    each API ends its stream in its own way."""
-
-    def __init__(self, failure: Failure) -> None:
-        super().__init__(failure.message)
-        self.failure = failure
 
 
 class ServingEngine(EngineClient, Protocol):
@@ -360,38 +350,49 @@ async def _primed(
 ) -> AsyncGenerator[ChoiceEvent, None]:
     """Wait for the first event, so that an engine that refuses the request
     (or is down) fails the call itself; then the whole stream, first included,
-    ending in ResponseFailed when a choice failed."""
+    ending in ResponseFailed when a choice fails."""
     try:
         first = await events.__anext__()
     except StopAsyncIteration:
         first = None
+    except ResponseFailed as error:
+        await events.aclose()
+        if error.failure.kind == "malformed":  # the model's output: part of the stream
+            return _failing(error)
+        raise
     except BaseException:  # cancelled while waiting: the engine's work stops too
         await events.aclose()
         raise
-    if first is not None and first.finished is not None and first.finished.failure is not None:
-        await events.aclose()
-        error = ResponseFailed(first.finished.failure)
-        if error.failure.kind == "malformed":  # the model's output: part of the stream
-            return _failing(error)
-        raise error
-    return _checked(first, events)
+    return _Primed(first, events)  # type: ignore[return-value]
 
 
-async def _checked(
-    first: ChoiceEvent | None, rest: AsyncGenerator[ChoiceEvent, None]
-) -> AsyncGenerator[ChoiceEvent, None]:
-    """`first`, then the rest of the events (one layer: every token passes it)."""
-    try:
+class _Primed:
+    """`first`, then the rest of the events: every later `__anext__` is the
+    stream's own, so no layer stands between a token and its reader."""
+
+    __slots__ = ("_first", "_rest")
+
+    def __init__(self, first: ChoiceEvent | None, rest: AsyncGenerator[ChoiceEvent, None]) -> None:
+        self._first = first
+        self._rest = rest
+
+    def __aiter__(self) -> _Primed:
+        return self
+
+    def __anext__(self) -> Awaitable[ChoiceEvent]:
+        first = self._first
         if first is None:
-            return
-        yield first
-        async for event in rest:
-            finished = event.finished
-            if finished is not None and finished.failure is not None:
-                raise ResponseFailed(finished.failure)
-            yield event
-    finally:
-        await rest.aclose()
+            return self._rest.__anext__()
+        self._first = None
+        return _ready(first)
+
+    async def aclose(self) -> None:
+        self._first = None
+        await self._rest.aclose()
+
+
+async def _ready(event: ChoiceEvent) -> ChoiceEvent:
+    return event
 
 
 async def _failing(error: ResponseFailed) -> AsyncGenerator[ChoiceEvent, None]:

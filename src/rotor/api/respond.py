@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import orjson
@@ -23,7 +24,7 @@ from rotor.api.body import apply_session, request_id
 from rotor.api.drain import SHUTTING_DOWN, OpenStreams
 from rotor.api.errors import INTERNAL_ERROR, REFUSALS, APIError, api_error, client_error
 from rotor.api.metrics import Metrics
-from rotor.api.observe import flag, observed
+from rotor.api.observe import Observation, flag, observed
 from rotor.api.sse import Framing, SSEResponse, race_disconnect
 from rotor.frontend import Frontend, ModelEntry, ModelNotFound, ResponseFailed, StartedResponse
 from rotor.pipeline.collected import Collected, collect
@@ -43,6 +44,12 @@ class EventShaper(Protocol):
 
     def event(self, event: ChoiceEvent) -> list[dict[str, Any]]: ...
 
+    def frames(self, event: ChoiceEvent) -> bytes | None:
+        """The event's SSE bytes when the shaper writes them itself (a common
+        event it keeps a ready-made template for: the same bytes its
+        framing would make of `event(event)`), else None."""
+        ...
+
     def fail(self, error: APIError) -> list[dict[str, Any]]:
         """The events that end a stream that failed after it began."""
         ...
@@ -60,26 +67,52 @@ class APIView:
     body: Callable[[list[Collected]], dict[str, Any]]
 
 
-async def shaped(
-    shaper: EventShaper, events: AsyncGenerator[ChoiceEvent, None]
-) -> AsyncGenerator[dict[str, Any], None]:
-    """The API's stream events for one response; a failure after the start is
-    the API's failure events."""
+async def streamed(
+    resp: StartedResponse,
+    watch: Callable[[], Observation],
+    shaper: EventShaper,
+    framing: Framing,
+) -> AsyncGenerator[bytes, None]:
+    """The response's SSE bytes, one chunk per internal event that shows: the
+    metrics (`watch()`, started at the first pull), the API's shaping and
+    its framing in one loop, so a token crosses one layer on its way to the
+    socket. A failure after the start is the API's failure events."""
+    obs = watch()
+    events = resp.events
+    frames, event_of, frame = shaper.frames, shaper.event, framing.frame
+    pieces = obs.pieces
+    status = "200"
     try:
-        for out in shaper.start():
-            yield out
+        data = frame(shaper.start())
+        if data:
+            yield data
         try:
             async for event in events:
-                for out in shaper.event(event):
-                    yield out
+                if event.pieces:
+                    pieces()
+                data = frames(event)
+                if data is None:
+                    data = frame(event_of(event))
+                if data:
+                    yield data
         except ResponseFailed as e:
-            for out in shaper.fail(client_error(e.failure)):
-                yield out
+            status = "500"
+            obs.failed(str(e))
+            yield frame(shaper.fail(client_error(e.failure))) + framing.trailer
             return
-        for out in shaper.finish():
-            yield out
+        data = frame(shaper.finish()) + framing.trailer
+        if data:
+            yield data
+    except Exception as e:  # a bug
+        status = "500"
+        obs.failed(str(e))
+        raise
+    except BaseException:  # the client went away (cancelled, or the stream was closed)
+        status = "cancelled"
+        raise
     finally:
         await events.aclose()
+        obs.end(status)
 
 
 class ClientGone(Exception):
@@ -124,9 +157,11 @@ class Responder:
         note_response(request, resp)
         headers = {"x-request-id": rid, **resp.headers}
         api = view(resp, rid)
-        events = observed(resp, self.metrics, endpoint, req.stream, t0, timing_of(request))
+        timing = timing_of(request)
         if req.stream:
-            return self._stream(api, events, headers, resp.served.name)
+            watch = partial(Observation, resp, self.metrics, endpoint, True, t0, timing)
+            return self._stream(api, resp, watch, headers)
+        events = observed(resp, self.metrics, endpoint, False, t0, timing)
         try:
             choices = await self._collect(request, events, resp)
         except ClientGone:
@@ -180,12 +215,13 @@ class Responder:
     def _stream(
         self,
         api: APIView,
-        events: AsyncGenerator[ChoiceEvent, None],
+        resp: StartedResponse,
+        watch: Callable[[], Observation],
         headers: dict[str, str],
-        model: str,
     ) -> SSEResponse:
         shaper = api.shaper()
         framing = api.framing
+        model = resp.served.name
 
         def failure() -> bytes:  # a bug broke the stream: the API's own ending
             return framing.tail(shaper.fail(APIError(500, INTERNAL_ERROR)))
@@ -197,7 +233,7 @@ class Responder:
             self.metrics.disconnected.labels(model).inc()
 
         return SSEResponse(
-            framing.body(shaped(shaper, events)),
+            streamed(resp, watch, shaper, framing),
             headers,
             gone,
             failure,

@@ -42,6 +42,33 @@ def named_event(event: dict[str, Any]) -> bytes:
     return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
+# Where a template's variable parts go: strings no event can otherwise hold
+# (NUL cannot be in a header, a model name or an id).
+HOLE = "\x00rotor-hole\x00"
+NUMBER_HOLE = "\x00rotor-number\x00"
+
+
+def template(framed: bytes, *holes: str) -> tuple[bytes, ...] | None:
+    """The bytes of a framed event made with each of `holes` (default: HOLE)
+    as a field's value, cut around them, in order: for a string hole,
+    `orjson.dumps(value)` goes between two parts, for NUMBER_HOLE the
+    number's digits, and the result is the very bytes the event with those
+    values frames to (orjson writes a value the same wherever it stands).
+    None when a hole is not there exactly once, in that order."""
+    parts: list[bytes] = []
+    rest = framed
+    for hole in holes or (HOLE,):
+        mark = orjson.dumps(hole)
+        if framed.count(mark) != 1:
+            return None
+        before, found, rest = rest.partition(mark)
+        if not found:  # out of order
+            return None
+        parts.append(before)
+    parts.append(rest)
+    return tuple(parts)
+
+
 # A quiet stream's keepalive: after this many seconds with no write, these bytes.
 Keepalive = tuple[float, bytes]
 
@@ -50,8 +77,12 @@ class Framing(Protocol):
     """How an API writes its events as SSE."""
 
     keepalive: Keepalive | None
+    # What a stream ends with after its last event (OpenAI's `data: [DONE]`).
+    trailer: bytes
 
-    def body(self, events: AsyncGenerator[dict[str, Any], None]) -> AsyncGenerator[bytes, None]: ...
+    def frame(self, events: list[dict[str, Any]]) -> bytes:
+        """`events`, each framed, joined (b"" for none)."""
+        ...
 
     def tail(self, events: list[dict[str, Any]]) -> bytes:
         """`events` (an API's failure events) as the last bytes of a stream."""
@@ -62,19 +93,15 @@ class OpenAIFraming:
     """OpenAI's framing: `data: <chunk>` events, then `data: [DONE]`."""
 
     keepalive: Keepalive | None = None
+    trailer = DONE
 
-    async def body(
-        self, events: AsyncGenerator[dict[str, Any], None]
-    ) -> AsyncGenerator[bytes, None]:
-        try:
-            async for chunk in events:
-                yield sse_event(chunk)
-            yield DONE
-        finally:
-            await events.aclose()
+    def frame(self, events: list[dict[str, Any]]) -> bytes:
+        if len(events) == 1:
+            return b"data: " + orjson.dumps(events[0]) + b"\n\n"
+        return b"".join([sse_event(e) for e in events])
 
     def tail(self, events: list[dict[str, Any]]) -> bytes:
-        return b"".join(sse_event(e) for e in events) + DONE
+        return self.frame(events) + DONE
 
 
 OPENAI = OpenAIFraming()
@@ -85,20 +112,16 @@ class NamedFraming:
     Responses API send them; `keepalive` (optional) is an event a quiet
     stream sends (Anthropic's pings)."""
 
+    trailer = b""
+
     def __init__(self, keepalive: Keepalive | None = None) -> None:
         self.keepalive = keepalive
 
-    async def body(
-        self, events: AsyncGenerator[dict[str, Any], None]
-    ) -> AsyncGenerator[bytes, None]:
-        try:
-            async for event in events:
-                yield named_event(event)
-        finally:
-            await events.aclose()
+    def frame(self, events: list[dict[str, Any]]) -> bytes:
+        return b"".join([named_event(e) for e in events])
 
     def tail(self, events: list[dict[str, Any]]) -> bytes:
-        return b"".join(named_event(e) for e in events)
+        return self.frame(events)
 
 
 NAMED = NamedFraming()

@@ -35,6 +35,17 @@ class Failure:
         return cls(error.kind, error.message, error.param)
 
 
+class ResponseFailed(Exception):
+    """The response cannot go on: an engine error, or output that broke its
+    constraint. Raised by the event stream in the place of the failed
+    choice's last event. Before the first event it is the response's status;
+    after it, each API ends its stream in its own way."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
 @dataclass(slots=True)
 class Finished:
     """The end of a choice as the APIs need it."""

@@ -2,7 +2,9 @@
 
 Every choice is its own engine request (n fans out, as vLLM's parallel
 sampling does), so each can be ended, aborted or moved to another worker on
-its own. `run_choice` yields one `ChoiceEvent` per engine output. Closing an
+its own. `run_choice` yields one `ChoiceEvent` per engine output; a choice
+that fails (the engine's error, output that broke its constraint) raises
+`ResponseFailed` in the place of its last event. Closing an
 engine's stream early is what aborts its work (the Engine contract), and it
 is the only abort the pipeline sends: at once for a choice the frontend
 ended itself (stop string, max_tokens), before its last event is handed on,
@@ -19,7 +21,7 @@ from typing import Protocol
 
 from rotor.pipeline.choice import ChoicePipeline
 from rotor.pipeline.decode import End
-from rotor.pipeline.events import ChoiceEvent, Failure, Usage
+from rotor.pipeline.events import ChoiceEvent, Failure, ResponseFailed, Usage
 from rotor.pipeline.preprocess import Prepared
 from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest
 
@@ -51,13 +53,16 @@ async def run_choice(
                     take_cached = False
                     usage.cached_tokens = (usage.cached_tokens or 0) + out.cached_tokens
                 pieces = choice.push(out)
-                if choice.finished is not None:
+                finished = choice.finished
+                if finished is not None:
                     if out.finish is None:  # the frontend ended it: stop the engine now
                         await stream.aclose()  # type: ignore[attr-defined]
+                    if finished.failure is not None:
+                        raise ResponseFailed(finished.failure)
                     yield choice.event(index, pieces)
                     return
                 yield choice.event(index, pieces)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, ResponseFailed):
             raise
         except EngineError as e:
             failure = Failure.from_engine(e)
@@ -70,6 +75,9 @@ async def run_choice(
             pieces = choice.close(End.ERROR, failure)
         else:  # the stream ended without a finish
             pieces = choice.close(End.TRANSPORT_EOF)
+        finished = choice.finished
+        if finished is not None and finished.failure is not None:
+            raise ResponseFailed(finished.failure)
         yield choice.event(index, pieces)
     finally:
         await stream.aclose()  # type: ignore[attr-defined]
@@ -100,7 +108,7 @@ def run_all(
 async def _merged(
     streams: list[AsyncGenerator[ChoiceEvent, None]],
 ) -> AsyncGenerator[ChoiceEvent, None]:
-    queue: asyncio.Queue[ChoiceEvent | None] = asyncio.Queue()
+    queue: asyncio.Queue[ChoiceEvent | ResponseFailed | None] = asyncio.Queue()
     # Events taken from the choices but not yet read: bounded, so a slow
     # reader stops the choices (and their engine requests) instead of piling up.
     window = asyncio.Semaphore(2 * len(streams))
@@ -110,6 +118,8 @@ async def _merged(
             async for event in stream:
                 queue.put_nowait(event)
                 await window.acquire()
+        except ResponseFailed as failed:  # raised in its place, once the reader gets there
+            queue.put_nowait(failed)
         finally:
             queue.put_nowait(None)
 
@@ -121,6 +131,8 @@ async def _merged(
             if item is None:
                 remaining -= 1
                 continue
+            if type(item) is ResponseFailed:
+                raise item
             window.release()
             yield item
         for t in tasks:

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from rotor.api.errors import APIError, anthropic_error_type
-from rotor.api.sse import NamedFraming, named_event
+from rotor.api.sse import HOLE, NamedFraming, named_event, template
 from rotor.frontend import StartedResponse
 from rotor.pipeline.collected import Collected
 from rotor.pipeline.events import ChoiceEvent, Usage
@@ -25,6 +25,10 @@ PING_INTERVAL_S = float(os.environ.get("ROTOR_ANTHROPIC_PING_S", "10"))
 
 PING: dict[str, Any] = {"type": "ping"}
 FRAMING = NamedFraming(keepalive=(PING_INTERVAL_S, named_event(PING)))
+
+
+# The block kind a piece's text goes to.
+_DELTA_KINDS: dict[type, str] = {Content: "text", Reasoning: "thinking"}
 
 
 def tool_use_id(call_id: str) -> str:
@@ -47,6 +51,8 @@ class MessageStream:
         self._calls = 0
         self._finish: str | None = None
         self._stop: Any = None
+        # a block's delta event's bytes before and after its text, per (index, kind)
+        self._templates: dict[tuple[int, str], tuple[bytes, ...] | None] = {}
 
     def start(self) -> list[dict[str, Any]]:
         # The response starts after its first engine output, which carries the
@@ -76,6 +82,27 @@ class MessageStream:
             self._finish = finished.finish_reason
             self._stop = finished.stop_reason
         return out
+
+    def frames(self, event: ChoiceEvent) -> bytes | None:
+        """A lone text or thinking piece for the block already open, with no
+        finish (nearly every token): its delta event from the block's template."""
+        pieces = event.pieces
+        if len(pieces) != 1 or event.finished is not None:
+            return None
+        piece = pieces[0]
+        kind = _DELTA_KINDS.get(type(piece))
+        if kind is None or kind != self._open:
+            return None
+        key = (self._index, kind)
+        templates = self._templates
+        if key in templates:
+            parts = templates[key]
+        else:
+            framed = named_event(self._delta_event(kind, HOLE))
+            parts = templates[key] = template(framed)
+        if parts is None:
+            return None
+        return parts[0] + orjson.dumps(piece.text) + parts[1]  # type: ignore[union-attr]
 
     def finish(self) -> list[dict[str, Any]]:
         stop_reason, stop_sequence = self._stop_reason()
@@ -110,9 +137,12 @@ class MessageStream:
             out.append(
                 {"type": "content_block_start", "index": self._index, "content_block": block}
             )
-        delta = {"type": f"{kind}_delta", kind: text}
-        out.append({"type": "content_block_delta", "index": self._index, "delta": delta})
+        out.append(self._delta_event(kind, text))
         return out
+
+    def _delta_event(self, kind: str, text: str) -> dict[str, Any]:
+        delta = {"type": f"{kind}_delta", kind: text}
+        return {"type": "content_block_delta", "index": self._index, "delta": delta}
 
     def _close(self) -> list[dict[str, Any]]:
         if self._open is None:

@@ -44,6 +44,26 @@ class ChatShaper(OpenAIShaper):
             for i in range(self._resp.n)
         ]
 
+    def frames(self, event: ChoiceEvent) -> bytes | None:
+        """A lone content or reasoning piece, with no logprobs and no finish
+        (nearly every token): its chunk from the template."""
+        pieces = event.pieces
+        if len(pieces) != 1 or event.finished is not None:
+            return None
+        if event.logprobs and self._resp.token_text is not None:
+            return None
+        piece = pieces[0]
+        kind = type(piece)
+        if kind is Content:
+            return self._text_frame((event.index, "content"), piece.text)  # type: ignore[union-attr]
+        if kind is Reasoning:
+            return self._text_frame((event.index, self._reasoning_field), piece.text)  # type: ignore[union-attr]
+        return None
+
+    def _text_choice(self, key: tuple[int, str], text: str) -> dict[str, Any]:
+        index, field = key
+        return {"index": index, "delta": {field: text}, "logprobs": None, "finish_reason": None}
+
     def event(self, event: ChoiceEvent) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         index = event.index

@@ -32,6 +32,21 @@ class CompletionShaper(OpenAIShaper):
         super().__init__(resp, "text_completion", include_usage, continuous_usage)
         self._echo = echo_by_choice(echo, n)
 
+    def frames(self, event: ChoiceEvent) -> bytes | None:
+        """Text with no logprobs, no finish and no echo still to put first
+        (nearly every token): its chunk from the template."""
+        if event.finished is not None or self._resp.token_text is not None:
+            return None
+        if self._echo is not None and event.index in self._echo:
+            return None
+        text = "".join([p.text for p in event.pieces if type(p) is Content])  # type: ignore[union-attr]
+        if not text:
+            return None
+        return self._text_frame(event.index, text)
+
+    def _text_choice(self, key: int, text: str) -> dict[str, Any]:
+        return {"index": key, "text": text, "logprobs": None, "finish_reason": None}
+
     def event(self, event: ChoiceEvent) -> list[dict[str, Any]]:
         text = "".join(p.text for p in event.pieces if type(p) is Content)
         if self._echo is not None:

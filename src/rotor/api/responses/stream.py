@@ -5,11 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from rotor.api.errors import APIError
 from rotor.api.responses.items import call_item, part, response, text_item, usage_of
+from rotor.api.sse import HOLE, NUMBER_HOLE, named_event, template
 from rotor.frontend import StartedResponse
 from rotor.pipeline.events import ChoiceEvent
 from rotor.pipeline.parse.base import Content, Reasoning, ToolCall
+
+# The item kind a piece's text goes to.
+_ITEM_KINDS: dict[type, str] = {Content: "message", Reasoning: "reasoning"}
 
 
 class ResponseStream:
@@ -23,6 +29,8 @@ class ResponseStream:
         self._open: dict[str, Any] | None = None  # the reasoning or message item in progress
         self._delta_head: dict[str, Any] = {}  # its delta events, but for number and text
         self._text: list[str] = []
+        # the open item's delta event's bytes around its number and its text
+        self._template: tuple[bytes, ...] | None = None
         self._usage = resp.usage
         self.finish_reason: str | None = None
         self._head = head
@@ -54,6 +62,29 @@ class ResponseStream:
         if event.finished is not None:
             self.finish_reason = event.finished.finish_reason
         return out
+
+    def frames(self, event: ChoiceEvent) -> bytes | None:
+        """A lone text piece for the item already open, with no finish
+        (nearly every token): its delta event from the item's template."""
+        pieces = event.pieces
+        if len(pieces) != 1 or event.finished is not None:
+            return None
+        piece = pieces[0]
+        kind = _ITEM_KINDS.get(type(piece))
+        item = self._open
+        if kind is None or item is None or item["type"] != kind:
+            return None
+        parts = self._template
+        if parts is None:
+            framed = named_event(self._delta_event(kind, HOLE, NUMBER_HOLE))  # type: ignore[arg-type]
+            parts = self._template = template(framed, NUMBER_HOLE, HOLE)
+            if parts is None:
+                return None
+        text = piece.text  # type: ignore[union-attr]
+        self._text.append(text)
+        seq = self._seq
+        self._seq = seq + 1
+        return parts[0] + str(seq).encode() + parts[1] + orjson.dumps(text) + parts[2]
 
     def finish(self) -> list[dict[str, Any]]:
         """The closing events: `response.completed`, or `response.incomplete` on length."""
@@ -88,20 +119,24 @@ class ResponseStream:
             out += self._close("completed")
             out += self._begin(kind)
         self._text.append(text)
-        # The per-token path: one dict from the open item's delta template.
+        out.append(self._delta_event(kind, text, self._seq))
+        self._seq += 1
+        return out
+
+    def _delta_event(self, kind: str, text: str, seq: int) -> dict[str, Any]:
+        """The open item's delta event: one dict from its head."""
         event = self._delta_head.copy()
-        event["sequence_number"] = self._seq
+        event["sequence_number"] = seq
         event["delta"] = text
         if kind == "message":
             event["logprobs"] = []
-        self._seq += 1
-        out.append(event)
-        return out
+        return event
 
     def _begin(self, kind: str) -> list[dict[str, Any]]:
         index = len(self._output)
         item = self._open = text_item(kind, self._rid, index, "in_progress", None)
         self._text = []
+        self._template = None
         kind_name = "output_text" if kind == "message" else "reasoning_text"
         self._delta_head = {
             "type": f"response.{kind_name}.delta",

@@ -20,6 +20,7 @@ class ChoicePipeline:
         "calls",
         "finished",
         "_lp_sent",
+        "_tools",
     )
 
     def __init__(
@@ -38,6 +39,7 @@ class ChoicePipeline:
         self.calls = 0
         self.finished: Finished | None = None
         self._lp_sent = 0
+        self._tools = parser.has_tools  # only a tool parser makes calls to count
 
     @property
     def logprobs(self) -> list[TokenLogprob]:
@@ -48,21 +50,22 @@ class ChoicePipeline:
         logprobs not handed out yet (they go with text, or with the finish:
         tokens whose text is still held back keep theirs), and the finish."""
         lps = self.decoder.logprobs
-        new: list[TokenLogprob] = []
-        if (pieces or self.finished is not None) and len(lps) > self._lp_sent:
+        if lps and (pieces or self.finished is not None) and len(lps) > self._lp_sent:
             new = lps[self._lp_sent :]
             self._lp_sent = len(lps)
-        return ChoiceEvent(index, pieces, new, self.finished)
+            return ChoiceEvent(index, pieces, new, self.finished)
+        return ChoiceEvent(index, pieces, [], self.finished)
 
     def push(self, out: EngineOutput) -> list[Piece]:
         """Pieces for one engine output; nothing once the choice has finished."""
         if self.finished is not None:
             return []
-        text = self.decoder.push(out)
+        decoder = self.decoder
+        text = decoder.push(out)
         pieces = self.parser.feed(text) if text else []
-        if self.decoder.end is not None:
-            return self._end(pieces, self.decoder.end)
-        if pieces:
+        if decoder.end is not None:
+            return self._end(pieces, decoder.end)
+        if pieces and self._tools:
             self._count(pieces)
         return pieces
 

@@ -125,13 +125,15 @@ class ChoiceDecoder:
     def _token_ids(self, out: EngineOutput) -> str:
         parts: list[str] = []
         lps = out.logprobs
+        step = self._decoder.step if self._decoder is not None else None
+        stops, strings = self._any_id_stop, self._strings
         for i, tid in enumerate(out.token_ids):
-            self.tokens += 1
+            tokens = self.tokens = self.tokens + 1
             self._last_id = tid
             if lps is not None and i < len(lps):
                 self.logprobs.append(lps[i])
-            checked = self.tokens >= self._min_tokens
-            if checked and tid in self._any_id_stop:
+            checked = tokens >= self._min_tokens
+            if checked and tid in stops:
                 ended = self._id_stop(tid)
                 if ended is not None:
                     parts.append(self._flush())
@@ -141,16 +143,16 @@ class ChoiceDecoder:
                     return "".join(parts)
             # '' while a character is incomplete: DecodeStream holds its bytes, and
             # a character that never completes is never released (no U+FFFD).
-            piece = self._decoder.step(tid) if self._decoder is not None else ""
+            piece = step(tid) if step is not None else ""
             if piece:
-                parts.append(self._window(piece, checked))
+                parts.append(self._window(piece, checked) if strings else piece)
                 if self.end is not None:
                     return "".join(parts)
-            if self.tokens >= self._max_tokens:
+            if tokens >= self._max_tokens:
                 parts.append(self._flush())
                 self.end = Ended(End.LENGTH)
                 return "".join(parts)
-        return "".join(parts)
+        return parts[0] if len(parts) == 1 else "".join(parts)
 
     def _text_token(self, text: str) -> str:
         """Text-out engines: one output is one token."""

@@ -78,7 +78,7 @@ class _Outbox:
     """A request's outputs, read in batches: when the consumer falls behind, what
     piled up is handed over at once (and merged per choice), so a loaded server
     writes one chunk per batch of tokens instead of one per token. `tokens`
-    unread past OUTBOX_WINDOW make the engine hold the request (`full`).
+    unread past OUTBOX_WINDOW make the engine hold the request.
 
     Per token it costs an append and, when the reader waits, one future made on
     the loop it was given (no asyncio.Event: its wait looks the loop up, a
@@ -92,13 +92,9 @@ class _Outbox:
         self._loop = loop
         self.tokens = 0
 
-    @property
-    def full(self) -> bool:
-        return self.tokens >= OUTBOX_WINDOW
-
     def put_nowait(self, item: EngineOutput | _Closed) -> None:
         self._items.append(item)
-        if isinstance(item, EngineOutput):
+        if type(item) is EngineOutput:
             self.tokens += len(item.token_ids)
         waiter = self._waiter
         if waiter is not None:
@@ -557,7 +553,7 @@ class MockerEngine:
             await self._sleep(ms / 1000.0 / ratio)
         self.steps += 1
         first = False
-        for seq in list(self.scheduler.advance(batch)):
+        for seq in self.scheduler.advance(batch):
             first |= self._sample(seq)
         if ratio == 0:
             await self._hand_over(first)
@@ -583,24 +579,28 @@ class MockerEngine:
         """Append the sequence's next tokens and send them; True when they are
         its first."""
         req = self._requests[seq.request_id]
-        first = seq.num_generated == 0  # every output carries tokens or the finish
-        out = seq.source.next(seq.num_generated, self.max_seq_len - seq.num_tokens)
-        if req.prefill_only and out.token_ids:
-            self._hand_off(seq, out)
-        seq.token_ids.extend(out.token_ids)
-        self.tokens_generated += len(out.token_ids)
-        closed = seq.source.closed
-        if out.finish is None and not closed and seq.num_tokens >= self.max_seq_len:
+        tokens, source = seq.token_ids, seq.source
+        generated = len(tokens) - seq.num_prompt_tokens
+        first = generated == 0  # every output carries tokens or the finish
+        out = source.next(generated, self.max_seq_len - len(tokens))
+        ids = out.token_ids
+        if req.prefill_only and ids:
+            self._hand_off(seq, out)  # keeps the first token, in the same list
+        tokens.extend(ids)
+        self.tokens_generated += len(ids)
+        closed = source.closed
+        if out.finish is None and not closed and len(tokens) >= self.max_seq_len:
             out.finish = "length"  # the sequence fills what the engine can hold
-        if out.token_ids or out.finish is not None:
-            out.index = seq.index
-            maker = req.logprobs[seq.index]
+        if ids or out.finish is not None:
+            index = out.index = seq.index
+            maker = req.logprobs[index]
             if maker is not None:
-                out.logprobs = [maker.make(t) for t in out.token_ids]
+                out.logprobs = [maker.make(t) for t in ids]
             if first:
                 out.cached_tokens = req.cached_tokens
-            req.queue.put_nowait(out)
-            if req.queue.full:
+            queue = req.queue
+            queue.put_nowait(out)
+            if queue.tokens >= OUTBOX_WINDOW:
                 self.scheduler.held.add(seq.request_id)
         if out.finish is not None or closed:
             self.scheduler.finish(seq)

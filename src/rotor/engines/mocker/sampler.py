@@ -47,9 +47,24 @@ def biased(vocab: list[int], bias: dict[int, float] | None) -> list[int]:
 
 
 class RandomSource:
-    """Ordinary tokens until a seeded coin says EOS, or max_tokens says length."""
+    """Ordinary tokens until a seeded coin says EOS, or max_tokens says length.
+
+    A token is `rng.choice(vocab)`, drawn as `Random.choice` draws it (bits
+    until one index fits), without its two Python calls per token."""
 
     closed = False
+
+    __slots__ = (
+        "rng",
+        "vocab",
+        "eos_id",
+        "stop_ids",
+        "max_tokens",
+        "min_tokens",
+        "eos_probability",
+        "_bits",
+        "_size",
+    )
 
     def __init__(
         self,
@@ -59,6 +74,8 @@ class RandomSource:
         stop: StopParams,
         eos_probability: float,
     ) -> None:
+        if not vocab:
+            raise IndexError("Cannot choose from an empty sequence")
         self.rng = rng
         self.vocab = vocab
         self.eos_id = None if stop.ignore_eos else eos_id
@@ -66,17 +83,28 @@ class RandomSource:
         self.max_tokens = stop.max_tokens
         self.min_tokens = stop.min_tokens
         self.eos_probability = eos_probability
+        self._size = len(vocab)
+        self._bits = self._size.bit_length()
+
+    def _token(self) -> int:
+        """`self.rng.choice(self.vocab)`, the same draw."""
+        bits, size = self._bits, self._size
+        getrandbits = self.rng.getrandbits
+        r = getrandbits(bits)
+        while r >= size:
+            r = getrandbits(bits)
+        return self.vocab[r]
 
     def next(self, num_generated: int, limit: int) -> EngineOutput:
         may_stop = num_generated >= self.min_tokens
         if may_stop and self.eos_id is not None and self.rng.random() < self.eos_probability:
             return EngineOutput(token_ids=[self.eos_id], finish="eos", matched=self.eos_id)
-        token = self.rng.choice(self.vocab)
+        token = self._token()
         if may_stop and token in self.stop_ids:
             return EngineOutput(token_ids=[token], finish="stop", matched=token)
         if num_generated + 1 >= self.max_tokens:
             return EngineOutput(token_ids=[token], finish="length")
-        return EngineOutput(token_ids=[token])
+        return EngineOutput(0, [token])
 
     def skip(self, count: int) -> None:
         """Draw what `count` tokens already given took, so a seeded answer
@@ -86,7 +114,7 @@ class RandomSource:
         for _ in range(count):
             if may_stop and self.eos_id is not None:
                 self.rng.random()
-            self.rng.choice(self.vocab)
+            self._token()
 
 
 class LogprobMaker:

@@ -17,7 +17,6 @@ keeps its blocks but computes nothing until it is read again.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from rotor.engines.mocker.config import MockerConfig
@@ -61,18 +60,33 @@ class Scheduler:
         batch = Batch()
         budget = self.max_num_batched_tokens
         preemptions = self.preemptions
+        running, held, items = self.running, self.held, batch.items
+        block_size = self.kv.block_size
         i = 0
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
-            if seq.request_id in self.held:
-                i += 1
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            i += 1
+            if held and seq.request_id in held:
                 continue
-            n = min(seq.num_pending, budget)
+            tokens = len(seq.token_ids)
+            pending = tokens - seq.num_computed
+            if (
+                pending == 1
+                and seq.prefilled
+                and tokens <= len(seq.block_table) * block_size
+                and tokens // block_size <= seq.num_hashed_blocks
+            ):
+                # A decode step inside its last block: nothing to take or name
+                # (KVCache.allocate's own first case, decided here per token).
+                items.append((seq, 1))
+                batch.decode_seqs += 1
+                budget -= 1
+                continue
+            n = min(pending, budget)
             if not self._reserve(seq, n):
                 break  # seq preempted itself: it was the youngest, nothing follows it
             self._add(batch, seq, n)
             budget -= n
-            i += 1
         # Admitting right after a preemption would only thrash the cache.
         admit = self.preemptions == preemptions
         while admit and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
@@ -93,15 +107,18 @@ class Scheduler:
             budget -= n
         return batch
 
-    def advance(self, batch: Batch) -> Iterator[Sequence]:
-        """Apply a computed step; yield the sequences that now sample new tokens."""
+    def advance(self, batch: Batch) -> list[Sequence]:
+        """Apply a computed step: the sequences that now sample new tokens."""
+        sampling = []
+        running = SequenceStatus.RUNNING
         for seq, n in batch.items:
-            if seq.status is not SequenceStatus.RUNNING:
+            if seq.status is not running:
                 continue  # aborted while the step ran
-            seq.num_computed += n
-            if seq.num_pending == 0:
+            computed = seq.num_computed = seq.num_computed + n
+            if computed == len(seq.token_ids):
                 seq.prefilled = True
-                yield seq
+                sampling.append(seq)
+        return sampling
 
     def finish(self, seq: Sequence) -> None:
         """Take the seq out of the queues for good and free its blocks."""

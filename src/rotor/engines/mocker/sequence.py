@@ -31,6 +31,22 @@ class TokenSource(Protocol):
 
 
 class Sequence:
+    __slots__ = (
+        "request_id",
+        "index",
+        "token_ids",
+        "num_prompt_tokens",
+        "source",
+        "status",
+        "num_computed",
+        "prefilled",
+        "block_table",
+        "num_hashed_blocks",
+        "block_hashes",
+        "root",
+        "cached_tokens",
+    )
+
     def __init__(
         self,
         request_id: str,

@@ -39,6 +39,11 @@ class MessageParser:
         self._segment_has_text = False
         self._calls = 0
 
+    @property
+    def has_tools(self) -> bool:
+        """A tool parser is on: this parser may make tool calls."""
+        return self._tools is not None
+
     def feed(self, text: str) -> list[Piece]:
         if self._reasoning is None:
             if self._tools is None:

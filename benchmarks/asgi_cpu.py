@@ -20,13 +20,16 @@ import asyncio
 import json
 import random
 import time
+from pathlib import Path
 from typing import Any
 
 from rotor.api.app import create_app
 from rotor.bench.workload import words
 from rotor.engines.mocker import MockerConfig, MockerEngine
 from rotor.model.builtin import builtin_test_model
+from rotor.model.loader import load_model
 from rotor.pipeline.served import ServedModel
+from rotor.serve.gc import settle
 from rotor.serve.system import System
 
 PATHS = {"chat": "/v1/chat/completions", "messages": "/v1/messages", "responses": "/v1/responses"}
@@ -69,9 +72,15 @@ def scope(payload: bytes, path: str) -> dict[str, Any]:
 
 
 async def main(
-    streams: int, per_stream: int, input_len: int, output_len: int, api: str, scripted: bool
+    streams: int,
+    per_stream: int,
+    input_len: int,
+    output_len: int,
+    api: str,
+    scripted: bool,
+    model_path: str | None = None,
 ) -> None:
-    card, tok = builtin_test_model()
+    card, tok = builtin_test_model() if model_path is None else load_model(Path(model_path))
     # a step at a time: every token pays the per-token path, the cost measured here
     engine = MockerEngine(card, tok, MockerConfig(speedup_ratio=0, step_slice_ms=0))
     system = System.local(engine, ServedModel.build(card, tok))
@@ -108,6 +117,7 @@ async def main(
             await call(body(api, words(rng, input_len), output_len, script))
 
     async with app.router.lifespan_context(app):
+        settle()  # the collector as a started server sets it
         await asyncio.gather(*(client(2) for _ in range(streams)))  # warm up
         cpu0, writes0, tokens0 = time.process_time(), writes, engine.tokens_generated
         await asyncio.gather(*(client(per_stream) for _ in range(streams)))
@@ -115,7 +125,8 @@ async def main(
         tokens = engine.tokens_generated - tokens0
         responses = streams * per_stream
         print(
-            f"{1e6 * cpu / tokens:.1f} µs CPU per token, {tokens / responses:.0f} tokens and "
+            f"{1e6 * cpu / tokens:.1f} µs CPU per token ({1e6 * cpu / responses:.0f} µs per "
+            f"response), {tokens / responses:.0f} tokens and "
             f"{(writes - writes0) / responses:.0f} writes per response"
         )
 
@@ -128,7 +139,16 @@ if __name__ == "__main__":
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--api", choices=sorted(PATHS), default="chat")
     p.add_argument("--scripted", action="store_true", help="the same scripted answer for any API")
+    p.add_argument("--model-path", help="a model directory (default: the built-in test model)")
     a = p.parse_args()
     asyncio.run(
-        main(a.streams, a.requests_per_stream, a.input_len, a.output_len, a.api, a.scripted)
+        main(
+            a.streams,
+            a.requests_per_stream,
+            a.input_len,
+            a.output_len,
+            a.api,
+            a.scripted,
+            a.model_path,
+        )
     )

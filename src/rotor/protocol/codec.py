@@ -460,12 +460,36 @@ _KV_TYPES = {cls: (tag, _names(cls)) for tag, (cls, _) in _KV_EVENTS.items()}
 
 
 def encode_kv_event(event: KVEvent) -> bytes:
-    tag, names = _KV_TYPES[type(event)]
-    return _packb({"type": tag, **_as_map(event, names)})
+    return _packb(_kv_event_map(event))
+
+
+def encode_kv_events(events: list[KVEvent]) -> bytes:
+    """Several events in order, as one message: one alone is its own map (what
+    `encode_kv_event` gives), more are an array of those maps."""
+    if len(events) == 1:
+        return encode_kv_event(events[0])
+    return _packb([_kv_event_map(event) for event in events])
 
 
 def decode_kv_event(data: bytes) -> KVEvent:
-    m = _map(_unpack(data), "kv_event")
+    return _kv_event(_unpack(data))
+
+
+def decode_kv_events(data: bytes) -> list[KVEvent]:
+    """A message of `encode_kv_events`: one event's map, or an array of them."""
+    value = _unpack(data)
+    if type(value) is list:
+        return [_kv_event(m) for m in value]
+    return [_kv_event(value)]
+
+
+def _kv_event_map(event: KVEvent) -> dict[str, Any]:
+    tag, names = _KV_TYPES[type(event)]
+    return {"type": tag, **_as_map(event, names)}
+
+
+def _kv_event(value: Any) -> KVEvent:
+    m = _map(value, "kv_event")
     tag = m.get("type")
     kind = _KV_EVENTS.get(tag) if type(tag) is str else None
     if kind is None:

@@ -1,8 +1,8 @@
 """Workers' KV events as NATS carries them, for a frontend's KV index
 (router/kv_sync.py applies them).
 
-`KVEventFeed` hands each event published on `rotor.kv.<worker>` to
-`on_event(worker, event)`, decoded; an event this frontend cannot read is
+`KVEventFeed` hands each event published on `rotor.kv.<worker>` (a
+message holds one, or a step's several) to `on_event(worker, event)`, decoded; an event this frontend cannot read is
 handed on as None (the index must resync that worker). `KVSnapshots` asks a
 worker for its snapshot (`rotor.worker.<id>.kv`, request/reply).
 """
@@ -40,13 +40,15 @@ class KVEventFeed:
         await self._subs.close()
 
     async def _on_msg(self, msg: Msg) -> None:
+        """One message: an event, or (a worker's step) several, in order."""
         worker = msg.subject.rsplit(".", 1)[-1]
         try:
-            event: KVEvent | None = codec.decode_kv_event(msg.data)
+            events: list[KVEvent | None] = list(codec.decode_kv_events(msg.data))
         except codec.CodecError as e:
             log.warning("worker %s sent a KV event this frontend cannot read (%s)", worker, e)
-            event = None
-        self.on_event(worker, event)
+            events = [None]
+        for event in events:
+            self.on_event(worker, event)
 
 
 class KVSnapshots:

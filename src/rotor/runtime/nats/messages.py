@@ -6,10 +6,15 @@ message is seen) and a kind `k`:
 - `e` error:   `p` is `codec.encode_error` (the stream ends)
 - `h` heartbeat: the worker is alive and working (sent when it is quiet)
 - `d` done:    the engine's stream ended
+
+A batch carries the messages of many requests at once (`rotor.steps.<frontend>`):
+a msgpack array of `[request id, seq, kind, payload or nil]`, in the order
+they were made, so each request's messages stay in order.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import msgpack
@@ -17,6 +22,8 @@ import msgpack
 from rotor.protocol import codec
 from rotor.protocol.engine import EngineError
 from rotor.runtime.stream import Kind, OutputStream
+
+log = logging.getLogger("rotor.request_plane")
 
 OUTPUTS, ERROR, HEARTBEAT, DONE = "o", "e", "h", "d"
 _KINDS: dict[str, Kind] = {OUTPUTS: "outputs", ERROR: "error", HEARTBEAT: "heartbeat", DONE: "done"}
@@ -52,11 +59,50 @@ def deliver(data: bytes, stream: OutputStream) -> None:
     be read ends the stream with an internal error (a broken peer)."""
     try:
         seq, kind, payload = parse(data)
-        if kind == OUTPUTS:
-            stream.put(seq, "outputs", codec.decode_outputs(payload or b""))
-        elif kind == ERROR:
-            stream.put(seq, "error", codec.decode_error(payload or b""))
-        else:
-            stream.put(seq, _KINDS[kind], None)
+        _put(stream, seq, kind, payload)
     except (ValueError, codec.CodecError) as e:
         stream.fail(EngineError(str(e), "internal"))
+
+
+Entry = tuple[str, int, str, "bytes | None"]  # request id, seq, kind, payload
+
+
+def batch(entries: list[Entry]) -> bytes:
+    return msgpack.packb(entries)
+
+
+def deliver_batch(data: bytes, streams: dict[str, OutputStream]) -> None:
+    """Each message of a batch to its request's stream (requests no longer
+    read are skipped). An entry that cannot be read ends its own request's
+    stream; a batch that cannot be read at all names no request to fail
+    (logged, and its requests' streams see the gap in their sequence)."""
+    try:
+        entries = msgpack.unpackb(data, raw=False)
+        if type(entries) is not list:
+            raise ValueError("not a list")
+    except Exception as e:
+        log.warning("dropped a stream batch that could not be read: %s", e)
+        return
+    for entry in entries:
+        if type(entry) is not list or len(entry) != 4 or type(entry[0]) is not str:
+            log.warning("dropped a stream batch entry that was not [id, seq, kind, payload]")
+            continue
+        rid, seq, kind, payload = entry
+        stream = streams.get(rid)
+        if stream is None:
+            continue
+        try:
+            if type(seq) is not int or kind not in _KINDS:
+                raise ValueError(f"not a stream message: seq {seq!r}, kind {kind!r}")
+            _put(stream, seq, kind, payload if type(payload) is bytes else None)
+        except (ValueError, codec.CodecError) as e:
+            stream.fail(EngineError(str(e), "internal"))
+
+
+def _put(stream: OutputStream, seq: int, kind: str, payload: bytes | None) -> None:
+    if kind == OUTPUTS:
+        stream.put(seq, "outputs", codec.decode_outputs(payload or b""))
+    elif kind == ERROR:
+        stream.put(seq, "error", codec.decode_error(payload or b""))
+    else:
+        stream.put(seq, _KINDS[kind], None)

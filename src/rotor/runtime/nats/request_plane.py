@@ -6,6 +6,8 @@ outputs (`rotor.resp.<frontend>.*`). It publishes a request to the worker's
 subject and hands each message of the reply stream, decoded, to the
 request's `OutputStream` (runtime/stream.py: the reader both transports
 share). A worker whose lease ended (`worker_gone`) fails its streams at once.
+Workers send the streams of a frontend's requests in batches, one message per
+step (`rotor.steps.<frontend>`, runtime/nats/batcher.py).
 """
 
 from __future__ import annotations
@@ -64,9 +66,11 @@ class RequestPlane:
         self._by_worker: dict[str, set[str]] = {}
         self._publishing: set[asyncio.Task[None]] = set()
         self._subs = Subscriptions(nc)
+        self._steps = subjects.steps(self.frontend_id)
 
     async def start(self) -> None:
         await self._subs.add(subjects.responses(self.frontend_id), self._on_msg)
+        await self._subs.add(subjects.steps(self.frontend_id), self._on_batch)
 
     async def stop(self) -> None:
         await self._subs.close()
@@ -75,6 +79,9 @@ class RequestPlane:
         stream = self._streams.get(msg.subject.rsplit(".", 1)[-1])
         if stream is not None:
             messages.deliver(msg.data, stream)
+
+    async def _on_batch(self, msg: Msg) -> None:
+        messages.deliver_batch(msg.data, self._streams)
 
     def worker_gone(self, worker_id: str) -> None:
         for rid in self._by_worker.pop(worker_id, set()):
@@ -93,8 +100,12 @@ class RequestPlane:
     ) -> AsyncIterator[EngineOutput]:
         """`request` on `worker_id`, its outputs as they come. Closing this
         early aborts the request on the worker. `headers` (a trace context)
-        go as the NATS message's headers; None: a message without any."""
+        go as the NATS message's headers, with the subject this frontend
+        takes its streams' batches on (`rotor-steps`: a worker that knows it
+        sends them there, one message per step; one that does not, to the
+        reply subject)."""
         rid = request.request_id
+        headers = {**(headers or {}), subjects.STEPS_HEADER: self._steps}
 
         def ended() -> None:
             self._streams.pop(rid, None)

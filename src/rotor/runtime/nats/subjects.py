@@ -11,6 +11,9 @@ bucket name, so both sides always agree.
 - `rotor.lease.<id>`            each lease renewal (and withdrawal), as it happens.
 - `rotor.kv.<id>`               the worker's KV events.
 - `rotor.resp.<frontend>.<rid>` one request's output stream.
+- `rotor.steps.<frontend>`      a worker's stream messages for that frontend's
+  requests, batched: all that one turn of its event loop (an engine step)
+  produced, in one message (a request that names it in its `rotor-steps` header).
 - `rotor.stats.<frontend>`      a frontend's figures of the last second (planner/feed.py).
 - KV bucket `rotor_workers`     the leases, for a frontend that starts later.
 - object store `rotor_cards`    model cards (with tokenizers) by content hash.
@@ -25,6 +28,10 @@ CARDS_STORE = "rotor_cards"
 LEASE_PREFIX = "rotor.lease."
 KV_PREFIX = "rotor.kv."
 STATS_PREFIX = "rotor.stats."
+STEPS_PREFIX = "rotor.steps."
+# The header of a generate request whose frontend takes its stream in batches
+# (`steps`): its value is that subject.
+STEPS_HEADER = "rotor-steps"
 PLANNER_BUCKET = "rotor_planner"
 
 
@@ -64,6 +71,11 @@ def responses(frontend_id: str) -> str:
 
 def response(frontend_id: str, request_id: str) -> str:
     return f"rotor.resp.{frontend_id}.{request_id}"
+
+
+def steps(frontend_id: str) -> str:
+    """Where workers send a frontend its requests' stream messages, batched."""
+    return STEPS_PREFIX + frontend_id
 
 
 def frontend_stats(frontend_id: str) -> str:

@@ -41,6 +41,7 @@ from rotor.protocol.kv import KVEvent
 from rotor.protocol.lease import LEASE_TTL_S, RENEW_S, Lease, Role
 from rotor.runtime.nats import messages as wire
 from rotor.runtime.nats import subjects
+from rotor.runtime.nats.batcher import StepBatcher
 from rotor.runtime.nats.subscriptions import Subscriptions
 from rotor.tracing import NO_SPAN, Span
 from rotor.tracing.generate import follow, remote_span
@@ -50,6 +51,12 @@ log = logging.getLogger("rotor.worker")
 # How long a decode worker waits for a prefill worker to answer a KV fetch
 # before it computes the prompt itself.
 KV_FETCH_TIMEOUT_S = 5.0
+# What a stream message costs in a batch beyond its payload (id, numbers,
+# framing), and what a KV event costs beyond its block hashes: sizes the
+# batches (batcher.py).
+ENTRY_BYTES = 48
+KV_EVENT_BYTES = 64
+HASH_BYTES = 9  # msgpack's most for a u64
 
 
 class CardConflict(RuntimeError):
@@ -96,9 +103,9 @@ class WorkerService:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._subs = Subscriptions(nc)
         self._renewer: asyncio.Task[None] | None = None
-        self._kv_out: asyncio.Queue[bytes] = asyncio.Queue()
-        self._kv_pump: asyncio.Task[None] | None = None
+        self._kv_subject = subjects.kv_events(self.identity.worker_id)
         self._leaving = False
+        self._batches = StepBatcher(nc)  # stream messages, one NATS message per frontend per step
 
     @property
     def worker_id(self) -> str:
@@ -109,6 +116,7 @@ class WorkerService:
     async def start(self) -> None:
         await self._publish_card()
         await self._check_peers()
+        self._batches.start()
         wid = self.worker_id
         await self._subs.add(subjects.generate(wid), self._on_generate)
         await self._subs.add(subjects.abort(wid), self._on_abort)
@@ -120,7 +128,6 @@ class WorkerService:
         if isinstance(self.engine, KVHandover):
             self.engine.kv_fetcher(self._fetch_kv)
         if isinstance(self.engine, KVEventSource):
-            self._kv_pump = asyncio.create_task(self._pump_kv_events(), name="kv-events")
             self.engine.kv_events(self._relay_kv_event)
         await self._renew()
         self._renewer = asyncio.create_task(self._renew_forever(), name="lease-renewal")
@@ -155,16 +162,19 @@ class WorkerService:
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
+        await self._batches.flush()  # the last messages of what finished
 
     async def stop(self) -> None:
-        for task in (self._renewer, self._kv_pump):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+        if self._renewer is not None:
+            self._renewer.cancel()
+            await asyncio.gather(self._renewer, return_exceptions=True)
+        if isinstance(self.engine, KVEventSource):
+            self.engine.kv_events(None)  # nobody relays them any more
         await self._subs.close()
         for task in self._tasks.values():
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        await self._batches.stop()
 
     # -- discovery -------------------------------------------------------------------
 
@@ -263,18 +273,35 @@ class WorkerService:
         rid = request.request_id
         extra = {"rotor.worker_id": self.worker_id, "rotor.role": self.lease.role}
         span = remote_span(request, self.engine, msg.headers, extra)  # tracing on: its span
-        task = asyncio.create_task(self._serve(request, msg.reply, span), name=f"serve-{rid}")
+        # A frontend that takes its streams in batches names where (subjects.steps).
+        steps = msg.headers.get(subjects.STEPS_HEADER) if msg.headers else None
+        serve = self._serve(request, msg.reply, span, steps)
+        task = asyncio.create_task(serve, name=f"serve-{rid}")
         self._tasks[rid] = task
         task.add_done_callback(lambda _: self._tasks.pop(rid, None))
 
-    async def _serve(self, request, reply: str, span: Span = NO_SPAN) -> None:  # noqa: ANN001
+    async def _serve(
+        self,
+        request,  # noqa: ANN001
+        reply: str,
+        span: Span = NO_SPAN,
+        steps: str | None = None,
+    ) -> None:
+        """The request's outputs, numbered, to its frontend: in that
+        frontend's batches (`steps`), or one message each to `reply`."""
         tracing.use(span)  # this task's (and its children's) span: a KV fetch's parent
         seq = 0
         quiet = asyncio.Event()
+        rid = request.request_id
+        batches = self._batches
 
         async def send(kind: str, payload: bytes | None = None) -> None:
             nonlocal seq
-            await self.nc.publish(reply, wire.message(seq, kind, payload))
+            if steps is not None:
+                size = ENTRY_BYTES + (len(payload) if payload else 0)
+                batches.add(steps, (rid, seq, kind, payload), size, wire.batch)
+            else:
+                await self.nc.publish(reply, wire.message(seq, kind, payload))
             seq += 1
             quiet.clear()
 
@@ -350,17 +377,9 @@ class WorkerService:
     # -- KV events -------------------------------------------------------------------
 
     def _relay_kv_event(self, event: KVEvent) -> None:
-        """From the engine's cache, in order: one pump publishes them."""
-        self._kv_out.put_nowait(codec.encode_kv_event(event))
-
-    async def _pump_kv_events(self) -> None:
-        subject = subjects.kv_events(self.worker_id)
-        while True:
-            data = await self._kv_out.get()
-            try:
-                await self.nc.publish(subject, data)
-            except Exception as e:  # lost: the frontends see the gap and resync
-                log.debug("worker %s: a KV event was not published: %s", self.worker_id, e)
+        """From the engine's cache, in order: a step's events go as one message."""
+        size = KV_EVENT_BYTES + HASH_BYTES * len(getattr(event, "block_hashes", ()))
+        self._batches.add(self._kv_subject, event, size, codec.encode_kv_events)
 
     async def _on_kv_snapshot(self, msg: Msg) -> None:
         if not isinstance(self.engine, KVEventSource) or not msg.reply:

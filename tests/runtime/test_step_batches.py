@@ -1,0 +1,170 @@
+"""A worker sends a frontend's streams in batches (runtime/nats/batcher.py):
+over a real nats-server, a step of many streams is one message to the
+frontend, never one per token; a frontend that does not ask for batches
+still gets one message per output; a step's KV events are one message; and
+a batch that cannot be read fails only what it names."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import AsyncIterator, Iterator
+
+import msgpack
+import nats as nats_py
+import pytest
+
+from rotor.protocol import codec
+from rotor.protocol.engine import EngineError, EngineOutput, StopParams
+from rotor.protocol.kv import BlocksStored
+from rotor.runtime.nats import messages as wire
+from rotor.runtime.nats import subjects
+from rotor.runtime.nats.request_plane import RequestPlane
+from rotor.runtime.nats.worker import WorkerService
+from rotor.runtime.stream import OutputStream
+
+from support.cluster import Nats, nats_server
+from support.mocker import TOK, MakeEngine, collect, ids_of, request
+
+STORY = " ".join(f"word{i}" for i in range(40))
+
+
+@pytest.fixture(scope="module")
+def nats() -> Iterator[Nats]:
+    with nats_server() as server:
+        yield server
+
+
+class Counted:
+    """Every message on the subjects a test watches, by subject."""
+
+    def __init__(self) -> None:
+        self.by_subject: collections.Counter[str] = collections.Counter()
+        self.data: dict[str, list[bytes]] = collections.defaultdict(list)
+
+    async def see(self, msg: nats_py.aio.msg.Msg) -> None:
+        self.by_subject[msg.subject] += 1
+        self.data[msg.subject].append(msg.data)
+
+
+@pytest.fixture
+async def served(nats: Nats, make_engine: MakeEngine) -> AsyncIterator[tuple]:
+    """A worker (a mocker a step at a time), a frontend's request plane, and a
+    third connection that counts what goes by."""
+    conns = [await nats_py.connect(nats.url) for _ in range(3)]
+    engine = await make_engine()
+    worker = WorkerService(conns[0], engine, TOK)
+    await worker.start()
+    plane = RequestPlane(conns[1])
+    await plane.start()
+    counted = Counted()
+    await conns[2].subscribe("rotor.>", cb=counted.see)
+    try:
+        yield engine, worker, plane, counted, conns[2]
+    finally:
+        await plane.stop()
+        await worker.stop()
+        for nc in conns:
+            await nc.close()
+
+
+async def test_a_step_of_many_streams_is_one_message(served: tuple) -> None:
+    engine, worker, plane, counted, _ = served
+    jobs = [request({"output": STORY, "end": "length"}) for _ in range(8)]
+
+    async def run(job):  # noqa: ANN001, ANN202
+        return [out async for out in plane.generate(worker.worker_id, job, 30)]
+
+    answers = await asyncio.gather(*(run(job) for job in jobs))
+    whole = await collect(engine, request({"output": STORY, "end": "length"}))
+    for outs in answers:
+        assert ids_of(outs) == ids_of(whole)
+    tokens = len(ids_of(whole))
+    batches = counted.by_subject[subjects.steps(plane.frontend_id)]
+    # One message per step (a few more for the first and last turns), for
+    # all eight streams: never one per token per stream.
+    assert tokens <= batches <= tokens + 8
+    assert not any(s.startswith("rotor.resp.") for s in counted.by_subject)
+    entries = [
+        e for data in counted.data[subjects.steps(plane.frontend_id)] for e in msgpack.unpackb(data)
+    ]
+    assert len(entries) >= 8 * tokens  # every token of every stream went in a batch
+
+
+async def test_a_frontend_that_asks_no_batches_gets_a_message_per_output(served: tuple) -> None:
+    engine, worker, _, counted, nc = served
+    script = {"output": "a short answer", "end": "length"}
+    outputs = len(await collect(engine, request(script)))
+    job = request(script)
+    inbox = nc.new_inbox()
+    replies: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def got(msg: nats_py.aio.msg.Msg) -> None:
+        replies.put_nowait(msg.data)
+
+    await nc.subscribe(inbox, cb=got)
+    await nc.publish(subjects.generate(worker.worker_id), codec.encode_request(job), reply=inbox)
+    kinds = []
+    while not kinds or kinds[-1] != wire.DONE:
+        seq, kind, _ = wire.parse(await asyncio.wait_for(replies.get(), 10))
+        assert seq == len(kinds)
+        kinds.append(kind)
+    assert kinds == [wire.OUTPUTS] * outputs + [wire.DONE]
+    assert not any(s.startswith(subjects.STEPS_PREFIX) for s in counted.by_subject)
+
+
+async def test_a_steps_kv_events_are_one_message(served: tuple) -> None:
+    engine, worker, plane, counted, _ = served
+    prompt = "<|im_start|>user\n" + " ".join(f"block-{i}." for i in range(80)) + "<|im_end|>\n"
+    job = request({"output": STORY}, prompt=prompt, stop=StopParams(max_tokens=3))
+    assert [o async for o in plane.generate(worker.worker_id, job, 30)]
+    subject = subjects.kv_events(worker.worker_id)
+    for _ in range(100):
+        if counted.by_subject[subject]:
+            break
+        await asyncio.sleep(0.01)
+    events = [e for data in counted.data[subject] for e in codec.decode_kv_events(data)]
+    assert [e.event_id for e in events] == list(range(1, len(events) + 1))
+    stored = [e for e in events if type(e) is BlocksStored]
+    assert sum(len(e.block_hashes) for e in stored) == len(engine.scheduler.kv.hash_to_block)
+    assert counted.by_subject[subject] <= len(events)
+
+
+def test_kv_events_encode_alone_as_before_and_several_as_an_array() -> None:
+    one = BlocksStored(1, [5, 6], None, 16)
+    two = BlocksStored(2, [7], 6, 16)
+    assert codec.encode_kv_events([one]) == codec.encode_kv_event(one)
+    assert codec.decode_kv_events(codec.encode_kv_event(one)) == [one]
+    assert codec.decode_kv_events(codec.encode_kv_events([one, two])) == [one, two]
+
+
+async def test_a_batch_fails_only_the_streams_it_names_badly() -> None:
+    def stream() -> OutputStream:
+        return OutputStream(1, "w", abort=lambda: None)
+
+    good, bad, other = stream(), stream(), stream()
+    streams = {"good": good, "bad": bad, "other": other}
+    out = codec.encode_outputs([EngineOutput(token_ids=[1, 2], finish="length")])
+    data = msgpack.packb(
+        [
+            ["good", 0, wire.OUTPUTS, out],
+            ["bad", 0, "zz", None],  # an unknown kind: that stream ends broken
+            ["gone", 0, wire.OUTPUTS, out],  # a request nobody reads: skipped
+            [1, 2],  # not an entry at all: dropped
+            ["good", 1, wire.DONE, None],
+        ]
+    )
+    wire.deliver_batch(data, streams)
+    wire.deliver_batch(b"\xc1junk", streams)  # unreadable: nothing named, nothing failed
+
+    async def read(s: OutputStream) -> list[EngineOutput]:
+        async def send() -> None:
+            pass
+
+        return [o async for o in s.read(send)]
+
+    assert ids_of(await read(good)) == [1, 2]
+    with pytest.raises(EngineError, match="not a stream message"):
+        await read(bad)
+    other.put(0, "done", None)
+    assert await read(other) == []

@@ -25,11 +25,10 @@ prefix in the cache (which would make its TTFT the cache's, not the prefill's).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import secrets
 import sys
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
@@ -37,6 +36,7 @@ from typing import Any
 
 import orjson
 
+from rotor import event_loop
 from rotor.bench.client import Client
 from rotor.bench.http import Endpoint, HTTPError, Pool
 from rotor.bench.loop import Budget, Run, closed_loop
@@ -532,18 +532,6 @@ def _rotor_version() -> str:
 # -- the command ---------------------------------------------------------------------
 
 
-def _run(coro: Coroutine[Any, Any, Any]) -> Any:
-    """On uvloop when installed: the client costs less next to the server it measures."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover
-        return asyncio.run(coro)
-    if not hasattr(asyncio, "Runner"):  # pragma: no cover - Python 3.10
-        return asyncio.run(coro)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(coro)
-
-
 def print_table(profile: Profile, out: str) -> None:
     """Prefill (TTFT by prompt length) and decode (ITL by context × concurrency), in ms."""
     from rich.console import Console
@@ -588,7 +576,7 @@ def main(args: argparse.Namespace) -> int:
         return fail(str(e))
     say = None if s.quiet else (lambda line: print(f"{PROG}: {line}", flush=True))
     try:
-        profile = _run(measure(s, say))
+        profile = event_loop.run(measure(s, say))  # the client costs less next to the server
     except (ProfileError, ValueError) as e:
         return fail(str(e))
     except KeyboardInterrupt:

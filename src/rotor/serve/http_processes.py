@@ -22,7 +22,7 @@ import shutil
 import socket
 import tempfile
 
-from rotor import logs
+from rotor import event_loop, logs
 from rotor.config import HTTPConfig
 from rotor.frontend import ModelEntry
 from rotor.runtime.socket.client import SocketEngine
@@ -74,7 +74,7 @@ def serve_http_processes(system: System, http: HTTPConfig, log_level: str) -> in
     logs.say(f"serving {entries[0].model.name!r} on {url} with {len(pids)} HTTP processes", url=url)
     try:
         timeout = stop_timeout(http.shutdown_grace)
-        return asyncio.run(_engine_process(system, engine_sock, pids, timeout))
+        return event_loop.run(_engine_process(system, engine_sock, pids, timeout))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

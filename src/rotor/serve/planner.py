@@ -15,7 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from rotor import logs
+from rotor import event_loop, logs
 from rotor.config import PlannerConfig
 from rotor.planner.connectors import Connector, ConnectorError
 from rotor.planner.fleet import Fleet
@@ -191,7 +191,7 @@ async def _serve(config: PlannerConfig) -> int:
 def run_planner(config: PlannerConfig) -> int:
     logs.setup(config.log_level, config.log_format)
     try:
-        return asyncio.run(_serve(config))
+        return event_loop.run(_serve(config))
     except StartupError as e:
         logs.say(str(e), logging.ERROR)
         return 2

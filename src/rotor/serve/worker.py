@@ -10,7 +10,7 @@ import signal
 
 from nats.aio.client import Client
 
-from rotor import logs, tracing
+from rotor import event_loop, logs, tracing
 from rotor.config import WorkerConfig
 from rotor.engines.base import Engine, Lifecycle
 from rotor.engines.registry import engine_spec
@@ -59,7 +59,7 @@ def run_worker(config: WorkerConfig) -> int:
     except StartupError as e:
         logs.say(str(e), logging.ERROR)
         return 2
-    return asyncio.run(_serve(engine, tok, config))
+    return event_loop.run(_serve(engine, tok, config))
 
 
 async def _serve(engine: Engine, tok: Tokenizer | None, config: WorkerConfig) -> int:

@@ -30,7 +30,7 @@ from rotor.pipeline.bounds import text_size
 from rotor.pipeline.embed import prepare_embedding
 from rotor.pipeline.errors import RequestError
 from rotor.pipeline.events import ChoiceEvent, Failure, ResponseFailed, Usage
-from rotor.pipeline.generate import EngineClient, run_all
+from rotor.pipeline.generate import ChoiceRun, EngineClient, EventSink, run_all
 from rotor.pipeline.preparer import Preparer
 from rotor.pipeline.preprocess import (
     LONG_PROMPT_CHARS,
@@ -368,11 +368,15 @@ async def _primed(
 
 class _Primed:
     """`first`, then the rest of the events: every later `__anext__` is the
-    stream's own, so no layer stands between a token and its reader."""
+    stream's own, so no layer stands between a token and its reader. A
+    response of one choice over an engine that pushes can have its events
+    pushed instead (`deliver`: see pipeline/generate.py)."""
 
     __slots__ = ("_first", "_rest")
 
-    def __init__(self, first: ChoiceEvent | None, rest: AsyncGenerator[ChoiceEvent, None]) -> None:
+    def __init__(
+        self, first: ChoiceEvent | None, rest: ChoiceRun | AsyncGenerator[ChoiceEvent, None]
+    ) -> None:
         self._first = first
         self._rest = rest
 
@@ -389,6 +393,31 @@ class _Primed:
     async def aclose(self) -> None:
         self._first = None
         await self._rest.aclose()
+
+    @property
+    def pushable(self) -> bool:
+        """One choice, whose engine stream pushes, with more to come."""
+        return isinstance(self._rest, ChoiceRun) and self._rest.pushable
+
+    def deliver(self, sink: EventSink) -> bool:
+        """Push every event not yet read to `sink` (the first at once, in this
+        call), when `pushable`; False, and nothing read, otherwise (then pull
+        the events). rotor.pipeline.generate.Pushable."""
+        rest = self._rest
+        if not isinstance(rest, ChoiceRun) or not rest.pushable:
+            return False
+        first, self._first = self._first, None
+        if first is not None:
+            sink.event(first)
+        return rest.deliver(sink)
+
+    def resume(self) -> None:
+        if isinstance(self._rest, ChoiceRun):
+            self._rest.resume()
+
+    def stop(self) -> None:
+        if isinstance(self._rest, ChoiceRun):
+            self._rest.stop()
 
 
 async def _ready(event: ChoiceEvent) -> ChoiceEvent:

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rotor.api.coalesce import FIRST_PARTS, MAX_PARTS, Coalescer
-from rotor.api.sse import SSEResponse
+from rotor.api.sse_response import SSEResponse
 
 # A stream: chunks, each either ready at once or after the source waits.
 chunks = st.lists(st.tuples(st.binary(min_size=1, max_size=40), st.booleans()), max_size=40)

@@ -14,7 +14,8 @@ from rotor.api.drain import OpenStreams
 from rotor.api.errors import INTERNAL_ERROR, error_body
 from rotor.api.metrics import Metrics
 from rotor.api.observe import observed
-from rotor.api.sse import OPENAI, SERVER_SEND, SSEResponse
+from rotor.api.sse import OPENAI, SERVER_SEND
+from rotor.api.sse_response import SSEResponse
 from rotor.frontend import StartedResponse
 from rotor.model.card import ModelCard
 from rotor.pipeline.events import ChoiceEvent, Usage

@@ -10,7 +10,7 @@ from rotor.engines.mocker import MockerConfig, MockerEngine
 from rotor.pipeline.choice import ChoicePipeline
 from rotor.pipeline.decode import ChoiceDecoder
 from rotor.pipeline.events import Usage
-from rotor.pipeline.generate import run_choice
+from rotor.pipeline.generate import ChoiceRun
 from rotor.pipeline.parse.message import MessageParser
 from rotor.protocol.engine import StopParams
 
@@ -42,7 +42,7 @@ async def run(engine: CountingMocker, stop_strings: list[str] | None, **stop: An
     req = request({"output": "one two three four five six"}, stop=params)
     pipe = choice(params, stop_strings)
     usage = Usage(0, [pipe.decoder])
-    events = [e async for e in run_choice(engine, req, pipe, 0, usage, True)]
+    events = [e async for e in ChoiceRun(engine, req, pipe, 0, usage, True)]
     assert events[-1].finished is not None
     return events[-1].finished.finish_reason
 

@@ -81,9 +81,11 @@ async def test_a_step_of_many_streams_is_one_message(served: tuple) -> None:
         assert ids_of(outs) == ids_of(whole)
     tokens = len(ids_of(whole))
     batches = counted.by_subject[subjects.steps(plane.frontend_id)]
-    # One message per step (a few more for the first and last turns), for
-    # all eight streams: never one per token per stream.
-    assert tokens <= batches <= tokens + 8
+    # One message per step (and a few more per stream: its first output,
+    # what was ready when the engine began to push it, and its end may go
+    # in turns of their own), for all eight streams: never one per token
+    # per stream (that would be eight times as many).
+    assert batches <= tokens + 3 * len(jobs)
     assert not any(s.startswith("rotor.resp.") for s in counted.by_subject)
     entries = [
         e for data in counted.data[subjects.steps(plane.frontend_id)] for e in msgpack.unpackb(data)

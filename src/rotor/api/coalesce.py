@@ -12,7 +12,7 @@ writes changes. `Coalescer.pull` returns everything the source can give
 "Without waiting" is decided by stepping the source's next `__anext__`
 coroutine once by hand: if it finishes, its event was ready; if it suspends,
 the future it suspended on is kept and handed to the event loop on the next
-pull (`_resume`), exactly as `await` would have done. No task, no queue and
+pull (`finish_step`), exactly as `await` would have done. No task, no queue and
 no timer per event.
 """
 
@@ -34,7 +34,7 @@ FIRST_PARTS = 8
 
 
 @types.coroutine
-def _resume(coro: Coroutine[Any, Any, bytes], pending: Any) -> Generator[Any, Any, bytes]:
+def finish_step(coro: Coroutine[Any, Any, bytes], pending: Any) -> Generator[Any, Any, bytes]:
     """Finish a coroutine that already suspended once (on `pending`): hand that
     future to the running task, then let `yield from` (in C) run the rest. A
     cancellation that arrives while parked is thrown into the coroutine."""
@@ -99,7 +99,7 @@ class Coalescer:
         try:
             if self._parked is not None:
                 (coro, pending), self._parked = self._parked, None
-                first = await _resume(coro, pending)
+                first = await finish_step(coro, pending)
             else:
                 first = await self._anext()
         except StopAsyncIteration:
@@ -139,7 +139,7 @@ class Coalescer:
         if pending is not None:
             pending.cancel()
         try:
-            await _resume(coro, pending)
+            await finish_step(coro, pending)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():

@@ -22,10 +22,12 @@ from rotor.api.access_state import note_response, timing_of
 from rotor.api.admission import Admission
 from rotor.api.body import apply_session, request_id
 from rotor.api.drain import SHUTTING_DOWN, OpenStreams
-from rotor.api.errors import INTERNAL_ERROR, REFUSALS, APIError, api_error, client_error
+from rotor.api.errors import INTERNAL_ERROR, REFUSALS, APIError, api_error
 from rotor.api.metrics import Metrics
 from rotor.api.observe import Observation, flag, observed
-from rotor.api.sse import Framing, SSEResponse, race_disconnect
+from rotor.api.sse import Framing, race_disconnect
+from rotor.api.sse_response import SSEResponse
+from rotor.api.streamed import PushedBody, Shaping, body
 from rotor.frontend import Frontend, ModelEntry, ModelNotFound, ResponseFailed, StartedResponse
 from rotor.pipeline.collected import Collected, collect
 from rotor.pipeline.events import ChoiceEvent
@@ -65,54 +67,6 @@ class APIView:
     shaper: Callable[[], EventShaper]
     framing: Framing
     body: Callable[[list[Collected]], dict[str, Any]]
-
-
-async def streamed(
-    resp: StartedResponse,
-    watch: Callable[[], Observation],
-    shaper: EventShaper,
-    framing: Framing,
-) -> AsyncGenerator[bytes, None]:
-    """The response's SSE bytes, one chunk per internal event that shows: the
-    metrics (`watch()`, started at the first pull), the API's shaping and
-    its framing in one loop, so a token crosses one layer on its way to the
-    socket. A failure after the start is the API's failure events."""
-    obs = watch()
-    events = resp.events
-    frames, event_of, frame = shaper.frames, shaper.event, framing.frame
-    pieces = obs.pieces
-    status = "200"
-    try:
-        data = frame(shaper.start())
-        if data:
-            yield data
-        try:
-            async for event in events:
-                if event.pieces:
-                    pieces()
-                data = frames(event)
-                if data is None:
-                    data = frame(event_of(event))
-                if data:
-                    yield data
-        except ResponseFailed as e:
-            status = "500"
-            obs.failed(str(e))
-            yield frame(shaper.fail(client_error(e.failure))) + framing.trailer
-            return
-        data = frame(shaper.finish()) + framing.trailer
-        if data:
-            yield data
-    except Exception as e:  # a bug
-        status = "500"
-        obs.failed(str(e))
-        raise
-    except BaseException:  # the client went away (cancelled, or the stream was closed)
-        status = "cancelled"
-        raise
-    finally:
-        await events.aclose()
-        obs.end(status)
 
 
 class ClientGone(Exception):
@@ -222,6 +176,7 @@ class Responder:
         shaper = api.shaper()
         framing = api.framing
         model = resp.served.name
+        shaping = Shaping(watch, shaper, framing)
 
         def failure() -> bytes:  # a bug broke the stream: the API's own ending
             return framing.tail(shaper.fail(APIError(500, INTERNAL_ERROR)))
@@ -233,13 +188,14 @@ class Responder:
             self.metrics.disconnected.labels(model).inc()
 
         return SSEResponse(
-            streamed(resp, watch, shaper, framing),
+            body(shaping, resp),
             headers,
             gone,
             failure,
             self.streams,
             shutdown,
             framing.keepalive,
+            PushedBody(shaping, resp),
         )
 
     async def _collect(

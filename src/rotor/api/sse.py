@@ -1,26 +1,17 @@
-"""Server-sent events: the two framings rotor's APIs use, and a response that
-streams them with disconnect detection.
-
-The response watches the connection while it streams: when the client goes
-away the stream is cancelled at once (which closes the pipeline and aborts the
-engine's work), not at the next write. Non-streaming routes race their work
-against the same watch (`race_disconnect`).
+"""Server-sent events: the two framings rotor's APIs use, the templates
+shapers fill per token, and the watch on the connection (`race_disconnect`)
+that the streamed response (api/sse_response.py) and the non-streaming
+routes race their work against: when the client goes away the work is
+cancelled at once (which closes the pipeline and aborts the engine's work).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import AsyncGenerator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 import orjson
-from starlette.responses import Response
-
-from rotor.api.coalesce import FIRST_PARTS, MAX_PARTS, Coalescer
-from rotor.api.drain import OpenStreams
-
-log = logging.getLogger("rotor.api")
 
 DONE = b"data: [DONE]\n\n"
 
@@ -154,147 +145,3 @@ async def race_disconnect(
                 t.cancel()
         await asyncio.gather(*waits, return_exceptions=True)
     return task if task in done else None
-
-
-class SSEResponse(Response):
-    """An ASGI response streaming `body` (already-encoded events).
-
-    `on_disconnect` is called when the client went away mid-stream. A body
-    that raises (a bug: the framings turn pipeline failures into events) is
-    logged with its traceback and the stream still ends cleanly, with
-    `failure()` as its last bytes when given. With `streams`, the stream is
-    one of the app's open streams: when they are ended (shutdown), it stops
-    and sends `shutdown()` as its last bytes. With `keepalive` (seconds,
-    bytes), a stream that wrote nothing for that long writes those bytes: a
-    timer of the response's own, so every event still passes straight from
-    the body to the socket (a task between them would cost each a hand-off,
-    and would hide what is ready from the coalescing of writes)."""
-
-    media_type = "text/event-stream"
-
-    def __init__(
-        self,
-        body: AsyncGenerator[bytes, None],
-        headers: dict[str, str] | None = None,
-        on_disconnect: Callable[[], None] | None = None,
-        failure: Callable[[], bytes] | None = None,
-        streams: OpenStreams | None = None,
-        shutdown: Callable[[], bytes] | None = None,
-        keepalive: Keepalive | None = None,
-    ) -> None:
-        self.body = body
-        self.keepalive = keepalive
-        self._wrote = False  # since the keepalive's last look
-        self._writing = False  # a write is under way (perhaps waiting for the client)
-        self.streams = streams
-        self.shutdown = shutdown
-        self.extra_headers = headers or {}
-        self.on_disconnect = on_disconnect
-        self.failure = failure
-        self.status_code = 200
-        self.background = None
-        self.complete = False  # the last bytes were sent
-
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        raw_headers = [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no"),
-        ] + [(k.lower().encode(), v.encode()) for k, v in self.extra_headers.items()]
-        batches = Coalescer(self.body)
-        streams = self.streams
-        server_send = scope.get(SERVER_SEND, send)
-        if streams is not None:
-            streams.count += 1
-        pump: asyncio.Future[None] | None = None
-        ticker: asyncio.Task[None] | None = None
-        try:
-            await send({"type": "http.response.start", "status": 200, "headers": raw_headers})
-            # The response began on its first engine event, so the first batch
-            # is ready: it goes out before any task exists (each would cost the
-            # first token a turn of the event loop).
-            if await self._write_batch(batches, send, server_send, FIRST_PARTS):
-                if self.keepalive is not None:
-                    ticker = asyncio.ensure_future(self._keep_alive(server_send, *self.keepalive))
-                # The rest, while watching the connection and the shutdown
-                # signal: whichever comes first cancels the pump (closing the
-                # body stops the engine's work).
-                stop = streams.stopping if streams is not None else None
-                pump = await race_disconnect(self._pump(batches, send, server_send), receive, stop)
-                if pump is None and stop is not None and stop.is_set():
-                    tail = self.shutdown() if self.shutdown is not None else b""
-                    await send({"type": "http.response.body", "body": tail, "more_body": False})
-                    self.complete = True
-        except Exception:  # a write failed: the client is gone
-            pump = None
-        finally:
-            if ticker is not None:
-                ticker.cancel()
-            if streams is not None:
-                streams.count -= 1
-            await batches.aclose()
-            await self.body.aclose()
-        # The pump raises only when a write failed: the client is gone. A
-        # client that closes once the whole stream was sent did not leave early.
-        client_left = not self.complete and (pump is None or pump.exception() is not None)
-        if client_left and self.on_disconnect is not None:
-            self.on_disconnect()
-
-    async def _pump(self, batches: Coalescer, send: Callable, server_send: Callable) -> None:
-        while await self._write_batch(batches, send, server_send):
-            pass
-
-    async def _keep_alive(self, server_send: Callable, interval: float, data: bytes) -> None:
-        """`data` whenever `interval` passes with no write (none under way)."""
-        message = {"type": "http.response.body", "body": data, "more_body": True}
-        while True:
-            await asyncio.sleep(interval)
-            if not self._wrote and not self._writing and not self.complete:
-                try:
-                    await server_send(dict(message))
-                except Exception:  # the client is gone: the stream's own write says so
-                    return
-            self._wrote = False
-
-    async def _write_batch(
-        self,
-        batches: Coalescer,
-        send: Callable,
-        server_send: Callable,
-        max_parts: int = MAX_PARTS,
-    ) -> bool:
-        """One write of every event ready now (`Coalescer`: the client reads the
-        same bytes, in fewer socket writes); False once the body has ended.
-        A body that raises (a bug) ends with the failure bytes, logged. The
-        last write goes through `send` (every layer sees the end), the others
-        straight to `server_send`."""
-        try:
-            chunk = await batches.pull(max_parts)
-        except Exception:
-            rid = self.extra_headers.get("x-request-id")
-            log.exception("the stream of request %s failed", rid)
-            chunk, last = self._failure_bytes(), True
-        else:
-            if chunk is None:
-                chunk, last = b"", True
-            else:
-                last = batches.done  # the last bytes end the body in the same write
-        self._wrote = self._writing = True
-        try:
-            if last:
-                await send({"type": "http.response.body", "body": chunk, "more_body": False})
-                self.complete = True
-                return False
-            await server_send({"type": "http.response.body", "body": chunk, "more_body": True})
-        finally:
-            self._writing = False
-        return True
-
-    def _failure_bytes(self) -> bytes:
-        if self.failure is None:
-            return b""
-        try:
-            return self.failure()
-        except Exception:
-            log.exception("the failure event of a broken stream could not be built")
-            return b""

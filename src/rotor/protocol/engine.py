@@ -9,7 +9,7 @@ stop on its own.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 Finish = Literal["eos", "length", "stop", "cancelled", "error"]
 
@@ -209,3 +209,41 @@ def merge_outputs(items: list[EngineOutput]) -> list[EngineOutput]:
         merged.append(item)
         last = item
     return merged
+
+
+# -- pushed streams -------------------------------------------------------------
+
+
+class Delivery(Protocol):
+    """Where a pushed stream's outputs go (`Pushed.deliver`). Called in the
+    engine's own turn of the event loop, one call per request per step:
+    the reader does its work there and then (decode, shape, write), with no
+    task of its own to wake for every token."""
+
+    def outputs(self, outputs: list[EngineOutput]) -> bool:
+        """These outputs, in order. False: the reader cannot take more now
+        (its client reads slowly); the engine stops computing the request
+        until `Pushed.resume()`."""
+        ...
+
+    def ended(self, error: EngineError | None) -> None:
+        """The stream is over: what StopAsyncIteration (None) or the error
+        would have told a reader that pulls. Called once, last."""
+        ...
+
+
+@runtime_checkable
+class Pushed(Protocol):
+    """An engine stream that can push its outputs instead of being pulled.
+    A reader that has pulled what it needed (the first output) calls
+    `deliver`: the outputs it has not read yet go to the delivery at once,
+    every later one as the engine makes it, and `__anext__` is never
+    called again. `stop()` ends the request's work at once (as closing the
+    stream would; nothing more is delivered); `resume()` after a delivery
+    said False."""
+
+    def deliver(self, delivery: Delivery) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def stop(self) -> None: ...

@@ -15,9 +15,9 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from typing import Any
 
 from rotor import tracing
 from rotor.engines.adapters import AdapterBook
@@ -30,6 +30,13 @@ from rotor.engines.mocker.sampler import LogprobMaker, RandomSource, biased, rea
 from rotor.engines.mocker.scheduler import Scheduler
 from rotor.engines.mocker.script import ScriptSource, parse_script
 from rotor.engines.mocker.sequence import Sequence, SequenceStatus, TokenSource
+from rotor.engines.mocker.stream import (
+    OUTBOX_WINDOW,
+    Closed,
+    MockerStream,
+    Outbox,
+    RequestState,
+)
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol.engine import (
@@ -62,105 +69,6 @@ OFF_LOOP_SCRIPT_CHARS = 4096
 SCRIPT_WORKERS = 1
 
 
-@dataclass(frozen=True, slots=True)
-class _Closed:
-    """Queue marker: this choice ends with no further output (aborted, or `eof`)."""
-
-    index: int
-
-
-# Tokens a request's consumer may leave unread before its sequences stop
-# being computed (backpressure: a slow reader holds a bounded backlog).
-OUTBOX_WINDOW = 256
-
-
-class _Outbox:
-    """A request's outputs, read in batches: when the consumer falls behind, what
-    piled up is handed over at once (and merged per choice), so a loaded server
-    writes one chunk per batch of tokens instead of one per token. `tokens`
-    unread past OUTBOX_WINDOW make the engine hold the request.
-
-    Per token it costs an append and, when the reader waits, one future made on
-    the loop it was given (no asyncio.Event: its wait looks the loop up, a
-    getpid() each time)."""
-
-    __slots__ = ("_items", "_waiter", "_loop", "tokens")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._items: list[EngineOutput | _Closed] = []
-        self._waiter: asyncio.Future[None] | None = None
-        self._loop = loop
-        self.tokens = 0
-
-    def put_nowait(self, item: EngineOutput | _Closed) -> None:
-        self._items.append(item)
-        if type(item) is EngineOutput:
-            self.tokens += len(item.token_ids)
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-
-    async def get_all(self) -> list[EngineOutput | _Closed]:
-        while not self._items:
-            waiter = self._waiter = self._loop.create_future()
-            try:
-                await waiter
-            finally:
-                if self._waiter is waiter:
-                    self._waiter = None
-        items, self._items = self._items, []
-        self.tokens = 0
-        return items
-
-
-def _merge(items: list[EngineOutput | _Closed]) -> list[EngineOutput | _Closed]:
-    """Each choice's outputs become one output carrying all their tokens (and its
-    finish, if one came), in the place of the choice's first output; choices may
-    interleave. A choice's `_Closed` stays after its output."""
-    if len(items) == 1:  # the reader kept up: nothing to merge
-        return items
-    merged: list[EngineOutput | _Closed] = []
-    pending: dict[int, EngineOutput] = {}  # per choice: the output still taking tokens
-    for item in items:
-        if isinstance(item, _Closed):
-            pending.pop(item.index, None)
-            merged.append(item)
-            continue
-        into = pending.get(item.index)
-        if into is None:
-            merged.append(item)
-            into = item
-        else:
-            into.token_ids.extend(item.token_ids)
-            if into.logprobs is not None and item.logprobs is not None:
-                into.logprobs.extend(item.logprobs)
-            into.finish, into.matched, into.error = item.finish, item.matched, item.error
-            if into.cached_tokens is None:
-                into.cached_tokens = item.cached_tokens
-        if into.finish is None:
-            pending[item.index] = into
-        else:
-            pending.pop(item.index, None)
-    return merged
-
-
-@dataclass(slots=True)
-class _Request:
-    seqs: list[Sequence]
-    logprobs: list[LogprobMaker | None]
-    queue: _Outbox
-    aborted: set[int] = field(default_factory=set)
-    prefill_only: bool = False  # one token, then the prompt's blocks pinned for a decode worker
-
-    @property
-    def cached_tokens(self) -> int:
-        """Prompt tokens the prefix cache held when the request was first admitted:
-        its first admitted choice's count (choices are admitted in index order)."""
-        return next((s.cached_tokens for s in self.seqs if s.cached_tokens is not None), 0)
-
-
 class MockerEngine:
     def __init__(
         self, card: ModelCard, tokenizer: Tokenizer, config: MockerConfig | None = None
@@ -190,7 +98,11 @@ class MockerEngine:
         self.steps = 0
         self.simulated_ms = 0.0
         self.tokens_generated = 0
-        self._requests: dict[str, _Request] = {}
+        self._requests: dict[str, RequestState] = {}
+        # The outboxes of pushed streams holding outputs for their readers
+        # (MockerStream.deliver), handed over at the next delivery point.
+        self.due: list[Outbox] = []
+        self._delivery_soon = False
         self.holds = Holds(self.scheduler.kv, config.kv_hold_timeout_s)
         self._fetch: KVFetch | None = None  # set by the worker that serves this engine
         self._releasing: set[asyncio.Task[None]] = set()
@@ -243,49 +155,55 @@ class MockerEngine:
 
     # -- Engine interface --------------------------------------------------
 
-    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
-        """Admit the request's n sequences and relay their outputs until every
-        choice has ended; leaving early aborts whatever is still running."""
-        with self._adapters.using(request.lora):  # its adapter stays while it runs
-            script = self._parse(request)
-            self._check_admissible(request.request_id)
-            rid = request.request_id
-            transfer = request.annotations.get(KV_TRANSFER)
-            if transfer is not None:
-                self._tokenizing.setdefault(rid, set())  # an abort meanwhile applies once admitted
-                try:
-                    await self._fetch_blocks(request, transfer)
-                except BaseException:
-                    self._tokenizing.pop(rid, None)
-                    raise
-            ids = await self._script_ids(request, script) if script is not None else None
-            aborted = self._tokenizing.pop(rid, set())  # while it was tokenized
-            req = self._admit(request, script, ids)
-            if aborted is None:
-                self.abort(rid)
-            for index in sorted(aborted or ()):
-                self.abort(rid, index)
-            done: set[int] = set()
+    def generate(self, request: EngineRequest) -> MockerStream:
+        """The request's outputs until every choice has ended (admitted on the
+        first read); closing the stream early aborts whatever is still running.
+        A reader may switch it to push (`MockerStream.deliver`)."""
+        return MockerStream(self, request)
+
+    async def admit(self, request: EngineRequest) -> RequestState:
+        """Check the request and queue its sequences (after its KV fetch, or its
+        long script's tokenization); an abort that came meanwhile applies now."""
+        script = self._parse(request)
+        self._check_admissible(request.request_id)
+        rid = request.request_id
+        transfer = request.annotations.get(KV_TRANSFER)
+        if transfer is not None:
+            self._tokenizing.setdefault(rid, set())  # an abort meanwhile applies once admitted
             try:
-                while len(done) < request.n:
-                    items = await req.queue.get_all()
-                    if rid in self.scheduler.held:  # read again: compute it again
-                        self.scheduler.held.discard(rid)
-                        self._wake.set()
-                    for item in _merge(items):
-                        if isinstance(item, _Closed):
-                            done.add(item.index)
-                            continue
-                        if item.index in req.aborted:
-                            continue
-                        if item.finish is not None:
-                            done.add(item.index)
-                        yield item
-            finally:
-                if len(done) < request.n:
-                    self.abort(rid)
-                self._requests.pop(rid, None)
-                self.scheduler.held.discard(rid)
+                await self._fetch_blocks(request, transfer)
+            except BaseException:
+                self._tokenizing.pop(rid, None)
+                raise
+        ids = await self._script_ids(request, script) if script is not None else None
+        aborted = self._tokenizing.pop(rid, set())  # while it was tokenized
+        req = self._admit(request, script, ids)
+        if aborted is None:
+            self.abort(rid)
+        for index in sorted(aborted or ()):
+            self.abort(rid, index)
+        return req
+
+    def adapter_in_use(self, name: str | None) -> contextlib.AbstractContextManager[Any]:
+        """The request's adapter (None: the base model) kept while it runs."""
+        return self._adapters.using(name)
+
+    def forget(self, request_id: str, abort: bool) -> None:
+        """Its reader is done: stop what still runs (`abort`), drop the request."""
+        if abort:
+            self.abort(request_id)
+        self._requests.pop(request_id, None)
+        self.scheduler.held.discard(request_id)
+
+    def hold_request(self, request_id: str) -> None:
+        """Its reader is behind: compute nothing more for it until it resumes."""
+        self.scheduler.held.add(request_id)
+
+    def resume_request(self, request_id: str) -> None:
+        held = self.scheduler.held
+        if held and request_id in held:
+            held.discard(request_id)
+            self._wake.set()
 
     async def embed(self, inputs: list[list[int]], dimensions: int | None) -> list[list[float]]:
         """A unit vector per input (mocker/embed.py), after the simulated time
@@ -344,7 +262,8 @@ class MockerEngine:
                 continue
             req.aborted.add(seq.index)  # outputs still queued for it are dropped too
             self.scheduler.finish(seq)
-            req.queue.put_nowait(_Closed(seq.index))
+            req.queue.put_nowait(Closed(seq.index))
+        self._deliver_soon()
 
     def state(self) -> EngineState:
         kv = self.scheduler.kv
@@ -463,7 +382,7 @@ class MockerEngine:
         request: EngineRequest,
         parsed: MockScript | None,
         script_ids: list[list[int]] | None = None,
-    ) -> _Request:
+    ) -> RequestState:
         """Queue the request's sequences; `script_ids`: the token ids of the
         script's texts (`_script_ids`), when it has one."""
         eos_id = self._eos_id(request)
@@ -514,7 +433,7 @@ class MockerEngine:
                 if seeded:
                     maker.skip(resume)
             makers.append(maker)
-        req = _Request(seqs, makers, _Outbox(asyncio.get_running_loop()))
+        req = RequestState(seqs, makers, Outbox(asyncio.get_running_loop()))
         req.prefill_only = bool(request.annotations.get(PREFILL_ONLY))
         self._requests[request.request_id] = req
         for seq in seqs:
@@ -527,6 +446,7 @@ class MockerEngine:
     async def _loop(self) -> None:
         while True:
             if not self.scheduler.has_work():
+                self._deliver()
                 self._wake.clear()
                 await self._wake.wait()
                 self._start_slice()
@@ -557,6 +477,8 @@ class MockerEngine:
             first |= self._sample(seq)
         if ratio == 0:
             await self._hand_over(first)
+        else:
+            self._deliver()  # a step at real pace: its outputs go now
 
     async def _hand_over(self, first: bool) -> None:
         """At ratio 0, after a step: the event loop's turn once the slice is
@@ -568,8 +490,38 @@ class MockerEngine:
         over = self._slice_steps >= fewest and self._clock() >= self._slice_end
         if over or (first and not self._cut_short):
             self._cut_short = not over
-            await self._sleep(0)  # readers, new requests
+            self._deliver()  # pushed readers take the slice's outputs now
+            await self._sleep(0)  # readers that pull, new requests
             self._start_slice()
+
+    def _deliver(self) -> None:
+        """A delivery point: every pushed stream with outputs waiting gets them
+        now, in the engine's own turn (MockerStream.push)."""
+        due = self.due  # the outboxes hold this very list: emptied, never replaced
+        if not due:
+            return
+        boxes = due.copy()
+        due.clear()
+        for box in boxes:
+            stream = box.stream
+            items = box.take()
+            if stream is not None:
+                stream.push(items)
+
+    def _deliver_soon(self) -> None:
+        """Outputs put outside the step loop (an abort, a failure) reach pushed
+        readers in a turn of their own, not inside whoever caused them."""
+        if self.due and not self._delivery_soon:
+            self._delivery_soon = True
+
+            def deliver() -> None:
+                self._delivery_soon = False
+                self._deliver()
+
+            try:
+                asyncio.get_running_loop().call_soon(deliver)
+            except RuntimeError:  # no loop runs (a stream dropped at exit): nobody reads
+                self._delivery_soon = False
 
     def _start_slice(self) -> None:
         self._slice_end = self._clock() + self.config.step_slice_ms / 1000.0
@@ -605,7 +557,7 @@ class MockerEngine:
         if out.finish is not None or closed:
             self.scheduler.finish(seq)
         if closed:
-            req.queue.put_nowait(_Closed(seq.index))
+            req.queue.put_nowait(Closed(seq.index))
         return first
 
     def _fail_all(self, message: str) -> None:
@@ -617,6 +569,7 @@ class MockerEngine:
                     req.queue.put_nowait(
                         EngineOutput(index=seq.index, finish="error", error=message)
                     )
+        self._deliver_soon()
 
     # -- disaggregated serving: the KV handover ------------------------------
 

@@ -36,7 +36,7 @@ from rotor.engines.base import (
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol import codec
-from rotor.protocol.engine import EngineError
+from rotor.protocol.engine import EngineError, EngineOutput, Pushed
 from rotor.protocol.kv import KVEvent
 from rotor.protocol.lease import LEASE_TTL_S, RENEW_S, Lease, Role
 from rotor.runtime.nats import messages as wire
@@ -288,44 +288,39 @@ class WorkerService:
         steps: str | None = None,
     ) -> None:
         """The request's outputs, numbered, to its frontend: in that
-        frontend's batches (`steps`), or one message each to `reply`."""
+        frontend's batches (`steps`), or one message each to `reply`. Once
+        the first output is out, an engine that pushes (the mocker) hands
+        the rest to the batch in its own turn (`_Relay`): no task is woken
+        per token here either."""
         tracing.use(span)  # this task's (and its children's) span: a KV fetch's parent
-        seq = 0
-        quiet = asyncio.Event()
-        rid = request.request_id
-        batches = self._batches
-
-        async def send(kind: str, payload: bytes | None = None) -> None:
-            nonlocal seq
-            if steps is not None:
-                size = ENTRY_BYTES + (len(payload) if payload else 0)
-                batches.add(steps, (rid, seq, kind, payload), size, wire.batch)
-            else:
-                await self.nc.publish(reply, wire.message(seq, kind, payload))
-            seq += 1
-            quiet.clear()
+        out_to = _Reply(self.nc, self._batches, request.request_id, reply, steps)
 
         async def heartbeat() -> None:
             while True:
-                quiet.set()
+                out_to.quiet = True
                 await asyncio.sleep(wire.HEARTBEAT_S)
-                if quiet.is_set():
-                    await send(wire.HEARTBEAT)
+                if out_to.quiet:
+                    await out_to.send(wire.HEARTBEAT)
 
         beat = asyncio.create_task(heartbeat())
         stream = follow(span, self.engine.generate(request))  # (itself when tracing is off)
         try:
             async for out in stream:
-                await send(wire.OUTPUTS, codec.encode_outputs([out]))
-            await send(wire.DONE)
+                await out_to.send(wire.OUTPUTS, codec.encode_outputs([out]))
+                if steps is not None and isinstance(stream, Pushed):
+                    relay = _Relay(out_to)
+                    stream.deliver(relay)
+                    await relay.over
+                    return
+            await out_to.send(wire.DONE)
         except asyncio.CancelledError:
             span.set({"rotor.aborted": True})
             raise
         except EngineError as e:
-            await send(wire.ERROR, codec.encode_error(e))
+            await out_to.send(wire.ERROR, codec.encode_error(e))
         except Exception as e:
             log.exception("request %s failed on worker %s", request.request_id, self.worker_id)
-            await send(wire.ERROR, codec.encode_error(EngineError(str(e), "internal")))
+            await out_to.send(wire.ERROR, codec.encode_error(EngineError(str(e), "internal")))
         finally:
             beat.cancel()
             await asyncio.gather(beat, return_exceptions=True)
@@ -423,3 +418,56 @@ class WorkerService:
             headers=tracing.current().headers(),  # tracing on: the fetch's span crosses over
         )
         return [int(h) for h in msgpack.unpackb(reply.data)["hashes"]]
+
+
+class _Reply:
+    """Where one request's stream messages go, numbered: its frontend's
+    batch (`steps`, added at once), or its own reply subject (published)."""
+
+    __slots__ = ("_nc", "_batches", "_rid", "_reply", "_steps", "_seq", "quiet")
+
+    def __init__(
+        self, nc: Client, batches: StepBatcher, rid: str, reply: str, steps: str | None
+    ) -> None:
+        self._nc, self._batches = nc, batches
+        self._rid, self._reply, self._steps = rid, reply, steps
+        self._seq = 0
+        self.quiet = False  # nothing was sent since the heartbeat's last look
+
+    def add(self, kind: str, payload: bytes | None = None) -> None:
+        """To the batch (a request whose frontend takes batches)."""
+        size = ENTRY_BYTES + (len(payload) if payload else 0)
+        self._batches.add(self._steps, (self._rid, self._seq, kind, payload), size, wire.batch)  # type: ignore[arg-type]
+        self._seq += 1
+        self.quiet = False
+
+    async def send(self, kind: str, payload: bytes | None = None) -> None:
+        if self._steps is not None:
+            self.add(kind, payload)
+            return
+        await self._nc.publish(self._reply, wire.message(self._seq, kind, payload))
+        self._seq += 1
+        self.quiet = False
+
+
+class _Relay:
+    """A pushed stream's outputs into the frontend's batch, in the engine's
+    turn (rotor.protocol.engine.Delivery); `over` once its end is sent."""
+
+    __slots__ = ("_to", "over")
+
+    def __init__(self, to: _Reply) -> None:
+        self._to = to
+        self.over: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def outputs(self, outputs: list[EngineOutput]) -> bool:
+        self._to.add(wire.OUTPUTS, codec.encode_outputs(outputs))
+        return True
+
+    def ended(self, error: EngineError | None) -> None:
+        if error is None:
+            self._to.add(wire.DONE)
+        else:
+            self._to.add(wire.ERROR, codec.encode_error(error))
+        if not self.over.done():
+            self.over.set_result(None)

@@ -1,0 +1,200 @@
+"""A choice pulled and the same choice pushed (pipeline/generate.py's
+ChoiceRun): for any engine outputs, cut into any batches the engine might
+push them in, the same events in the same order, the same failure, and one
+abort when the frontend ends the choice itself — and the real mocker's
+push gives what its pull gives."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rotor.engines.mocker import MockerConfig, MockerEngine
+from rotor.pipeline.choice import ChoicePipeline
+from rotor.pipeline.decode import ChoiceDecoder
+from rotor.pipeline.events import ChoiceEvent, ResponseFailed, Usage
+from rotor.pipeline.generate import ChoiceRun
+from rotor.pipeline.parse.message import MessageParser
+from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, StopParams
+
+from support.mocker import CARD, TOK, request
+
+EOS = CARD.eos_token_ids[0]
+
+
+class Scripted:
+    """An engine whose one stream gives `outputs` (then `error`, if any):
+    pulled, or pushed in `batches` after the first output."""
+
+    def __init__(
+        self, outputs: list[EngineOutput], batches: list[int], error: EngineError | None, push: bool
+    ) -> None:
+        self.outputs, self.batches, self.error, self.push = outputs, batches, error, push
+        self.stops = 0
+
+    def generate(self, request: EngineRequest) -> Any:
+        return _PushStream(self) if self.push else self._pull()
+
+    async def _pull(self) -> AsyncIterator[EngineOutput]:
+        for out in self.outputs:
+            yield out
+        if self.error is not None:
+            raise self.error
+
+
+class _PushStream:
+    def __init__(self, engine: Scripted) -> None:
+        self.engine = engine
+        self.left = list(engine.outputs)
+        self.stopped = False
+
+    async def __anext__(self) -> EngineOutput:
+        if not self.left:
+            if self.engine.error is not None:
+                raise self.engine.error
+            raise StopAsyncIteration
+        return self.left.pop(0)
+
+    async def aclose(self) -> None:
+        pass
+
+    def deliver(self, delivery: Any) -> None:
+        sizes = iter(self.engine.batches)
+        while self.left and not self.stopped:
+            size = max(1, next(sizes, 1))
+            batch, self.left = self.left[:size], self.left[size:]
+            delivery.outputs(batch)
+        if not self.stopped:
+            delivery.ended(self.engine.error)
+
+    def resume(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.engine.stops += 1
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.events: list[ChoiceEvent] = []
+        self.end: Any = None
+
+    def event(self, event: ChoiceEvent) -> bool:
+        self.events.append(event)
+        return True
+
+    def ended(self) -> None:
+        self.end = "ended"
+
+    def failed(self, error: ResponseFailed) -> None:
+        self.end = ("failed", error.failure.message)
+
+
+def _choice(max_tokens: int, stops: list[str]) -> tuple[ChoicePipeline, Usage]:
+    params = StopParams(max_tokens=max_tokens, eos_token_ids=[EOS])
+    decoder = ChoiceDecoder(params, stops, False, decoder=TOK.decoder(True), token_text=TOK.decode)
+    pipe = ChoicePipeline(0, decoder, MessageParser())
+    return pipe, Usage(0, [decoder])
+
+
+def _outputs(ids: list[list[int]], finish: str | None) -> list[EngineOutput]:
+    outs = [EngineOutput(token_ids=list(chunk)) for chunk in ids]
+    if outs and finish is not None:
+        outs[-1].finish = finish
+        if finish == "eos":
+            outs[-1].token_ids.append(EOS)
+            outs[-1].matched = EOS
+    return outs
+
+
+def _key(e: ChoiceEvent) -> tuple:
+    finished = e.finished and (e.finished.finish_reason, e.finished.stop_reason, e.finished.end)
+    return (e.index, [(type(p).__name__, getattr(p, "text", None)) for p in e.pieces], finished)
+
+
+async def _run(engine: Scripted, max_tokens: int, stops: list[str]) -> tuple[list[tuple], Any]:
+    pipe, usage = _choice(max_tokens, stops)
+    run = ChoiceRun(engine, EngineRequest("r", CARD.name, [1]), pipe, 0, usage, True)
+    events: list[ChoiceEvent] = []
+    try:
+        events.append(await run.__anext__())  # the first, as the frontend primes it
+    except (StopAsyncIteration, ResponseFailed) as e:
+        return [], repr(e)
+    if engine.push and run.pushable:
+        sink = Sink()
+        assert run.deliver(sink)
+        return [_key(e) for e in events + sink.events], sink.end
+    try:
+        async for event in run:
+            events.append(event)
+    except ResponseFailed as e:
+        return [_key(x) for x in events], ("failed", e.failure.message)
+    return [_key(e) for e in events], "ended"
+
+
+ids = st.lists(st.lists(st.integers(3, 300), min_size=1, max_size=3), min_size=1, max_size=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ids,
+    st.sampled_from([None, "stop", "length", "eos", "error"]),
+    st.lists(st.integers(1, 5), max_size=10),
+    st.integers(1, 40),
+    st.lists(st.sampled_from(["a", "b", "ab", "\n"]), max_size=2),
+    st.booleans(),
+)
+def test_pushed_choices_make_the_pulled_events(
+    chunks: list[list[int]],
+    finish: str | None,
+    batches: list[int],
+    max_tokens: int,
+    stops: list[str],
+    broken: bool,
+) -> None:
+    outs = _outputs(chunks, finish)
+    error = EngineError("the engine broke", "internal") if broken and finish is None else None
+    pulled = asyncio.run(_run(Scripted(outs, batches, error, False), max_tokens, stops))
+    outs = _outputs(chunks, finish)
+    pushed_engine = Scripted(outs, batches, error, True)
+    pushed = asyncio.run(_run(pushed_engine, max_tokens, stops))
+    assert pushed == pulled
+    if pulled[1] == "ended" and pulled[0]:
+        assert pulled[0][-1][2] is not None  # every choice ends in an event with its finish
+    assert pushed_engine.stops <= 1  # the frontend ends it once, or the engine did
+
+
+@pytest.mark.parametrize("slice_ms", [0.0, 1.0])
+async def test_the_mockers_pushed_choice_is_its_pulled_one(slice_ms: float) -> None:
+    engine = MockerEngine(CARD, TOK, MockerConfig(speedup_ratio=0, step_slice_ms=slice_ms))
+    await engine.start()
+    try:
+        results = []
+        for push in (False, True):
+            pipe, usage = _choice(500, [])
+            job = request(stop=StopParams(max_tokens=500, ignore_eos=True))
+            job.sampling.seed = 11
+            run = ChoiceRun(engine, job, pipe, 0, usage, True)
+            events = [await run.__anext__()]
+            if push:
+                sink = Sink()
+                assert run.deliver(sink)
+                while sink.end is None:
+                    await asyncio.sleep(0)
+                events += sink.events
+            else:
+                events += [e async for e in run]
+            text = "".join(p.text for e in events for p in e.pieces)  # type: ignore[union-attr]
+            results.append((text, events[-1].finished.finish_reason, usage.completion_tokens))  # type: ignore[union-attr]
+        assert results[0] == results[1]
+        assert results[0][1:] == ("length", 500)
+        state = engine.state()
+        assert (state.active_requests, state.running) == (0, 0)
+    finally:
+        await engine.stop()

@@ -13,6 +13,7 @@ import pytest
 from rotor.engines.mocker import MockerConfig, MockerEngine
 from rotor.protocol.engine import EngineRequest, SamplingParams, StopParams
 
+from support.clock import FakeClock
 from support.mocker import EOS, TOK, MakeEngine, collect, ids_of, request
 
 SYSTEM = "<|im_start|>system\nYou are a helpful assistant. Answer briefly.<|im_end|>\n"
@@ -177,14 +178,18 @@ async def _timed_run(engine: MockerEngine, decode_steps: int) -> float:
 
 
 async def _recorded_sleeps(engine: MockerEngine, decode_steps: int) -> list[float]:
-    """What the step loop asked to sleep, one entry per step (without sleeping)."""
+    """What the step loop asked to sleep, one entry per step (without
+    sleeping: its clock moves by what it asked, and by nothing else)."""
     sleeps: list[float] = []
+    clock = FakeClock(100.0)
 
     async def record(seconds: float) -> None:
         sleeps.append(seconds)
+        clock.now += seconds
         await asyncio.sleep(0)
 
     engine._sleep = record
+    engine._clock = clock
     outs = await collect(engine, request(_script(decode_steps), "Hi"))
     assert len(outs) == decode_steps + 1
     return sleeps
@@ -202,6 +207,46 @@ async def test_speedup_ratio_scales_sleep(make_engine: MakeEngine) -> None:
     assert slow_sleeps == pytest.approx([0.0] + [0.1] * 20)
     assert fast_sleeps == pytest.approx([s / 10 for s in slow_sleeps])
     assert sum(slow_sleeps) == pytest.approx(slow.state().simulated_ms / 1000)
+
+
+@pytest.mark.parametrize(("work_ms", "expected_ms"), [(30.0, 70.0), (150.0, 0.0)])
+async def test_a_pushed_readers_work_does_not_lengthen_the_steps(
+    make_engine: MakeEngine, work_ms: float, expected_ms: float
+) -> None:
+    """A reader that takes the outputs pushed (its work done in the engine's
+    turn) overlaps the next step, as a device computes while the frontend
+    streams: a 100 ms step after 30 ms of such work waits 70 ms more; after
+    150 ms (the frontend is the bottleneck) it waits no more and the steps
+    after it keep their own pace from then, with no burst to catch up."""
+    engine = await make_engine(**_timed_config(1.0, 100.0))
+    clock = FakeClock(100.0)
+    sleeps: list[float] = []
+
+    async def record(seconds: float) -> None:
+        sleeps.append(seconds)
+        clock.now += seconds
+        await asyncio.sleep(0)
+
+    engine._sleep, engine._clock = record, clock
+
+    class Slow:
+        ended_ = asyncio.get_running_loop().create_future()
+
+        def outputs(self, outputs: list[Any]) -> bool:
+            clock.now += work_ms / 1000  # the frontend's work on this step's outputs
+            return True
+
+        def ended(self, error: Any) -> None:
+            self.ended_.set_result(None)
+
+    stream = engine.generate(request(_script(6), "Hi"))
+    await stream.__anext__()  # the prefill's token, read
+    reader = Slow()
+    stream.deliver(reader)
+    await reader.ended_
+    decode_sleeps = sleeps[1:]  # the prefill's step was free
+    assert decode_sleeps[0] == pytest.approx(0.1)  # nothing pushed yet: the whole step
+    assert decode_sleeps[1:] == pytest.approx([expected_ms / 1000] * (len(decode_sleeps) - 1))
 
 
 async def test_steps_really_sleep(make_engine: MakeEngine) -> None:

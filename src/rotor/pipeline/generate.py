@@ -157,14 +157,15 @@ class ChoiceRun:
     @property
     def pushable(self) -> bool:
         """Its engine stream can push, and more is to come."""
-        return not self._over and isinstance(self._stream, Pushed)
+        stream = self._stream
+        return not self._over and isinstance(stream, Pushed) and stream.pushable
 
     def deliver(self, sink: EventSink) -> bool:
         """Push the rest of the choice's events to `sink` (what the engine has
         made and not yet read at once, in this call); False, and nothing
         changes, when its engine stream cannot push (then pull it)."""
         stream = self._stream
-        if self._over or not isinstance(stream, Pushed):
+        if self._over or not isinstance(stream, Pushed) or not stream.pushable:
             return False
         self._sink = sink
         stream.deliver(self)
@@ -199,10 +200,10 @@ class ChoiceRun:
             if self._over and out.finish is None:  # the frontend ended it: stop the engine now
                 self.stop()
             keep = sink.event(event)
-            if self._over:
+            if self._over:  # its last event: the stream's own end is a formality
                 self._sink = None
                 sink.ended()
-                return False
+                return True
         return keep
 
     def ended(self, error: EngineError | None) -> None:

@@ -240,7 +240,11 @@ class Pushed(Protocol):
     every later one as the engine makes it, and `__anext__` is never
     called again. `stop()` ends the request's work at once (as closing the
     stream would; nothing more is delivered); `resume()` after a delivery
-    said False."""
+    said False. `pushable` says whether `deliver` may be called now (a
+    stream may only push in some states, a remote one between migrations)."""
+
+    @property
+    def pushable(self) -> bool: ...
 
     def deliver(self, delivery: Delivery) -> None: ...
 

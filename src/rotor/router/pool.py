@@ -23,6 +23,7 @@ fills it), and tells whoever built it when a worker joins (`on_join`).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import logging
 import time
@@ -37,10 +38,12 @@ from rotor.protocol.engine import (
     KV_TRANSFER,
     PREFILL_ONLY,
     RESUME_FROM,
+    Delivery,
     EngineError,
     EngineOutput,
     EngineRequest,
     EngineState,
+    Pushed,
 )
 from rotor.protocol.lease import Lease
 from rotor.router import migration
@@ -227,7 +230,15 @@ class Pool:
         """Where a running request went (until its consumer's turn after its end)."""
         return self._routed.get(request_id)
 
-    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+    def generate(self, request: EngineRequest) -> PoolStream:
+        """The request's outputs from its worker, moved to another one when
+        that one fails (up to the migration limit): read, or pushed (`PoolStream`)."""
+        attempt = _Attempt()
+        return PoolStream(self._generate(request, attempt), attempt)
+
+    async def _generate(self, request: EngineRequest, now: _Attempt) -> AsyncIterator[EngineOutput]:
+        """The attempts, one after another; `now` says, at each output it
+        yields, whether the attempt's own stream may push the rest."""
         rid = request.request_id
         progress = migration.Progress()
         tried: set[str] = set()
@@ -263,6 +274,7 @@ class Pool:
                 span = _attempt_span(worker, attempt, migrations, moved, handover is not None)
                 sent = progress.tokens
                 stream = self.link.generate(worker, attempt, self.request_timeout, span.headers())
+                now.stream, now.progress = stream, progress
                 try:
                     async for out in stream:
                         if prefill:
@@ -275,7 +287,9 @@ class Pool:
                             first, held = held, None
                             yield first
                         progress.add(out)
+                        now.steady = True  # nothing left to do per output but count it
                         yield out
+                        now.steady = False
                     if held is not None:  # (a decode stream that said nothing)
                         yield held
                     return
@@ -566,3 +580,155 @@ def _decision_attributes(
 
 def _transfer_id(handover: _Handover) -> str:
     return str(handover.transfer.get("transfer_id", ""))
+
+
+class _Attempt:
+    """What a request's attempt shares with its `PoolStream`: its worker's
+    stream and the progress so far, and whether, at the output just
+    yielded, nothing is left to do per output but count it (no prefill to
+    note, no handover, no held first token)."""
+
+    __slots__ = ("stream", "progress", "steady")
+
+    def __init__(self) -> None:
+        self.stream: Any = None
+        self.progress: migration.Progress | None = None
+        self.steady = False
+
+
+class PoolStream:
+    """A pool's stream of one request (rotor.protocol.engine.Pushed when its
+    worker's stream pushes): read, it is the pool's generator; pushed, the
+    worker's stream hands its outputs straight to the reader, each counted
+    for a migration. When that stream fails the generator takes over again
+    (the error thrown in where it stopped, as if read): the migration runs
+    in a task of its own and its outputs go on to the reader, pushed again
+    once the new attempt can."""
+
+    __slots__ = ("_gen", "_now", "_delivery", "_task", "_stopped", "_context")
+
+    def __init__(self, gen: AsyncIterator[EngineOutput], now: _Attempt) -> None:
+        self._gen = gen
+        self._now = now
+        self._delivery: Delivery | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+        # the reader's context (its request's span): a migration's spans are its children
+        self._context: contextvars.Context | None = None
+
+    def __aiter__(self) -> PoolStream:
+        return self
+
+    def __anext__(self) -> Any:
+        return self._gen.__anext__()
+
+    async def aclose(self) -> None:
+        self._stopped = True
+        if self._task is not None:
+            self._task.cancel()
+        stream = self._now.stream
+        if isinstance(stream, Pushed):
+            stream.stop()
+        await self._gen.aclose()  # type: ignore[attr-defined]
+
+    # -- pushed ----------------------------------------------------------------------
+
+    @property
+    def pushable(self) -> bool:
+        stream = self._now.stream
+        return (
+            self._now.steady
+            and not self._stopped
+            and isinstance(stream, Pushed)
+            and stream.pushable
+        )
+
+    def deliver(self, delivery: Delivery) -> None:
+        self._delivery = delivery
+        self._context = contextvars.copy_context()
+        self._now.stream.deliver(self)
+
+    def resume(self) -> None:
+        stream = self._now.stream
+        if isinstance(stream, Pushed):
+            stream.resume()
+
+    def stop(self) -> None:
+        """The reader is gone: the worker's request stops, the pool lets go."""
+        self._delivery = None
+        self._stopped = True
+        stream = self._now.stream
+        if isinstance(stream, Pushed):
+            stream.stop()
+        self._later(self._gen.aclose())  # type: ignore[attr-defined]
+
+    # the worker's stream's delivery (rotor.protocol.engine.Delivery)
+
+    def outputs(self, outputs: list[EngineOutput]) -> bool:
+        delivery = self._delivery
+        if delivery is None:
+            return False
+        progress = self._now.progress
+        if progress is not None:
+            for out in outputs:
+                progress.add(out)
+        return delivery.outputs(outputs)
+
+    def ended(self, error: EngineError | None) -> None:
+        delivery = self._delivery
+        if delivery is None:
+            return
+        if error is None:  # the attempt ended: the pool's own end (its spans, its counts)
+            self._delivery = None
+            self._later(self._gen.aclose())  # type: ignore[attr-defined]
+            delivery.ended(None)
+            return
+        self._now.steady = False
+        self._task = self._in_context(self._carry_on(error))
+
+    async def _carry_on(self, error: EngineError) -> None:
+        """The generator's own way on from a failed attempt (a migration, or
+        the error to end with), read and handed on until it can push again."""
+        gen = self._gen
+        try:
+            out = await gen.athrow(error)  # type: ignore[attr-defined]
+            while self._delivery is not None:
+                self._delivery.outputs([out])  # (a held reader: nothing to hold here)
+                if self.pushable:
+                    self._now.stream.deliver(self)
+                    return
+                out = await gen.__anext__()
+        except StopAsyncIteration:
+            delivery, self._delivery = self._delivery, None
+            if delivery is not None:
+                delivery.ended(None)
+        except EngineError as e:
+            delivery, self._delivery = self._delivery, None
+            if delivery is not None:
+                delivery.ended(e)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a bug: the reader ends with it, not a hang
+            log.exception("a pushed pool stream failed")
+            delivery, self._delivery = self._delivery, None
+            if delivery is not None:
+                delivery.ended(EngineError(f"{type(e).__name__}: {e}", "internal"))
+        finally:
+            self._task = None
+
+    def _later(self, work: Any) -> None:
+        """An ending's async part, in a turn of its own."""
+        task = self._in_context(work)
+        _BACKGROUND.add(task)
+        task.add_done_callback(_BACKGROUND.discard)
+
+    def _in_context(self, work: Any) -> asyncio.Task[Any]:
+        """A task in the reader's context (pushed outputs arrive in the
+        transport's, where no request's span is current)."""
+        create = asyncio.get_running_loop().create_task
+        if self._context is None:
+            return create(work)
+        return self._context.run(create, work)
+
+
+_BACKGROUND: set[asyncio.Task[Any]] = set()  # endings under way (kept from the collector)

@@ -21,8 +21,13 @@ numbered by the engine's side from 0. The request's consumer reads with
   and not when every choice has already finished.
 
 `read` is the whole of a transport's `generate` (it sends the request when
-reading starts, and says when it is over), so a token passes one generator
-on its way from the transport to the pipeline.
+reading starts, and says when it is over): a `Reading`, read one output at a
+time, or, once its reader has what it needed (the first output), pushed
+(rotor.protocol.engine.Pushed): then what the transport put in one turn of
+the event loop (one NATS batch, one socket read: every stream in it; or
+several, when the frontend fell behind) is checked, merged and handed to
+each reader at the end of that turn, and the silence and stall limits are
+watched by a timer instead of a waiting reader.
 """
 
 from __future__ import annotations
@@ -30,10 +35,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
-from rotor.protocol.engine import EngineError, EngineOutput, merge_outputs
+from rotor.protocol.engine import Delivery, EngineError, EngineOutput, merge_outputs
 
 log = logging.getLogger("rotor.runtime")
 
@@ -56,6 +61,7 @@ class OutputStream:
         "_ready",
         "_expect",
         "_failed",
+        "_pushed",
         "n",
         "who",
         "abort",
@@ -79,6 +85,7 @@ class OutputStream:
         self._ready = asyncio.Event()
         self._expect = 0
         self._failed: EngineError | None = None
+        self._pushed: Reading | None = None  # a reading that takes each message as it comes
         self.n = n
         self.who = who
         self.abort = abort
@@ -91,72 +98,34 @@ class OutputStream:
 
     def put(self, seq: int, kind: Kind, payload: list[EngineOutput] | EngineError | None) -> None:
         self._items.append((seq, kind, payload))
-        self._ready.set()
+        if self._pushed is not None:
+            _due(self._pushed)
+        else:
+            self._ready.set()
 
     def fail(self, error: EngineError) -> None:
         """The transport knows the peer is gone: the stream ends with `error`
         after what already arrived."""
         if self._failed is None:
             self._failed = error
-            self._ready.set()
+            if self._pushed is not None:
+                _due(self._pushed)
+            else:
+                self._ready.set()
 
     # -- the consumer's side ---------------------------------------------------------
 
-    async def read(self, send: Callable[[], Awaitable[None]]) -> AsyncIterator[EngineOutput]:
+    def read(self, send: Callable[[], Awaitable[None]]) -> Reading:
         """The request's outputs as they come. `send()` puts the request on
         its way when reading starts (a stream never read never sends it).
         Leaving early calls `abort` once."""
-        open_choices = set(range(self.n))
-        sent = ended = False
-        stall = self.stall
-        now = self.clock or asyncio.get_running_loop().time
-        last_output: float | None = None  # the stall limit starts at the first output
-        try:
-            await send()
-            sent = True
-            while True:
-                items = await self._take()
-                outputs: list[EngineOutput] = []
-                error: EngineError | None = None
-                for seq, kind, payload in items:
-                    try:
-                        if not self._in_order(seq):
-                            continue
-                    except EngineError as gap:  # what came in order goes on first
-                        error = gap
-                        break
-                    if kind == "outputs":
-                        outputs.extend(payload)  # type: ignore[arg-type]
-                    elif kind == "error":  # the engine's: its stream is over
-                        error = payload  # type: ignore[assignment]
-                        ended = True
-                        break
-                    elif kind == "done":
-                        ended = True
-                        break
-                if outputs:
-                    last_output = now()
-                    for out in merge_outputs(outputs) if len(outputs) > 1 else outputs:
-                        if out.finish is not None:
-                            open_choices.discard(out.index)
-                        yield out
-                if error is not None:
-                    raise error
-                if ended:
-                    return
-                if not open_choices:  # every choice finished: the end is a formality
-                    ended = True
-                if stall is not None and last_output is not None and now() - last_output > stall:
-                    raise EngineError(
-                        f"{self.who} sent no output for {stall:.0f} s",
-                        "unavailable",
-                        cause="timeout",
-                    )
-        finally:
-            if sent and not ended and open_choices:
-                self.abort()
-            if self.on_end is not None:
-                self.on_end()
+        return Reading(self, send)
+
+    def taken(self) -> list[Item]:
+        """Everything that arrived, without waiting."""
+        items = list(self._items)
+        self._items.clear()
+        return items
 
     async def _take(self) -> list[Item]:
         """Everything that arrived; waits for it up to `silence` seconds.
@@ -195,3 +164,255 @@ class OutputStream:
             log.warning("dropped a repeated stream message (seq %d)", seq)
             return False
         raise EngineError(f"lost stream messages {self._expect}..{seq - 1}", "unavailable")
+
+
+# Pushed readings with messages waiting, handed them at the end of the
+# event loop's turn: every message that arrived in one turn (a transport
+# that fell behind reads several at once) reaches its reader as one push,
+# merged, as a reader that pulls would have read it.
+_DUE: list[Reading] = []
+
+
+def _due(reading: Reading) -> None:
+    if not reading._listed:
+        reading._listed = True
+        if not _DUE:
+            asyncio.get_running_loop().call_soon(_push_due)
+        _DUE.append(reading)
+
+
+def _push_due() -> None:
+    due = _DUE.copy()
+    _DUE.clear()
+    for reading in due:
+        reading._listed = False
+        reading.push()
+
+
+class Reading:
+    """One reader of an `OutputStream`: pulled (`__anext__`), or pushed once
+    it has begun (`deliver`, rotor.protocol.engine.Pushed). Either way each
+    message goes through `_take`: in order, merged, the end and errors."""
+
+    __slots__ = (
+        "_stream",
+        "_send",
+        "_open",
+        "_sent",
+        "_ended",
+        "_closed",
+        "_ready",
+        "_error",
+        "_last_output",
+        "_last_heard",
+        "_now",
+        "_delivery",
+        "_pending",
+        "_holding",
+        "_watch",
+        "_listed",
+    )
+
+    def __init__(self, stream: OutputStream, send: Callable[[], Awaitable[None]]) -> None:
+        self._stream = stream
+        self._send = send
+        self._open = set(range(stream.n))  # choices not finished yet
+        self._sent = False
+        self._ended = False  # the engine's stream is over (done, its error, or every choice)
+        self._closed = False
+        self._ready: collections.deque[EngineOutput] = collections.deque()
+        self._error: EngineError | None = None  # raised once what came before it was read
+        self._last_output: float | None = None  # the stall limit starts at the first output
+        self._last_heard = 0.0
+        self._now: Callable[[], float] | None = None
+        self._delivery: Delivery | None = None
+        self._pending: list[EngineOutput] = []  # taken, not handed to the delivery yet
+        self._holding = False  # the delivery said hold: nothing more until resume()
+        self._watch: asyncio.TimerHandle | None = None
+        self._listed = False  # due at the end of the turn
+
+    # -- pulled ----------------------------------------------------------------------
+
+    def __aiter__(self) -> Reading:
+        return self
+
+    async def __anext__(self) -> EngineOutput:
+        ready = self._ready
+        if ready:
+            return ready.popleft()
+        try:
+            if not self._sent:
+                self._now = self._stream.clock or asyncio.get_running_loop().time
+                await self._send()
+                self._sent = True
+            while True:
+                if self._error is not None:
+                    raise self._error
+                if self._ended:
+                    raise StopAsyncIteration
+                ready.extend(self._take(await self._stream._take()))
+                if ready:
+                    return ready.popleft()
+        except BaseException:
+            self._close()
+            raise
+
+    async def aclose(self) -> None:
+        self._close()
+
+    # -- pushed ----------------------------------------------------------------------
+
+    @property
+    def pushable(self) -> bool:
+        """Sent (read once) and not over."""
+        return self._sent and not self._closed
+
+    def deliver(self, delivery: Delivery) -> None:
+        """Push from now on: what was read but not taken, and what arrived,
+        goes to `delivery` now; each later message as the transport puts it."""
+        if not self._sent or self._closed:
+            raise RuntimeError("deliver() before the first output was read, or after the end")
+        self._delivery = delivery
+        self._stream._pushed = self
+        self._last_heard = self._now()  # type: ignore[misc]
+        self._arm()
+        self._pending.extend(self._ready)
+        self._ready.clear()
+        self.push()
+
+    def resume(self) -> None:
+        """The delivery can take outputs again: what came meanwhile goes now."""
+        if self._holding:
+            self._holding = False
+            self._flush()
+
+    def stop(self) -> None:
+        self._delivery = None
+        self._close()
+
+    def push(self) -> None:
+        """What the transport put since, to the delivery (the transport's call)."""
+        if self._delivery is None:
+            return
+        stream = self._stream
+        items = stream.taken()
+        if items:
+            self._last_heard = self._now()  # type: ignore[misc]
+            self._pending.extend(self._take(items))
+        if stream._failed is not None and not self._ended and self._error is None:
+            self._error = stream._failed  # after what arrived before it
+        self._flush()
+
+    def _flush(self) -> None:
+        """The outputs waiting, unless the delivery said hold; then the end."""
+        delivery = self._delivery
+        if delivery is None or self._holding:
+            return
+        pending = self._pending
+        if pending:
+            self._pending = []
+            if len(pending) > 1:  # what piled up while the reader held: one output per run
+                pending = merge_outputs(pending)
+            try:
+                keep = delivery.outputs(pending)
+            except Exception:
+                log.exception("a pushed stream's reader failed")
+                self.stop()
+                return
+            if self._delivery is None:  # it stopped the stream itself
+                return
+            if not keep and not self._ended and self._error is None:
+                self._holding = True  # (an end needs no room: it goes now)
+                return
+        if self._ended or self._error is not None:
+            self._delivery = None
+            self._close()
+            delivery.ended(self._error)
+
+    def _arm(self) -> None:
+        limits = [x for x in (self._stream.silence, self._stream.stall) if x is not None]
+        if limits:
+            loop = asyncio.get_running_loop()
+            self._watch = loop.call_later(min(limits) / 4, self._check)
+
+    def _check(self) -> None:
+        """Pushed, the limits are a timer's: silence (no message at all) and,
+        once an output came, stall (no output)."""
+        self._watch = None
+        if self._delivery is None:
+            return
+        now = self._now()  # type: ignore[misc]
+        stream = self._stream
+        if stream.silence is not None and now - self._last_heard > stream.silence:
+            stream.fail(
+                EngineError(f"{stream.who} stopped answering", "unavailable", cause="timeout")
+            )
+            return
+        last, stall = self._last_output, stream.stall
+        if stall is not None and last is not None and now - last > stall:
+            stream.fail(
+                EngineError(
+                    f"{stream.who} sent no output for {stall:.0f} s", "unavailable", cause="timeout"
+                )
+            )
+            return
+        self._arm()
+
+    # -- both -----------------------------------------------------------------------------
+
+    def _take(self, items: list[Item]) -> list[EngineOutput]:
+        """The outputs of messages in order, merged; notes the end and errors."""
+        outputs: list[EngineOutput] = []
+        stream = self._stream
+        for seq, kind, payload in items:
+            try:
+                if not stream._in_order(seq):
+                    continue
+            except EngineError as gap:  # what came in order goes on first
+                self._error = gap
+                break
+            if kind == "outputs":
+                outputs.extend(payload)  # type: ignore[arg-type]
+            elif kind == "error":  # the engine's: its stream is over
+                self._error = payload  # type: ignore[assignment]
+                self._ended = True
+                break
+            elif kind == "done":
+                self._ended = True
+                break
+        if outputs:
+            self._last_output = self._now()  # type: ignore[misc]
+            if len(outputs) > 1:
+                outputs = merge_outputs(outputs)
+            for out in outputs:
+                if out.finish is not None:
+                    self._open.discard(out.index)
+        if not self._open:  # every choice finished: the end is a formality
+            self._ended = True
+        stall = stream.stall
+        if (
+            stall is not None
+            and self._last_output is not None
+            and not outputs
+            and self._error is None
+            and self._now() - self._last_output > stall  # type: ignore[misc]
+        ):
+            self._error = EngineError(
+                f"{stream.who} sent no output for {stall:.0f} s", "unavailable", cause="timeout"
+            )
+        return outputs
+
+    def _close(self) -> None:
+        """Once: abort the request there if it still runs, say the reading is over."""
+        if self._closed:
+            return
+        self._closed = True
+        stream = self._stream
+        stream._pushed = None
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        if self._sent and not self._ended and self._open:
+            stream.abort()
+        if stream.on_end is not None:
+            stream.on_end()

@@ -127,6 +127,12 @@ class MockerEngine:
         # load nearly every step starts an answer). The slice's clock:
         self._clock: Callable[[], float] = time.perf_counter
         self._slice_end = 0.0
+        # At a ratio above 0: when the last step's outputs were due. The next
+        # step is computed from then on, as a device computes while its
+        # outputs are streamed, so the frontend's work on them (pushed in the
+        # engine's own turn) does not lengthen the engine's steps: only when
+        # it takes longer than a step does the engine fall behind. 0: idle.
+        self._paced_until = 0.0
         self._cut_short = False  # the last slice ended early, at a first token
         self._slice_steps = 0
 
@@ -448,6 +454,7 @@ class MockerEngine:
             if not self.scheduler.has_work():
                 self._deliver()
                 self._wake.clear()
+                self._paced_until = 0.0  # idle: the next step starts when work comes
                 await self._wake.wait()
                 self._start_slice()
                 self._cut_short = False
@@ -470,7 +477,7 @@ class MockerEngine:
         self.simulated_ms += ms
         ratio = self.config.speedup_ratio
         if ratio > 0:
-            await self._sleep(ms / 1000.0 / ratio)
+            await self._pace(ms / 1000.0 / ratio)
         self.steps += 1
         first = False
         for seq in self.scheduler.advance(batch):
@@ -493,6 +500,14 @@ class MockerEngine:
             self._deliver()  # pushed readers take the slice's outputs now
             await self._sleep(0)  # readers that pull, new requests
             self._start_slice()
+
+    async def _pace(self, seconds: float) -> None:
+        """Wait out a step of `seconds`, begun when the last one's outputs
+        were due (or now, after idling or running late)."""
+        now = self._clock()
+        due = (self._paced_until or now) + seconds
+        self._paced_until = max(due, now)
+        await self._sleep(max(due - now, 0.0))
 
     def _deliver(self) -> None:
         """A delivery point: every pushed stream with outputs waiting gets them

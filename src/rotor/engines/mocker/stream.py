@@ -218,6 +218,11 @@ class MockerStream:
 
     # -- pushed (rotor.protocol.engine.Pushed) -----------------------------------------
 
+    @property
+    def pushable(self) -> bool:
+        """Admitted (read once) and not over."""
+        return self._req is not None and not self._closed
+
     def deliver(self, delivery: Delivery) -> None:
         """Push from now on: what was taken but not read, and what the outbox
         holds, goes to `delivery` now; the rest at the engine's delivery points."""

@@ -307,7 +307,7 @@ class WorkerService:
         try:
             async for out in stream:
                 await out_to.send(wire.OUTPUTS, codec.encode_outputs([out]))
-                if steps is not None and isinstance(stream, Pushed):
+                if steps is not None and isinstance(stream, Pushed) and stream.pushable:
                     relay = _Relay(out_to)
                     stream.deliver(relay)
                     await relay.over

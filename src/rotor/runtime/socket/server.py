@@ -1,7 +1,8 @@
 """The engine process's side: an Engine served over a unix socket to the HTTP
 processes of `rotor run --http-workers N`.
 
-One task per request (never per token). Outputs are not written as they
+One task per request (never per token; an engine that pushes hands its
+outputs over itself once the first is out). Outputs are not written as they
 come: a connection collects them per request and writes once per event-loop
 turn, so one engine step for 32 streams is one write carrying one frame per
 request, however many tokens each frame holds.
@@ -23,7 +24,7 @@ from rotor.protocol.codec import (
     encode_error,
     encode_outputs,
 )
-from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest
+from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, Pushed
 from rotor.runtime.socket import frames
 
 log = logging.getLogger("rotor.socket")
@@ -102,16 +103,19 @@ class _Connection(asyncio.Protocol):
         self._write(frames.frame(frames.VECTORS, rid, answer))
 
     async def _run(self, request: EngineRequest) -> None:
+        """Its outputs into the next write; once the first is out, an engine
+        that pushes (the mocker) hands the rest over in its own turn."""
         rid = request.request_id
         error: EngineError | None = None
+        stream = self.engine.generate(request)
         try:
-            async for out in self.engine.generate(request):
-                pending = self._outputs.get(rid)
-                if pending is None:
-                    self._outputs[rid] = [out]
-                    self._schedule()
-                else:
-                    pending.append(out)
+            async for out in stream:
+                self._add(rid, [out])
+                if isinstance(stream, Pushed) and stream.pushable:
+                    relay = _Relay(self, rid)
+                    stream.deliver(relay)
+                    error = await relay.over
+                    break
         except asyncio.CancelledError:
             self._outputs.pop(rid, None)  # aborted: the client reads no more of it
             self.tasks.pop(rid, None)
@@ -122,8 +126,18 @@ class _Connection(asyncio.Protocol):
         except Exception as e:  # a broken engine fails the request, not the process
             log.exception("engine request %s failed", rid)
             error = EngineError(f"{type(e).__name__}: {e}", "internal")
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
         self.tasks.pop(rid, None)
         self._end(rid, error)
+
+    def _add(self, rid: str, outputs: list[EngineOutput]) -> None:
+        pending = self._outputs.get(rid)
+        if pending is None:
+            self._outputs[rid] = list(outputs)
+            self._schedule()
+        else:
+            pending.extend(outputs)
 
     # -- frames out --------------------------------------------------------------
 
@@ -165,3 +179,22 @@ async def serve_engine(engine: Engine, sock: socket.socket) -> asyncio.AbstractS
     processes were started, so they can connect at once)."""
     loop = asyncio.get_running_loop()
     return await loop.create_unix_server(lambda: _Connection(engine), sock=sock)
+
+
+class _Relay:
+    """A pushed stream's outputs into its connection's next write, in the
+    engine's turn (rotor.protocol.engine.Delivery); `over` gives its end."""
+
+    __slots__ = ("_conn", "_rid", "over")
+
+    def __init__(self, conn: _Connection, rid: str) -> None:
+        self._conn, self._rid = conn, rid
+        self.over: asyncio.Future[EngineError | None] = asyncio.get_running_loop().create_future()
+
+    def outputs(self, outputs: list[EngineOutput]) -> bool:
+        self._conn._add(self._rid, outputs)
+        return True
+
+    def ended(self, error: EngineError | None) -> None:
+        if not self.over.done():
+            self.over.set_result(error)

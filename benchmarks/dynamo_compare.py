@@ -260,21 +260,25 @@ class System:
         return descendants([p.pid for p in self.procs])
 
     def stop(self) -> None:
-        """SIGTERM what was started (rotor stops its HTTP workers itself), then
-        SIGKILL whatever of it, or of its descendants, is still there."""
-        tree = self.pids()
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        for pid in tree:
-            if pid not in {p.pid for p in self.procs} and alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        stop_all(self.procs)
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]], timeout: float = 15.0) -> None:
+    """SIGTERM what was started (last first: rotor stops its HTTP workers
+    itself), then SIGKILL whatever of it, or of its descendants, is still there."""
+    tree = descendants([p.pid for p in procs])
+    for p in reversed(procs):
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    for pid in tree:
+        if pid not in {p.pid for p in procs} and alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def free_port() -> int:

@@ -182,6 +182,17 @@ class EngineState:
     max_batched_tokens: int = 0  # the engine's token budget of one step (0: not said)
 
 
+def absorb(into: EngineOutput, item: EngineOutput) -> None:
+    """`into` (an earlier output of the same choice) takes `item`'s tokens,
+    logprobs and finish, as if the engine had sent them together."""
+    into.token_ids.extend(item.token_ids)
+    if into.logprobs is not None and item.logprobs is not None:
+        into.logprobs.extend(item.logprobs)
+    into.finish, into.matched, into.error = item.finish, item.matched, item.error
+    if into.cached_tokens is None:
+        into.cached_tokens = item.cached_tokens
+
+
 def merge_outputs(items: list[EngineOutput]) -> list[EngineOutput]:
     """Consecutive token outputs of one choice as one output: all their
     tokens (and logprobs), the last one's finish. Text outputs stay apart.
@@ -199,12 +210,7 @@ def merge_outputs(items: list[EngineOutput]) -> list[EngineOutput]:
             and last.error is None
             and (last.logprobs is None) == (item.logprobs is None)
         ):
-            last.token_ids.extend(item.token_ids)
-            if last.logprobs is not None and item.logprobs is not None:
-                last.logprobs.extend(item.logprobs)
-            last.finish, last.matched, last.error = item.finish, item.matched, item.error
-            if last.cached_tokens is None:
-                last.cached_tokens = item.cached_tokens
+            absorb(last, item)
             continue
         merged.append(item)
         last = item

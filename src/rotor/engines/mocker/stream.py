@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from rotor.engines.mocker.sampler import LogprobMaker
 from rotor.engines.mocker.sequence import Sequence
-from rotor.protocol.engine import Delivery, EngineOutput, EngineRequest
+from rotor.protocol.engine import Delivery, EngineOutput, EngineRequest, absorb
 
 if TYPE_CHECKING:
     from rotor.engines.mocker.engine import MockerEngine
@@ -122,12 +122,7 @@ def merge(items: list[EngineOutput | Closed]) -> list[EngineOutput | Closed]:
             merged.append(item)
             into = item
         else:
-            into.token_ids.extend(item.token_ids)
-            if into.logprobs is not None and item.logprobs is not None:
-                into.logprobs.extend(item.logprobs)
-            into.finish, into.matched, into.error = item.finish, item.matched, item.error
-            if into.cached_tokens is None:
-                into.cached_tokens = item.cached_tokens
+            absorb(into, item)
         if into.finish is None:
             pending[item.index] = into
         else:

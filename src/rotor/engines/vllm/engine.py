@@ -136,6 +136,7 @@ class VLLMEngine:
         self._relay_task: asyncio.Task[None] | None = None
         self._running: set[str] = set()
         self._aborts: set[asyncio.Task[None]] = set()
+        self._hold_timer: asyncio.TimerHandle | None = None
         self._kv_blocks_total = 0
         self.tokens_generated = 0
         self._eos = set(card.eos_token_ids)
@@ -176,6 +177,9 @@ class VLLMEngine:
         self._relay_task = asyncio.create_task(relay_events(sock, self.relay), name="vllm-kv")
 
     async def stop(self) -> None:
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
         task, self._relay_task = self._relay_task, None
         if task is not None:
             task.cancel()
@@ -299,8 +303,18 @@ class VLLMEngine:
             return
         tokens = int((transfer.get("params") or {}).get("stored_tokens") or 0)
         self.holds.hold(str(key), tokens // (self.relay.block_size or 1))
-        if self.kv_hold_timeout_s > 0:
-            asyncio.get_running_loop().call_later(self.kv_hold_timeout_s, self.holds.expire)
+        if self.kv_hold_timeout_s > 0 and self._hold_timer is None:
+            self._expire_holds_in(self.kv_hold_timeout_s)
+
+    def _expire_holds_in(self, delay: float) -> None:
+        """One timer for all hand-overs, armed again for the next deadline."""
+        self._hold_timer = asyncio.get_running_loop().call_later(delay, self._expire_holds)
+
+    def _expire_holds(self) -> None:
+        self._hold_timer = None
+        wait = self.holds.expire() if self.holds is not None else None
+        if wait is not None:
+            self._expire_holds_in(max(wait, 0.001))
 
     def kv_release(self, transfer_id: str, hashes: list[int]) -> list[int]:
         """The frontend drops a hand-over nobody will load: deleted now. (A

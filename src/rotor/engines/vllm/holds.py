@@ -50,12 +50,17 @@ class StoredHolds:
         self._delete(key)
         return True
 
-    def expire(self) -> None:
+    def expire(self) -> float | None:
         """Delete (and count) the hand-overs past their deadline that no
-        decode worker loaded."""
+        decode worker loaded; return the seconds until the next deadline
+        (None: none to wait for). A timer may wake a little early (uvloop's
+        clock is libuv's, in whole milliseconds): its owner waits again."""
         now = self.clock()
+        wait: float | None = None
         for key, (deadline, _blocks) in list(self._held.items()):
             if deadline > now:
+                if deadline != float("inf"):
+                    wait = deadline - now if wait is None else min(wait, deadline - now)
                 continue
             del self._held[key]
             if self._exists(key):
@@ -63,6 +68,7 @@ class StoredHolds:
                 log.info("the KV hand-over %s was not loaded in %.0f s: deleted",
                          key, self.timeout_s)  # fmt: skip
                 self._delete(key)
+        return wait
 
     def pinned(self) -> int:
         """Blocks held for a decode worker now (a loaded hand-over is gone)."""

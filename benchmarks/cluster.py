@@ -67,11 +67,13 @@ def summary(results: dict) -> list[str]:
     for level in results["levels"]:
         s = level["summary"]
         cpu = s.get("server_cpu") or {}
+        answers = [r for r in level["requests"] if not r.get("error")]
+        events = sum(len(r.get("itl_s") or []) + 1 for r in answers) / max(1, len(answers))
         lines.append(
             f"  c={level.get('concurrency')}: {s['request_throughput']:.1f} req/s, "
             f"{s['output_throughput']:.0f} tok/s, TTFT p50 {s['ttft_ms']['p50']:.2f} ms "
             f"p90 {s['ttft_ms']['p90']:.2f} ms, CPU {cpu.get('us_per_output_token', 0):.1f} µs/token, "
-            f"cache hit {s.get('cache_hit_ratio', 0):.1%}"
+            f"cache hit {s.get('cache_hit_ratio', 0):.1%}, {events:.0f} events per answer"
         )
     return lines
 
@@ -114,9 +116,10 @@ class Cluster:
 
     @property
     def pids(self) -> list[int]:
-        """Every server process: workers, frontends and their HTTP processes."""
+        """Every server process: nats-server, workers, frontends and their HTTP processes."""
         fronts = [p.pid for _, p in self.frontends]
-        return [p.pid for p in self.workers] + fronts + [c for f in fronts for c in children(f)]
+        workers = [p.pid for p in self.workers]
+        return [self.procs[0].pid, *workers, *fronts, *(c for f in fronts for c in children(f))]
 
     def close(self) -> None:
         for p in reversed(self.procs):

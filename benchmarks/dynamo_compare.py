@@ -11,6 +11,16 @@ answers, ignore_eos, seeded, a closed loop at 1, 32 and 128 streams):
   rotor-step rotor run out=mocker --speedup-ratio 0 --step-slice-ms 0 (the
              mocker hands the loop over after every step, so the frontend is
              never behind it: one event and one socket write per token)
+  rotor-w2-step  the same with --http-workers 2 (the engine in a process of
+             its own, so the HTTP processes may fall behind it, as Dynamo's
+             frontend falls behind its mocker)
+
+`--pace 1` runs every mocker at speedup ratio 1 instead (a real engine's
+pace: each token of each stream its own step, on both stacks); the like
+for like per event, and what inter-token latency the frontend adds.
+The summary gives each system's events per answer (a reader that fell
+behind its engine reads several tokens as one event: rotor's coalescing,
+reported beside, not in, the like for like).
 
 CPU per output token counts every process of the system under test (each
 server and all its descendants, found once it answers) the same way for both,
@@ -67,7 +77,7 @@ from pathlib import Path
 from typing import Any
 
 REPLAY_KEY = "bench"
-SYSTEMS = ("dynamo", "rotor", "rotor-w2", "rotor-step")
+SYSTEMS = ("dynamo", "rotor", "rotor-w2", "rotor-step", "rotor-w2-step")
 MODEL_NAME = "bench-model"
 
 
@@ -188,9 +198,11 @@ class System:
         work: Path,
         dynamo_python: Path | None,
         dynamo_speedup: float = 1e6,
+        pace: float | None = None,
     ) -> None:
         self.kind = kind
-        self.dynamo_speedup = dynamo_speedup
+        self.pace = pace  # every mocker's speedup ratio (None: as fast as each goes)
+        self.dynamo_speedup = dynamo_speedup if pace is None else pace
         self.model_dir = model_dir
         self.work = work
         self.dynamo_python = dynamo_python
@@ -219,14 +231,15 @@ class System:
                 env,
             )
         else:
-            workers = ["--http-workers", "2"] if self.kind == "rotor-w2" else []
-            if self.kind == "rotor-step":  # the engine waits for the frontend every step
-                workers = ["--step-slice-ms", "0"]
+            workers = ["--http-workers", "2"] if self.kind.startswith("rotor-w2") else []
+            if self.kind.endswith("-step"):  # a step at a time: one event per token
+                workers += ["--step-slice-ms", "0"]
+            ratio = "0" if self.pace is None else str(self.pace)
             self._spawn(
                 "rotor",
                 [sys.executable, "-m", "rotor.cli", "run", "out=mocker"]
                 + ["--model-path", str(self.model_dir), "--model-name", MODEL_NAME]
-                + ["--speedup-ratio", "0", "--port", str(self.port), *workers],
+                + ["--speedup-ratio", ratio, "--port", str(self.port), *workers],
                 dict(os.environ),
             )
 
@@ -508,6 +521,7 @@ FIGURES = (
     ("client cores", lambda s: (s.get("client_cpu") or {}).get("cores")),
     ("TTFT p50 ms", lambda s: (s.get("ttft_ms") or {}).get("p50")),
     ("ITL p50 ms", lambda s: (s.get("itl_ms") or {}).get("p50")),
+    ("ITL p99 ms", lambda s: (s.get("itl_ms") or {}).get("p99")),
 )
 
 
@@ -532,9 +546,19 @@ def summarize(out: Path, runs: dict[str, list[Path]], split: dict | None, loads:
                 cell.setdefault("output tok/req", []).append(
                     s["output_tokens"] / max(1, s["completed"])
                 )
+                events = [
+                    len(q.get("itl_s") or []) + 1 for q in level["requests"] if not q.get("error")
+                ]
+                if events:
+                    cell.setdefault("events/answer", []).append(statistics.fmean(events))
     (out / "summary.json").write_text(json.dumps({"table": table, "ttft_split": split}, indent=1))
 
-    names = [n for n, _ in FIGURES] + ["prompt tok/req", "output tok/req", "failed"]
+    names = [n for n, _ in FIGURES] + [
+        "events/answer",
+        "prompt tok/req",
+        "output tok/req",
+        "failed",
+    ]
     lines = [
         "Median over rounds [min–max]; CPU counts every server process and its descendants.",
         "",
@@ -612,6 +636,7 @@ def main(argv: list[str] | None = None) -> int:
         "--dynamo-speedup", type=float, default=1e6, help="Dynamo's ratio (its 0 is real time)"
     )
     p.add_argument("--split-requests", type=int, default=300, help="0: no TTFT split")
+    p.add_argument("--pace", type=float, help="every mocker at this speedup ratio (1: real pace)")
     args = p.parse_args(argv)
 
     dynamo_python = None
@@ -644,7 +669,7 @@ def main(argv: list[str] | None = None) -> int:
         for kind in order:
             label = f"r{r + 1}-{kind}"
             system = System(
-                kind, model_dir, out / "work" / label, dynamo_python, args.dynamo_speedup
+                kind, model_dir, out / "work" / label, dynamo_python, args.dynamo_speedup, args.pace
             )
             system.start()
             try:

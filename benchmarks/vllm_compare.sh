@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # rotor run out=vllm against vLLM's own OpenAI server: the same tiny random
 # Llama (tests/support/llama.py), the same vLLM arguments, the same load
-# (1 and 16 streams, 128-token answers), with rotor bench. CPU per token
+# (1, 16 and 64 streams, 128-token answers), with rotor bench. CPU per token
 # counts each server process and all its children (vLLM's engine core).
 #   benchmarks/vllm_compare.sh [OUT_DIR]      (in the venv with rotor[vllm-cpu])
 set -euo pipefail
@@ -19,7 +19,7 @@ tree() { echo "$1"; for c in $(pgrep -P "$1"); do tree "$c"; done; }
 wait_up() { for _ in $(seq 600); do curl -sf "$1/health" >/dev/null && return 0; sleep 1; done; return 1; }
 run() { # label url pid
   # shellcheck disable=SC2046
-  rotor bench --url "$2/v1" --concurrency 1 16 --num-requests 48 --warmup 4 --input-len 128 \
+  rotor bench --url "$2/v1" --concurrency 1 16 64 --num-requests 128 --warmup 8 --input-len 128 \
     --output-len 128 --server-pid $(tree "$3") --output-dir "$OUT/$1" --label "$1" --no-progress
 }
 rotor run out=vllm --model-path "$M" --port 8200 -- "${ARGS[@]}" > "$OUT/rotor.log" 2>&1 &

@@ -24,7 +24,7 @@ from rotor.api.openai.chat import ChatShaper
 from rotor.engines.mocker import MockerConfig, MockerEngine
 from rotor.model.builtin import builtin_test_model
 from rotor.pipeline.served import ServedModel
-from rotor.protocol.engine import EngineOutput, EngineRequest, Pushed
+from rotor.protocol.engine import EngineOutput, EngineRequest, Pushed, is_pushed
 from rotor.serve.system import System
 
 CARD, TOK = builtin_test_model()
@@ -246,6 +246,9 @@ def test_the_mocker_pushes_and_the_wrapper_does_not() -> None:
     request = EngineRequest("r", CARD.name, TOK.encode("hi"))
     assert isinstance(mocker.generate(request), Pushed)
     assert not isinstance(Pulled(mocker).generate(request), Pushed)
+    # the cheap check the per-request path makes says the same
+    assert is_pushed(mocker.generate(request))
+    assert not is_pushed(Pulled(mocker).generate(request))
 
 
 async def test_a_slow_client_holds_the_engine_until_it_catches_up(

@@ -36,6 +36,7 @@ class Scripted:
     ) -> None:
         self.outputs, self.batches, self.error, self.push = outputs, batches, error, push
         self.stops = 0
+        self.delivered = 0
 
     def generate(self, request: EngineRequest) -> Any:
         return _PushStream(self) if self.push else self._pull()
@@ -63,7 +64,12 @@ class _PushStream:
     async def aclose(self) -> None:
         pass
 
+    @property
+    def pushable(self) -> bool:
+        return not self.stopped
+
     def deliver(self, delivery: Any) -> None:
+        self.engine.delivered += 1
         sizes = iter(self.engine.batches)
         while self.left and not self.stopped:
             size = max(1, next(sizes, 1))
@@ -168,6 +174,14 @@ def test_pushed_choices_make_the_pulled_events(
     if pulled[1] == "ended" and pulled[0]:
         assert pulled[0][-1][2] is not None  # every choice ends in an event with its finish
     assert pushed_engine.stops <= 1  # the frontend ends it once, or the engine did
+    assert pushed_engine.delivered <= 1
+
+
+def test_the_scripted_stream_is_really_pushed() -> None:
+    """(The property above compares two paths only if the pushed one is taken.)"""
+    engine = Scripted(_outputs([[3], [4], [5]], "length"), [2], None, True)
+    events, end = asyncio.run(_run(engine, 10, []))
+    assert engine.delivered == 1 and end == "ended" and len(events) == 3
 
 
 @pytest.mark.parametrize("slice_ms", [0.0, 1.0])

@@ -25,7 +25,6 @@ from rotor.api.sse import Framing
 from rotor.api.sse_response import Writer
 from rotor.frontend import StartedResponse
 from rotor.pipeline.events import ChoiceEvent, ResponseFailed
-from rotor.pipeline.generate import Pushable
 
 if TYPE_CHECKING:
     from rotor.api.respond import EventShaper
@@ -132,7 +131,7 @@ class PushedBody:
         """Write the opening and push the events, or False (nothing written)
         when they cannot be pushed: then pull `body`."""
         events = self._events
-        if not isinstance(events, Pushable) or not events.pushable:
+        if not getattr(events, "pushable", False):  # (not isinstance: a Protocol's costs ~9 µs)
             return False
         self._writer = writer
         data = self._shaping.opening()

@@ -24,13 +24,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from rotor.pipeline.choice import ChoicePipeline
 from rotor.pipeline.decode import End
 from rotor.pipeline.events import ChoiceEvent, Failure, ResponseFailed, Usage
 from rotor.pipeline.preprocess import Prepared
-from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, Pushed
+from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, is_pushed
 
 log = logging.getLogger("rotor.pipeline")
 
@@ -56,7 +56,6 @@ class EventSink(Protocol):
     def failed(self, error: ResponseFailed) -> None: ...
 
 
-@runtime_checkable
 class Pushable(Protocol):
     """A response's events that can be pushed (frontend's `_Primed` over a
     `ChoiceRun`): `pushable` says whether they can now, `deliver` starts it."""
@@ -158,14 +157,14 @@ class ChoiceRun:
     def pushable(self) -> bool:
         """Its engine stream can push, and more is to come."""
         stream = self._stream
-        return not self._over and isinstance(stream, Pushed) and stream.pushable
+        return not self._over and is_pushed(stream) and stream.pushable
 
     def deliver(self, sink: EventSink) -> bool:
         """Push the rest of the choice's events to `sink` (what the engine has
         made and not yet read at once, in this call); False, and nothing
         changes, when its engine stream cannot push (then pull it)."""
         stream = self._stream
-        if self._over or not isinstance(stream, Pushed) or not stream.pushable:
+        if self._over or not is_pushed(stream) or not stream.pushable:
             return False
         self._sink = sink
         stream.deliver(self)
@@ -174,14 +173,14 @@ class ChoiceRun:
     def resume(self) -> None:
         """The sink can take events again."""
         stream = self._stream
-        if isinstance(stream, Pushed) and not self._over:
+        if is_pushed(stream) and not self._over:
             stream.resume()
 
     def stop(self) -> None:
         """The reader is gone: the engine's work stops now, nothing more comes."""
         self._sink = None
         stream = self._stream
-        if isinstance(stream, Pushed):
+        if is_pushed(stream):
             stream.stop()
 
     def outputs(self, outputs: list[EngineOutput]) -> bool:

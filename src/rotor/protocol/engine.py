@@ -9,7 +9,7 @@ stop on its own.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, get_args, runtime_checkable
+from typing import Any, Literal, Protocol, TypeGuard, get_args, runtime_checkable
 
 Finish = Literal["eos", "length", "stop", "cancelled", "error"]
 
@@ -257,3 +257,10 @@ class Pushed(Protocol):
     def resume(self) -> None: ...
 
     def stop(self) -> None: ...
+
+
+def is_pushed(stream: object) -> TypeGuard[Pushed]:
+    """`isinstance(stream, Pushed)` without its cost: a runtime-checkable
+    Protocol's check walks its members on every call (~9 µs here, several
+    times a request); a Pushed stream's class has `deliver`."""
+    return hasattr(type(stream), "deliver")

@@ -43,7 +43,7 @@ from rotor.protocol.engine import (
     EngineOutput,
     EngineRequest,
     EngineState,
-    Pushed,
+    is_pushed,
 )
 from rotor.protocol.lease import Lease
 from rotor.router import migration
@@ -627,7 +627,7 @@ class PoolStream:
         if self._task is not None:
             self._task.cancel()
         stream = self._now.stream
-        if isinstance(stream, Pushed):
+        if is_pushed(stream):
             stream.stop()
         await self._gen.aclose()  # type: ignore[attr-defined]
 
@@ -636,12 +636,7 @@ class PoolStream:
     @property
     def pushable(self) -> bool:
         stream = self._now.stream
-        return (
-            self._now.steady
-            and not self._stopped
-            and isinstance(stream, Pushed)
-            and stream.pushable
-        )
+        return self._now.steady and not self._stopped and is_pushed(stream) and stream.pushable
 
     def deliver(self, delivery: Delivery) -> None:
         self._delivery = delivery
@@ -650,7 +645,7 @@ class PoolStream:
 
     def resume(self) -> None:
         stream = self._now.stream
-        if isinstance(stream, Pushed):
+        if is_pushed(stream):
             stream.resume()
 
     def stop(self) -> None:
@@ -658,7 +653,7 @@ class PoolStream:
         self._delivery = None
         self._stopped = True
         stream = self._now.stream
-        if isinstance(stream, Pushed):
+        if is_pushed(stream):
             stream.stop()
         self._later(self._gen.aclose())  # type: ignore[attr-defined]
 

@@ -36,7 +36,7 @@ from rotor.engines.base import (
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol import codec
-from rotor.protocol.engine import EngineError, EngineOutput, Pushed
+from rotor.protocol.engine import EngineError, EngineOutput, is_pushed
 from rotor.protocol.kv import KVEvent
 from rotor.protocol.lease import LEASE_TTL_S, RENEW_S, Lease, Role
 from rotor.runtime.nats import messages as wire
@@ -307,7 +307,7 @@ class WorkerService:
         try:
             async for out in stream:
                 await out_to.send(wire.OUTPUTS, codec.encode_outputs([out]))
-                if steps is not None and isinstance(stream, Pushed) and stream.pushable:
+                if steps is not None and is_pushed(stream) and stream.pushable:
                     relay = _Relay(out_to)
                     stream.deliver(relay)
                     await relay.over

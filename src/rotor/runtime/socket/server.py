@@ -24,7 +24,7 @@ from rotor.protocol.codec import (
     encode_error,
     encode_outputs,
 )
-from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, Pushed
+from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, is_pushed
 from rotor.runtime.socket import frames
 
 log = logging.getLogger("rotor.socket")
@@ -111,7 +111,7 @@ class _Connection(asyncio.Protocol):
         try:
             async for out in stream:
                 self._add(rid, [out])
-                if isinstance(stream, Pushed) and stream.pushable:
+                if is_pushed(stream) and stream.pushable:
                     relay = _Relay(self, rid)
                     stream.deliver(relay)
                     error = await relay.over

@@ -302,6 +302,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_serving(port: int, tries: int = 300, pause: float = 0.2) -> None:
+    """Until a server on `port` answers `/v1/models` (or `tries` run out)."""
+    for _ in range(tries):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1):
+                return
+        except OSError:
+            time.sleep(pause)
+
+
 def descendants(roots: Sequence[int]) -> list[int]:
     """`roots` and every process below them, from /proc's parent links."""
     children: dict[int, list[int]] = {}

@@ -24,12 +24,14 @@ import json
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from dynamo_compare import free_port, wait_serving  # noqa: E402
 
 MODEL = "floor-model"
 TOKENS = 128
@@ -84,19 +86,10 @@ def serve_main(batch: int, port: int) -> None:
 
 
 def run_one(batch: int, concurrency: list[int], duration: float, out: Path) -> dict[str, Any]:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen([sys.executable, __file__, "_serve", str(batch), str(port)])
     try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_serving(port, tries=100, pause=0.1)
         cmd = [sys.executable, "-m", "rotor.cli", "bench", "--url", f"http://127.0.0.1:{port}/v1"]
         cmd += ["--model", MODEL, "--concurrency", *map(str, concurrency)]
         cmd += ["--duration", str(duration), "--warmup", "64", "--input-len", "150"]

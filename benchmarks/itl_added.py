@@ -1,6 +1,9 @@
 """What inter-token latency the frontend adds at a real engine's pace: the
 mocker at `--speedup-ratio 1` (a step of 128 decodes is 16.35 ms), 128
-streams, ~160-token prompts, 128-token answers, closed loop.
+streams, ~160-token prompts, 128-token answers, closed loop (or, with
+`--rate R`, requests arriving at R a second, Poisson, at most --streams at
+once: a closed loop of equal answers starts every stream again in the same
+step, 128 prompts at once; an open loop spreads them).
 
   engine   the mocker alone in this process: the time between a stream's
            outputs as they leave the engine (pushed, timed on arrival), the
@@ -8,7 +11,7 @@ streams, ~160-token prompts, 128-token answers, closed loop.
   rotor    `rotor run out=mocker --speedup-ratio 1` under `rotor bench`: the
            gaps between a stream's events at the client
 
-    python benchmarks/itl_added.py --streams 128 --duration 30
+    python benchmarks/itl_added.py --streams 128 --duration 30 [--rate 55]
 
 Prints both p50/p90/p99 and the difference (what the frontend, HTTP and the
 kernel add). Not part of the test suite.
@@ -24,13 +27,18 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dynamo_compare import MODEL_NAME, free_port, stop_all, write_model_dir  # noqa: E402
+from dynamo_compare import (  # noqa: E402
+    MODEL_NAME,
+    free_port,
+    stop_all,
+    wait_serving,
+    write_model_dir,
+)
 
 
 def _pct(xs: list[float]) -> dict[str, float]:
@@ -41,8 +49,11 @@ def _pct(xs: list[float]) -> dict[str, float]:
     }
 
 
-async def engine_gaps(model_dir: Path, streams: int, duration: float, seed: int) -> list[float]:
-    """The mocker alone: gaps between each stream's outputs (after its first)."""
+async def engine_gaps(
+    model_dir: Path, streams: int, duration: float, seed: int, rate: float | None = None
+) -> list[float]:
+    """The mocker alone: gaps between each stream's outputs (after its first;
+    the first `streams` answers warm up)."""
     from rotor.bench.workload import words
     from rotor.engines.mocker import MockerConfig, MockerEngine
     from rotor.model.loader import load_model
@@ -58,7 +69,7 @@ async def engine_gaps(model_dir: Path, streams: int, duration: float, seed: int)
 
     class Timed:
         def __init__(self, keep: bool) -> None:
-            self.keep = keep  # (each stream's first answer warms up, as rotor bench's do)
+            self.keep = keep  # (the first answers warm up, as rotor bench's do)
             self.last = time.perf_counter()
             self.done = asyncio.get_running_loop().create_future()
 
@@ -72,24 +83,45 @@ async def engine_gaps(model_dir: Path, streams: int, duration: float, seed: int)
         def ended(self, error: Any) -> None:
             self.done.set_result(None)
 
+    async def answer(keep: bool) -> None:
+        prompt = tok.encode(words(rng, 150))
+        stop = StopParams(max_tokens=128, ignore_eos=True)
+        stream = engine.generate(EngineRequest(f"r{next(ids)}", MODEL_NAME, prompt, stop=stop))
+        await stream.__anext__()
+        timed = Timed(keep)
+        stream.deliver(timed)
+        await timed.done
+
     async def client() -> None:
         answers = 0
         while time.perf_counter() < deadline:
+            await answer(answers > 0)
             answers += 1
-            prompt = tok.encode(words(rng, 150))
-            stop = StopParams(max_tokens=128, ignore_eos=True)
-            stream = engine.generate(EngineRequest(f"r{next(ids)}", MODEL_NAME, prompt, stop=stop))
-            await stream.__anext__()
-            timed = Timed(keep=answers > 1)
-            stream.deliver(timed)
-            await timed.done
 
-    await asyncio.gather(*(client() for _ in range(streams)))
+    async def arrivals(rate: float) -> None:
+        """Open loop: an answer every Exp(rate) seconds, at most `streams` at once."""
+        flying: set[asyncio.Task[None]] = set()
+        n = 0
+        while time.perf_counter() < deadline:
+            await asyncio.sleep(rng.expovariate(rate))
+            if len(flying) < streams:
+                task = asyncio.create_task(answer(n >= streams))
+                flying.add(task)
+                task.add_done_callback(flying.discard)
+                n += 1
+        await asyncio.gather(*flying)
+
+    if rate is None:
+        await asyncio.gather(*(client() for _ in range(streams)))
+    else:
+        await arrivals(rate)
     await engine.stop()
     return gaps
 
 
-def client_gaps(model_dir: Path, streams: int, duration: float, out: Path) -> dict[str, Any]:
+def client_gaps(
+    model_dir: Path, streams: int, duration: float, out: Path, rate: float | None = None
+) -> dict[str, Any]:
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "rotor.cli", "run", "out=mocker", "--model-path", str(model_dir)]
@@ -98,14 +130,13 @@ def client_gaps(model_dir: Path, streams: int, duration: float, out: Path) -> di
         stderr=subprocess.DEVNULL,
     )
     try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.2)
+        wait_serving(port)
         cmd = [sys.executable, "-m", "rotor.cli", "bench", "--url", f"http://127.0.0.1:{port}/v1"]
-        cmd += ["--model", MODEL_NAME, "--concurrency", str(streams), "--duration", str(duration)]
+        cmd += ["--model", MODEL_NAME, "--duration", str(duration)]
+        if rate is None:
+            cmd += ["--concurrency", str(streams)]
+        else:
+            cmd += ["--request-rate", str(rate), "--max-concurrency", str(streams)]
         cmd += ["--warmup", str(streams), "--input-len", "150", "--output-len", "128"]
         cmd += ["--ignore-eos", "on", "--no-progress", "--server-pid", str(server.pid)]
         cmd += ["--output-dir", str(out)]
@@ -123,12 +154,13 @@ def main() -> int:
     p.add_argument("--duration", type=float, default=30.0)
     p.add_argument("--out", type=Path, default=Path("/tmp/rotor-itl-added"))
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rate", type=float, help="open loop: requests a second (Poisson)")
     a = p.parse_args()
     out = a.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     model_dir = write_model_dir(out / MODEL_NAME, 8192, a.seed)
-    engine = _pct(asyncio.run(engine_gaps(model_dir, a.streams, a.duration, a.seed)))
-    res = client_gaps(model_dir, a.streams, a.duration, out / "rotor")
+    engine = _pct(asyncio.run(engine_gaps(model_dir, a.streams, a.duration, a.seed, a.rate)))
+    res = client_gaps(model_dir, a.streams, a.duration, out / "rotor", a.rate)
     level = res["levels"][0]
     client = _pct([g for q in level["requests"] for g in (q.get("itl_s") or [])])
     events = statistics.fmean(len(q.get("itl_s") or []) + 1 for q in level["requests"])

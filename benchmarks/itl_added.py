@@ -9,12 +9,19 @@ step, 128 prompts at once; an open loop spreads them).
            outputs as they leave the engine (pushed, timed on arrival), the
            engine's own step time, batching and queueing included
   rotor    `rotor run out=mocker --speedup-ratio 1` under `rotor bench`: the
-           gaps between a stream's events at the client
+           gaps between a stream's events at the client, and in the same
+           run the engine's own: the gaps between the times its steps'
+           outputs were due (the simulated step times, not when the event
+           loop let the engine hand them over), recorded in the server
 
     python benchmarks/itl_added.py --streams 128 --duration 30 [--rate 55]
 
-Prints both p50/p90/p99 and the difference (what the frontend, HTTP and the
-kernel add). Not part of the test suite.
+Prints the three p50/p90/p99 and the client's against each engine's. The
+one that answers "what does the frontend add" is the client against its
+own engine in the same run: how a closed loop's streams fall into step
+with each other, and so how many steps prefill, differs from run to run,
+which moves the p99 of a separate engine-alone run by tens of ms. Not part
+of the test suite.
 """
 
 from __future__ import annotations
@@ -124,7 +131,8 @@ def client_gaps(
 ) -> dict[str, Any]:
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "rotor.cli", "run", "out=mocker", "--model-path", str(model_dir)]
+        [sys.executable, __file__, "_serve", str(out / "engine-gaps.json")]
+        + ["out=mocker", "--model-path", str(model_dir)]
         + ["--model-name", MODEL_NAME, "--speedup-ratio", "1", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -146,7 +154,47 @@ def client_gaps(
         stop_all([server])
 
 
+def serve_timed(gaps_file: str, argv: list[str]) -> int:
+    """`rotor run ARGV`, its mocker's due times recorded: for each request,
+    the gaps between the steps that made its outputs (when each step's
+    outputs were due, its first included), written to `gaps_file` at exit."""
+    import atexit
+    import signal
+
+    from rotor import cli
+    from rotor.engines.mocker.engine import MockerEngine
+    from rotor.engines.mocker.stream import Outbox
+    from rotor.protocol.engine import EngineOutput
+
+    engines: list[MockerEngine] = []
+    last: dict[int, tuple[Outbox, float]] = {}  # id(outbox) -> (outbox, due): held, never reused
+    gaps: list[float] = []
+    plain_start, plain_put = MockerEngine.start, Outbox.put_nowait
+
+    async def start(self: MockerEngine) -> None:
+        engines.append(self)
+        await plain_start(self)
+
+    def put_nowait(self: Outbox, item: Any) -> None:
+        due = engines[0]._paced_until if engines else 0.0
+        if due and isinstance(item, EngineOutput) and item.token_ids:
+            prev = last.get(id(self))
+            if prev is not None and prev[1] != due:
+                gaps.append(due - prev[1])
+            last[id(self)] = (self, due)
+        plain_put(self, item)
+
+    MockerEngine.start = start  # type: ignore[method-assign]
+    Outbox.put_nowait = put_nowait  # type: ignore[method-assign]
+    atexit.register(lambda: Path(gaps_file).write_text(json.dumps(gaps)))
+    # uvicorn raises the SIGTERM it caught again once it has shut down: exit, atexit included
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    return cli.main(["run", *argv])
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["_serve"]:
+        return serve_timed(sys.argv[2], sys.argv[3:])
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -163,15 +211,16 @@ def main() -> int:
     res = client_gaps(model_dir, a.streams, a.duration, out / "rotor", a.rate)
     level = res["levels"][0]
     client = _pct([g for q in level["requests"] for g in (q.get("itl_s") or [])])
+    inside = _pct(json.loads((out / "rotor" / "engine-gaps.json").read_text()))
     events = statistics.fmean(len(q.get("itl_s") or []) + 1 for q in level["requests"])
     cpu = level["summary"]["server_cpu"]["us_per_output_token"]
-    for name, pct in (("engine alone", engine), ("client (rotor run)", client)):
+    rows = (("engine alone", engine), ("engine in rotor run", inside), ("client", client))
+    for name, pct in rows:
         print(f"{name:20s} ITL p50 {pct['p50']:.2f}  p90 {pct['p90']:.2f}  p99 {pct['p99']:.2f} ms")
-    print(
-        f"added by the frontend: p50 {client['p50'] - engine['p50']:+.2f}  "
-        f"p99 {client['p99'] - engine['p99']:+.2f} ms ({events:.0f} events per answer, "
-        f"server CPU {cpu:.1f} µs per token)"
-    )
+    for base, pct in (("engine alone", engine), ("its engine", inside)):
+        added = "  ".join(f"{q} {client[q] - pct[q]:+.2f}" for q in ("p50", "p90", "p99"))
+        print(f"the client against {base}: {added} ms")
+    print(f"({events:.0f} events per answer, server CPU {cpu:.1f} µs per token)")
     return 0
 
 

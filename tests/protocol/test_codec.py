@@ -259,6 +259,22 @@ def test_a_one_token_output_is_small() -> None:
     assert msgpack.unpackb(data) == {"index": 0, "token_ids": [15339]}
 
 
+def test_a_streams_plain_outputs_travel_as_their_token_ids() -> None:
+    plain = [EngineOutput(token_ids=[15339]), EngineOutput(token_ids=[7, 8])]
+    last = EngineOutput(token_ids=[2], finish="eos", matched=2)
+    data = codec.encode_outputs([*plain, last])
+    assert msgpack.unpackb(data) == [
+        [15339],
+        [7, 8],
+        {"index": 0, "token_ids": [2], "finish": "eos", "matched": 2},
+    ]
+    assert codec.decode_outputs(data) == [*plain, last]
+    assert (
+        codec.decode_outputs(codec.encode_outputs([EngineOutput(index=1, token_ids=[3])]))[0].index
+        == 1
+    )
+
+
 # -- a newer peer, an older peer ----------------------------------------------------
 
 
@@ -386,6 +402,12 @@ def test_malformed_outputs_are_codec_errors(payload: dict, match: str) -> None:
         codec.decode_output(msgpack.packb(payload))
     with pytest.raises(CodecError, match=match):
         codec.decode_outputs(msgpack.packb([{}, payload]))
+
+
+@pytest.mark.parametrize("item", [[1.5], ["a"], [-1], [2**32], [[1]]])
+def test_a_plain_output_that_is_not_token_ids_is_a_codec_error(item: list) -> None:
+    with pytest.raises(CodecError, match="token ids"):
+        codec.decode_outputs(msgpack.packb([[1], item]))
 
 
 @pytest.mark.parametrize(

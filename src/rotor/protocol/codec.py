@@ -358,15 +358,38 @@ def decode_output(data: bytes) -> EngineOutput:
 
 
 def encode_outputs(outputs: list[EngineOutput]) -> bytes:
-    """Several outputs (of one request, in order) as one message."""
-    return _packb([_output_map(out) for out in outputs])
+    """Several outputs (of one request, in order) as one message. A plain
+    output (index 0, token ids and nothing else: nearly every one a stream
+    carries) travels as its token ids alone, a third of the cost of a map
+    to write and to read."""
+    return _packb([_output_item(out) for out in outputs])
+
+
+def _output_item(out: EngineOutput) -> Any:
+    if (
+        out.index == 0
+        and out.finish is None
+        and out.text is None
+        and out.logprobs is None
+        and out.matched is None
+        and out.cached_tokens is None
+        and out.error is None
+        and out.kv_transfer is None
+    ):
+        return out.token_ids
+    return _output_map(out)
 
 
 def decode_outputs(data: bytes) -> list[EngineOutput]:
     items = _unpack_tuples(data)
     if type(items) is not tuple:
         raise _wrong("outputs", "a list", items)
-    return [_output(item, "outputs[]") for item in items]
+    return [
+        EngineOutput(token_ids=_token_ids(list(item), "outputs[]"))
+        if type(item) is tuple
+        else _output(item, "outputs[]")
+        for item in items
+    ]
 
 
 # -- EngineError ---------------------------------------------------------------

@@ -2,6 +2,7 @@
 a nats-server, N mocker workers, one or two frontends, all real processes.
 
     python benchmarks/cluster.py hop                # frontend+worker vs rotor run, CPU/token, TTFT
+    python benchmarks/cluster.py hop-split          # the same at 32 streams, interleaved, per process
     python benchmarks/cluster.py scale              # throughput with 1, 2, 4 workers (and 2 frontends)
     python benchmarks/cluster.py kv                 # shared prefixes: kv vs round_robin routing
     python benchmarks/cluster.py http-workers       # frontend --http-workers 1 vs 2, interleaved
@@ -12,6 +13,7 @@ Prints the `rotor bench` summaries it collected (results in bench-results/cluste
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -160,6 +162,58 @@ def hop() -> None:
             c.close()
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _split(url: str, names: dict[int, str], label: str) -> float:
+    """CPU µs per token of each named process under 32 streams, printed; the total."""
+    load = ("--concurrency", "32", "--input-len", "160", "--output-len", "128")
+    tag = "split-" + label.replace(" ", "-")
+    bench(url, list(names), f"{tag}-warm", *load, "--num-requests", "128")
+    before = {pid: _cpu_s(pid) for pid in names}
+    level = bench(url, list(names), tag, *load, "--num-requests", "768")["levels"][0]
+    after = {pid: _cpu_s(pid) for pid in names}
+    answers = [r for r in level["requests"] if not r.get("error")]
+    tokens = sum(r.get("output_tokens", 0) for r in answers)
+    events = sum(len(r.get("itl_s") or []) + 1 for r in answers) / max(1, len(answers))
+    parts = {name: 1e6 * (after[pid] - before[pid]) / tokens for pid, name in names.items()}
+    total = sum(parts.values())
+    each = ", ".join(f"{name} {us:.1f}" for name, us in parts.items())
+    print(
+        f"  {label}: {level['summary']['request_throughput']:.0f} req/s, {events:.0f} events "
+        f"per answer, {total:.1f} µs/token ({each})"
+    )
+    return total
+
+
+def hop_split() -> None:
+    """One process against frontend + worker over NATS at 32 streams, two
+    interleaved rounds, each process's CPU per token (nats-server's too)."""
+    for slice_ms in ("0", "1"):
+        mocker = ("out=mocker", "--speedup-ratio", "0", "--step-slice-ms", slice_ms)
+        print(f"--step-slice-ms {slice_ms}:")
+        for round_ in (1, 2):
+            port = free_port()
+            single = spawn("run", *mocker, "--port", str(port))
+            try:
+                wait_health(f"http://127.0.0.1:{port}")
+                one = _split(f"http://127.0.0.1:{port}", {single.pid: "process"}, "one process")
+            finally:
+                single.terminate()
+                single.wait()
+            c = Cluster(1, worker_args=mocker)
+            try:
+                names = {c.procs[0].pid: "nats-server", c.workers[0].pid: "worker"}
+                names[c.frontends[0][1].pid] = "frontend"
+                hop = _split(c.frontends[0][0], names, "over NATS")
+            finally:
+                c.close()
+            print(f"  round {round_}: over NATS / one process = {hop / one:.2f}")
+
+
 def scale() -> None:
     mocker = ("out=mocker", "--speedup-ratio", "1")
     for workers, frontends in ((1, 1), (2, 1), (4, 1), (4, 2)):
@@ -248,5 +302,6 @@ def http_workers() -> None:
 
 
 if __name__ == "__main__":
-    modes = {"hop": hop, "scale": scale, "kv": kv, "http-workers": http_workers}
+    modes = {"hop": hop, "hop-split": hop_split, "scale": scale, "kv": kv}
+    modes["http-workers"] = http_workers
     modes[sys.argv[1]]()

@@ -20,12 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rotor.api.app import create_app
-from rotor.api.openai.chat import ChatShaper
 from rotor.engines.mocker import MockerConfig, MockerEngine
 from rotor.model.builtin import builtin_test_model
 from rotor.pipeline.served import ServedModel
 from rotor.protocol.engine import EngineOutput, EngineRequest, Pushed, is_pushed
 from rotor.serve.system import System
+
+from support.shaping import break_chat_shaping
 
 CARD, TOK = builtin_test_model()
 TIMEOUT_S = 10
@@ -303,17 +304,7 @@ async def test_a_bug_while_shaping_a_pushed_event_ends_the_stream_with_its_failu
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     pushed, _, mocker = both
-    real = ChatShaper.frames
-    calls = 0
-
-    def flaky(self: ChatShaper, event: Any) -> bytes | None:
-        nonlocal calls
-        calls += 1
-        if calls == 2:
-            raise RuntimeError("a shaping bug")
-        return real(self, event)
-
-    monkeypatch.setattr(ChatShaper, "frames", flaky)
+    break_chat_shaping(monkeypatch, on_call=2)
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2000}
     with caplog.at_level(logging.ERROR, "rotor.api"):
         c = await stream(pushed, PATHS["chat"], {**body, "stream": True, "ignore_eos": True})

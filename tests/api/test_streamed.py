@@ -24,6 +24,8 @@ from rotor.api.sse import OPENAI
 from rotor.api.streamed import PushedBody, Shaping, body
 from rotor.pipeline.events import ChoiceEvent, Failure, ResponseFailed
 
+from support.shaping import break_chat_shaping
+
 
 class Events:
     """A response's events, pullable and pushable, failing after them when told."""
@@ -140,17 +142,7 @@ def test_a_bug_while_shaping_stops_the_events_and_ends_with_the_failure(
     resp = started()
     events_ = Events(evs, None)
     resp.events = events_  # type: ignore[assignment]
-    calls = 0
-    real = ChatShaper.frames
-
-    def flaky(self: ChatShaper, event: ChoiceEvent) -> bytes | None:
-        nonlocal calls
-        calls += 1
-        if calls == 3:
-            raise RuntimeError("a shaping bug")
-        return real(self, event)
-
-    monkeypatch.setattr(ChatShaper, "frames", flaky)
+    break_chat_shaping(monkeypatch, on_call=3)
     shaper = ChatShaper(resp)
     metrics = Metrics()
     shaping = Shaping(partial(Observation, resp, metrics, "chat", True, 0.0), shaper, OPENAI)

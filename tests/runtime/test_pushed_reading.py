@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -149,11 +150,14 @@ class Link:
     def __init__(self) -> None:
         self.streams: dict[str, OutputStream] = {}
         self.asked: list[tuple[str, EngineRequest]] = []
+        self.aborted: list[str] = []
 
     def generate(
         self, worker_id: str, request: EngineRequest, timeout: float, headers: object = None
     ) -> AsyncIterator[EngineOutput]:
-        stream = self.streams[worker_id] = OutputStream(1, worker_id, abort=lambda: None)
+        stream = self.streams[worker_id] = OutputStream(
+            1, worker_id, abort=lambda: self.aborted.append(worker_id)
+        )
         self.asked.append((worker_id, request))
         return stream.read(_nothing)
 
@@ -198,3 +202,33 @@ async def test_a_pushed_pool_stream_migrates_and_the_reader_sees_one_answer() ->
     assert [t for o in delivery.outputs_ for t in o.token_ids] == [11, 12, 13]
     assert delivery.end is None
     assert pool.stats.migrations == {"worker_gone": 1}
+
+
+async def test_a_reader_that_leaves_mid_migration_ends_the_migration() -> None:
+    link = Link()
+    pool = Pool(ModelCard("m"), link, RoundRobin(), migration_limit=3)
+    for wid in ("a", "b", "c"):
+        pool.upsert(Lease(wid, "m", "card", "compat", "host:1", state=EngineState()))
+    stream = pool.generate(EngineRequest("r", "m", [1, 2, 3]))
+    pull = asyncio.ensure_future(stream.__anext__())
+    while not link.streams:
+        await asyncio.sleep(0)
+    first = link.asked[0][0]
+    link.streams[first].put(0, "outputs", [EngineOutput(token_ids=[10])])
+    await pull
+    stream.deliver(Delivery())
+    link.streams[first].fail(EngineError("gone", "unavailable", cause="worker_gone"))
+    for _ in range(20):  # the migration runs in a task of its own
+        await asyncio.sleep(0)
+        if len(link.asked) == 2:
+            break
+    second = link.asked[1][0]
+    stream.stop()  # the client leaves while the new attempt is read
+    for _ in range(20):
+        await asyncio.sleep(0)
+        if second in link.aborted:
+            break
+    assert second in link.aborted  # the new attempt's worker is told at once
+    with pytest.raises(StopAsyncIteration):  # and the pool's generator is over: no more attempts
+        await stream.__anext__()
+    assert [w for w, _ in link.asked] == [first, second]

@@ -624,12 +624,8 @@ class PoolStream:
 
     async def aclose(self) -> None:
         self._stopped = True
-        if self._task is not None:
-            self._task.cancel()
-        stream = self._now.stream
-        if is_pushed(stream):
-            stream.stop()
-        await self._gen.aclose()  # type: ignore[attr-defined]
+        self._stop_attempt()
+        await self._close()
 
     # -- pushed ----------------------------------------------------------------------
 
@@ -652,10 +648,25 @@ class PoolStream:
         """The reader is gone: the worker's request stops, the pool lets go."""
         self._delivery = None
         self._stopped = True
+        self._stop_attempt()
+        self._later(self._close())
+
+    def _stop_attempt(self) -> None:
+        """A migration under way is cancelled inside the generator (whose own
+        ending aborts its attempt); a pushing attempt is stopped."""
+        if self._task is not None:
+            self._task.cancel()
         stream = self._now.stream
         if is_pushed(stream):
             stream.stop()
-        self._later(self._gen.aclose())  # type: ignore[attr-defined]
+
+    async def _close(self) -> None:
+        """The generator's end (its spans, its counts), once no migration runs
+        inside it: a running generator cannot be closed."""
+        task = self._task
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+        await self._gen.aclose()  # type: ignore[attr-defined]
 
     # the worker's stream's delivery (rotor.protocol.engine.Delivery)
 
@@ -675,7 +686,7 @@ class PoolStream:
             return
         if error is None:  # the attempt ended: the pool's own end (its spans, its counts)
             self._delivery = None
-            self._later(self._gen.aclose())  # type: ignore[attr-defined]
+            self._later(self._close())
             delivery.ended(None)
             return
         self._now.steady = False

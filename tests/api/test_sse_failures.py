@@ -245,3 +245,78 @@ async def test_middle_writes_go_to_the_servers_send_and_the_ends_through_the_lay
     assert [m["type"] for m in through] == ["http.response.start", "http.response.body"]
     assert through[-1]["more_body"] is False
     assert len(client.bodies) == 3  # the middle ones went to the server directly
+
+
+class PushedSource:
+    """A source that pushes through the response's writer (api/sse_response's
+    PushSource): `opening` at start; `on_resume` runs inside `resume`, as a
+    remote stream's held outputs and end are handed on right there."""
+
+    def __init__(self, opening: list[bytes], on_resume: Callable[[Any], None] | None = None):
+        self.opening, self.on_resume = opening, on_resume
+        self.writer: Any = None
+        self.finished: list[bool] = []
+        self.stops = 0
+
+    def start(self, writer: Any) -> bool:
+        self.writer = writer
+        for data in self.opening:
+            writer.write(data)
+        return True
+
+    def resume(self) -> None:
+        if self.on_resume is not None:
+            self.on_resume(self.writer)
+
+    def stop(self) -> None:
+        self.stops += 1
+
+    def finish(self, complete: bool) -> None:
+        self.finished.append(complete)
+
+
+async def no_body() -> AsyncIterator[bytes]:
+    return
+    yield b""
+
+
+async def test_a_pushed_end_handed_on_inside_resume_is_sent() -> None:
+    """A slow client parks the second write; once it caught up the source is
+    resumed, and it ends right inside `resume`: the end still goes out."""
+    client = Client()
+    full = asyncio.Event()
+    plain_send = client.send
+
+    async def send(message: dict[str, Any]) -> None:
+        if len(client.sent) == 2:  # the second body write: the socket is full a while
+            await full.wait()
+        await plain_send(message)
+
+    client.send = send  # type: ignore[method-assign]
+    source = PushedSource([b"a", b"b"], on_resume=lambda writer: writer.close(b"END"))
+    task = asyncio.ensure_future(serve(SSEResponse(no_body(), {}, pushed=source), client))
+    for _ in range(100):
+        await asyncio.sleep(0)
+        if len(client.sent) == 2:
+            break
+    full.set()
+    await task  # (within serve's timeout: before, the end waited for a client that never left)
+    assert client.text == b"abEND" and client.bodies[-1]["more_body"] is False
+    assert source.finished == [True]
+
+
+async def test_a_pushed_stream_the_server_ends_counts_as_cut_short() -> None:
+    client = Client()
+    streams = OpenStreams()
+    source = PushedSource([b"a"])
+    response = SSEResponse(no_body(), {}, streams=streams, shutdown=lambda: b"BYE", pushed=source)
+    task = asyncio.ensure_future(serve(response, client))
+    for _ in range(100):
+        await asyncio.sleep(0)
+        if client.bodies:
+            break
+    streams.end_all(0)
+    await task
+    assert client.text == b"aBYE" and client.bodies[-1]["more_body"] is False
+    assert source.stops >= 1
+    assert source.finished == [False]  # as a pulled stream the server ended: not a "200"

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_shaper_frames import events, started
 
 from rotor.api.anthropic.stream import FRAMING, MessageStream
 from rotor.api.metrics import Metrics
@@ -24,6 +23,7 @@ from rotor.api.sse import OPENAI
 from rotor.api.streamed import PushedBody, Shaping, body
 from rotor.pipeline.events import ChoiceEvent, Failure, ResponseFailed
 
+from support.shaper_events import events, started
 from support.shaping import break_chat_shaping
 
 
@@ -151,5 +151,32 @@ def test_a_bug_while_shaping_stops_the_events_and_ends_with_the_failure(
     assert pushed.start(writer)
     assert writer.failed and events_.stopped
     assert writer.parts[-1] == b"<failure>" and len(writer.parts) == 4  # opening, t0, t1
+    pushed.finish(writer.closed)
+    assert metrics.outcome("m", "chat", "true", "500")._value.get() == 1
+
+
+def test_a_bug_while_opening_a_pushed_stream_ends_it_with_the_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As a pulled body that raised at its start: the failure written, the
+    events stopped, the response counted as failed (nothing left open)."""
+    from rotor.pipeline.parse.base import Content
+
+    resp = started()
+    events_ = Events([ChoiceEvent(0, [Content("t")])], None)
+    resp.events = events_  # type: ignore[assignment]
+
+    def broken_start(self: ChatShaper) -> Any:
+        raise RuntimeError("a bug in the opening")
+
+    monkeypatch.setattr(ChatShaper, "start", broken_start)
+    metrics = Metrics()
+    shaping = Shaping(
+        partial(Observation, resp, metrics, "chat", True, 0.0), ChatShaper(resp), OPENAI
+    )
+    writer = Writer()
+    pushed = PushedBody(shaping, resp)
+    assert pushed.start(writer)
+    assert writer.parts == [b"<failure>"] and writer.failed and events_.stopped
     pushed.finish(writer.closed)
     assert metrics.outcome("m", "chat", "true", "500")._value.get() == 1

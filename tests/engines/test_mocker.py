@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import math
 from typing import Any
 
@@ -22,6 +23,7 @@ from rotor.protocol.engine import (
 from rotor.protocol.openai import CompletionRequest
 
 from support.mocker import CARD, EOS, TOK, MakeEngine, collect, ids_of, request
+from support.wait import wait_for_async
 
 TEXT = "The quick brown fox jumps over the lazy dog."
 
@@ -425,6 +427,24 @@ async def test_closing_the_generator_aborts_and_frees(make_engine: MakeEngine) -
     probe = await collect(engine, request({"output": TEXT}))
     assert ids_of(probe) == TOK.encode(TEXT) + [EOS]
     assert engine.state().tokens_generated == made + len(ids_of(probe))
+
+
+async def test_a_stream_dropped_unclosed_frees_its_request_in_a_turn_of_its_own(
+    make_engine: MakeEngine,
+) -> None:
+    """As an async generator collected unclosed: aborted, but from the loop,
+    never inside whatever code the collector happened to run in."""
+    engine = await make_engine()
+    gen = engine.generate(request({"output": TEXT * 8}))
+    await gen.__anext__()
+    assert engine.state().running == 1
+    del gen
+    gc.collect()
+    assert engine.state().active_requests == 1  # not inside the collection
+    await wait_for_async(
+        "the request gone", lambda: engine.state().active_requests == 0, 10, pause=0
+    )
+    assert engine.state().running == 0
 
 
 async def test_cancelling_the_consumer_aborts(make_engine: MakeEngine) -> None:

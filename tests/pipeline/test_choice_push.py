@@ -23,6 +23,7 @@ from rotor.pipeline.parse.message import MessageParser
 from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, StopParams
 
 from support.mocker import CARD, TOK, request
+from support.wait import wait_for_async
 
 EOS = CARD.eos_token_ids[0]
 
@@ -184,6 +185,31 @@ def test_the_scripted_stream_is_really_pushed() -> None:
     assert engine.delivered == 1 and end == "ended" and len(events) == 3
 
 
+def test_a_sink_that_stops_the_choice_mid_batch_gets_no_more_of_it() -> None:
+    """(A reader whose own work broke stops the choice: the rest of the batch
+    the engine pushed is not turned into events for it.)"""
+    engine = Scripted(_outputs([[3], [4], [5], [6], [7], [8], [9]], "length"), [6], None, True)
+    pipe, usage = _choice(10, [])
+    run = ChoiceRun(engine, EngineRequest("r", CARD.name, [1]), pipe, 0, usage, True)
+
+    class Stopping(Sink):
+        def event(self, event: ChoiceEvent) -> bool:
+            super().event(event)
+            if len(self.events) == 2:
+                run.stop()
+                return False
+            return True
+
+    async def go() -> Stopping:
+        await run.__anext__()
+        sink = Stopping()
+        assert run.deliver(sink)
+        return sink
+
+    sink = asyncio.run(go())
+    assert len(sink.events) == 2 and sink.end is None and engine.stops == 1
+
+
 @pytest.mark.parametrize("slice_ms", [0.0, 1.0])
 async def test_the_mockers_pushed_choice_is_its_pulled_one(slice_ms: float) -> None:
     engine = MockerEngine(CARD, TOK, MockerConfig(speedup_ratio=0, step_slice_ms=slice_ms))
@@ -199,8 +225,8 @@ async def test_the_mockers_pushed_choice_is_its_pulled_one(slice_ms: float) -> N
             if push:
                 sink = Sink()
                 assert run.deliver(sink)
-                while sink.end is None:
-                    await asyncio.sleep(0)
+                ended = lambda sink=sink: sink.end is not None  # noqa: E731
+                await wait_for_async("the pushed choice to end", ended, pause=0)
                 events += sink.events
             else:
                 events += [e async for e in run]

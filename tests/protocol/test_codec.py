@@ -273,6 +273,13 @@ def test_a_streams_plain_outputs_travel_as_their_token_ids() -> None:
         codec.decode_outputs(codec.encode_outputs([EngineOutput(index=1, token_ids=[3])]))[0].index
         == 1
     )
+    # for a reader older than that form (a frontend that predates batches): maps, all of them
+    old = codec.encode_outputs(plain, compact=False)
+    assert msgpack.unpackb(old) == [
+        {"index": 0, "token_ids": [15339]},
+        {"index": 0, "token_ids": [7, 8]},
+    ]
+    assert codec.decode_outputs(old) == plain
 
 
 # -- a newer peer, an older peer ----------------------------------------------------

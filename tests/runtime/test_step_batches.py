@@ -15,8 +15,8 @@ import nats as nats_py
 import pytest
 
 from rotor.protocol import codec
-from rotor.protocol.engine import EngineError, EngineOutput, StopParams
-from rotor.protocol.kv import BlocksStored
+from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, StopParams
+from rotor.protocol.kv import BlocksStored, KVEvent
 from rotor.runtime.nats import messages as wire
 from rotor.runtime.nats import subjects
 from rotor.runtime.nats.request_plane import RequestPlane
@@ -25,6 +25,7 @@ from rotor.runtime.stream import OutputStream
 
 from support.cluster import Nats, nats_server
 from support.mocker import TOK, MakeEngine, collect, ids_of, request
+from support.wait import wait_for_async
 
 STORY = " ".join(f"word{i}" for i in range(40))
 
@@ -72,7 +73,7 @@ async def test_a_step_of_many_streams_is_one_message(served: tuple) -> None:
     engine, worker, plane, counted, _ = served
     jobs = [request({"output": STORY, "end": "length"}) for _ in range(8)]
 
-    async def run(job):  # noqa: ANN001, ANN202
+    async def run(job: EngineRequest) -> list[EngineOutput]:
         return [out async for out in plane.generate(worker.worker_id, job, 30)]
 
     answers = await asyncio.gather(*(run(job) for job in jobs))
@@ -108,28 +109,49 @@ async def test_a_frontend_that_asks_no_batches_gets_a_message_per_output(served:
     await nc.publish(subjects.generate(worker.worker_id), codec.encode_request(job), reply=inbox)
     kinds = []
     while not kinds or kinds[-1] != wire.DONE:
-        seq, kind, _ = wire.parse(await asyncio.wait_for(replies.get(), 10))
+        seq, kind, payload = wire.parse(await asyncio.wait_for(replies.get(), 10))
         assert seq == len(kinds)
         kinds.append(kind)
+        if kind == wire.OUTPUTS:  # every output a map, as such a frontend reads them
+            assert all(type(item) is dict for item in msgpack.unpackb(payload or b""))
     assert kinds == [wire.OUTPUTS] * outputs + [wire.DONE]
     assert not any(s.startswith(subjects.STEPS_PREFIX) for s in counted.by_subject)
 
 
 async def test_a_steps_kv_events_are_one_message(served: tuple) -> None:
     engine, worker, plane, counted, _ = served
-    prompt = "<|im_start|>user\n" + " ".join(f"block-{i}." for i in range(80)) + "<|im_end|>\n"
-    job = request({"output": STORY}, prompt=prompt, stop=StopParams(max_tokens=3))
-    assert [o async for o in plane.generate(worker.worker_id, job, 30)]
+    # Two prompts with no block in common, sent at once: a step that
+    # stores blocks of both has an event for each.
+    jobs = [
+        request(
+            {"output": STORY},
+            prompt=f"<|im_start|>user\n{who} "
+            + " ".join(f"block-{i}." for i in range(80))
+            + "<|im_end|>\n",
+            stop=StopParams(max_tokens=3),
+        )
+        for who in ("alice", "bob")
+    ]
+
+    async def run(job: EngineRequest) -> list[EngineOutput]:
+        return [out async for out in plane.generate(worker.worker_id, job, 30)]
+
+    assert all(await asyncio.gather(*(run(job) for job in jobs)))
     subject = subjects.kv_events(worker.worker_id)
-    for _ in range(100):
-        if counted.by_subject[subject]:
-            break
-        await asyncio.sleep(0.01)
-    events = [e for data in counted.data[subject] for e in codec.decode_kv_events(data)]
-    assert [e.event_id for e in events] == list(range(1, len(events) + 1))
-    stored = [e for e in events if type(e) is BlocksStored]
-    assert sum(len(e.block_hashes) for e in stored) == len(engine.scheduler.kv.hash_to_block)
-    assert counted.by_subject[subject] <= len(events)
+    blocks = len(engine.scheduler.kv.hash_to_block)
+
+    def events() -> list[KVEvent]:
+        return [e for data in counted.data[subject] for e in codec.decode_kv_events(data)]
+
+    def stored() -> int:
+        return sum(len(e.block_hashes) for e in events() if type(e) is BlocksStored)
+
+    await wait_for_async("every stored block's event", lambda: stored() >= blocks, 10)
+    got = events()
+    assert [e.event_id for e in got] == list(range(1, len(got) + 1))
+    assert stored() == blocks
+    # the step that stored both prompts' blocks sent their events as one message
+    assert max(len(codec.decode_kv_events(data)) for data in counted.data[subject]) > 1
 
 
 def test_kv_events_encode_alone_as_before_and_several_as_an_array() -> None:

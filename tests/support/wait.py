@@ -1,8 +1,10 @@
 """Waiting on an observable state, never a sleep that hopes: `wait_for` polls
 a check until it holds (from a test's thread), `wait_for_async` is its twin for
-code on an event loop (it yields to the loop between checks). Both fail with
-`what` once `timeout` seconds have gone by: a guard against a hang, not an
-expected duration. A check may raise to fail at once (a process that exited)."""
+code on an event loop (it yields to the loop between checks; `pause=0` checks
+at every turn of the loop, for a state that passes if the loop runs on). Both
+fail with `what` once `timeout` seconds have gone by: a guard against a hang,
+not an expected duration. A check may raise to fail at once (a process that
+exited)."""
 
 from __future__ import annotations
 
@@ -39,7 +41,9 @@ async def wait_for_async(
     check: Callable[[], bool],
     timeout: float = 30,
     detail: Callable[[], str] | None = None,
+    pause: float = 0.01,
 ) -> None:
-    """`wait_for` on an event loop: the loop runs other tasks between checks."""
+    """`wait_for` on an event loop: the loop runs other tasks for `pause`
+    seconds between checks (0: one turn of the loop)."""
     for _ in _misses(what, check, timeout, detail):
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(pause)

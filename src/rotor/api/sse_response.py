@@ -111,6 +111,7 @@ class SSEResponse(Response):
         self._last: bytes | None = None
         self._broken = False
         self._held = False  # a write said False: resume the source once caught up
+        self._cut_short = False  # the server stopped it before the source's end
         self._signal: asyncio.Event | None = None
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -158,7 +159,7 @@ class SSEResponse(Response):
             if pushing:
                 if not self.complete:
                     self.pushed.stop()  # type: ignore[union-attr]
-                self.pushed.finish(self.complete)  # type: ignore[union-attr]
+                self.pushed.finish(self.complete and not self._cut_short)  # type: ignore[union-attr]
             # what ties the response to the server's request cycle and to its
             # source goes now: no cycle is left for the collector
             self._server_send = self._parked = self.pushed = None
@@ -258,6 +259,9 @@ class SSEResponse(Response):
         stopping = asyncio.ensure_future(stop.wait()) if stop is not None else None
         try:
             while True:
+                # cleared before the state is read: what the source does from
+                # here on (even inside `resume` below) wakes the wait again
+                signal.clear()
                 if self._broken:
                     raise ConnectionError("a pushed write failed: the client is gone")
                 parked, self._parked = self._parked, None
@@ -281,7 +285,6 @@ class SSEResponse(Response):
                 if self._held:  # caught up: the source may make more
                     self._held = False
                     self.pushed.resume()  # type: ignore[union-attr]
-                signal.clear()
                 woken = asyncio.ensure_future(signal.wait())
                 waits = {woken, watch} if stopping is None else {woken, watch, stopping}
                 done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -290,6 +293,7 @@ class SSEResponse(Response):
                 if watch in done:  # the client left: the finally stops the source
                     return
                 if stopping is not None and stopping in done:
+                    self._cut_short = True  # counted as a pulled stream the server ended
                     self.pushed.stop()  # type: ignore[union-attr]
                     await self._shutdown_tail(send)
                     return

@@ -62,10 +62,10 @@ class Shaping:
         """A failure after the start: the API's own failure events, last."""
         self.broken(error)
         failure = self._shaper.fail(client_error(error.failure))
-        return self._frame(failure) + self._framing.trailer
+        return self._framing.tail(failure)
 
     def closing(self) -> bytes:
-        return self._frame(self._shaper.finish()) + self._framing.trailer
+        return self._framing.tail(self._shaper.finish())
 
     def broken(self, error: Exception) -> None:
         """The response failed (its failure events, or a bug)."""
@@ -125,7 +125,7 @@ class PushedBody:
         self._events: Any = resp.events
         self._writer: Writer | None = None
 
-    # -- the SSE response's side (api/sse.py's PushSource) ----------------------------------
+    # -- the SSE response's side (api/sse_response.py's PushSource) -------------------------
 
     def start(self, writer: Writer) -> bool:
         """Write the opening and push the events, or False (nothing written)
@@ -134,10 +134,14 @@ class PushedBody:
         if not getattr(events, "pushable", False):  # (not isinstance: a Protocol's costs ~9 µs)
             return False
         self._writer = writer
-        data = self._shaping.opening()
-        if data:
-            writer.write(data)
-        events.deliver(self)
+        try:
+            data = self._shaping.opening()
+            if data:
+                writer.write(data)
+            if not events.deliver(self):
+                raise RuntimeError("a pushable stream would not push")
+        except Exception as e:  # a bug: ended as a pulled body that raised
+            self._broke(e)
         return True
 
     def resume(self) -> None:

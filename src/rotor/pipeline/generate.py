@@ -192,9 +192,9 @@ class ChoiceRun:
         for out in outputs:
             try:
                 event = self._event(out)
-            except ResponseFailed as failed:
+            except Exception as e:
                 self.stop()
-                sink.failed(failed)
+                sink.failed(self._failed(e))
                 return False
             if self._over and out.finish is None:  # the frontend ended it: stop the engine now
                 self.stop()
@@ -203,6 +203,8 @@ class ChoiceRun:
                 self._sink = None
                 sink.ended()
                 return True
+            if self._sink is None:  # the sink stopped it (a bug while shaping): no more events
+                return False
         return keep
 
     def ended(self, error: EngineError | None) -> None:
@@ -213,11 +215,19 @@ class ChoiceRun:
         self._over = True
         try:
             event = self._closing(Failure.from_engine(error) if error is not None else None)
-        except ResponseFailed as failed:
-            sink.failed(failed)
+        except Exception as e:
+            sink.failed(self._failed(e))
             return
         sink.event(event)
         sink.ended()
+
+    def _failed(self, error: Exception) -> ResponseFailed:
+        """What a pushed choice ends with when its pipeline raised: its own
+        failure, or a bug (logged) as the internal error a pulled one gives."""
+        if isinstance(error, ResponseFailed):
+            return error
+        log.exception("the pipeline of engine request %s failed", self._request.request_id)
+        return ResponseFailed(Failure("internal", f"{type(error).__name__}: {error}"))
 
     # -- both -----------------------------------------------------------------------------
 

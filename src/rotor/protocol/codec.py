@@ -357,11 +357,14 @@ def decode_output(data: bytes) -> EngineOutput:
     return _output(_unpack_tuples(data), "output")
 
 
-def encode_outputs(outputs: list[EngineOutput]) -> bytes:
+def encode_outputs(outputs: list[EngineOutput], compact: bool = True) -> bytes:
     """Several outputs (of one request, in order) as one message. A plain
     output (index 0, token ids and nothing else: nearly every one a stream
     carries) travels as its token ids alone, a third of the cost of a map
-    to write and to read."""
+    to write and to read; `compact=False`: as maps, all of them, for a
+    reader older than that form."""
+    if not compact:
+        return _packb([_output_map(out) for out in outputs])
     return _packb([_output_item(out) for out in outputs])
 
 

@@ -8,6 +8,9 @@ stop on its own.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeGuard, get_args, runtime_checkable
 
@@ -236,6 +239,50 @@ class Delivery(Protocol):
         """The stream is over: what StopAsyncIteration (None) or the error
         would have told a reader that pulls. Called once, last."""
         ...
+
+
+class Relay:
+    """A pushed stream relayed on (a worker to its frontend, the engine
+    process to its HTTP processes): each step's outputs to `put` and its end
+    to `end`, in the engine's turn; `over` resolves with the end too (None,
+    or the stream's error) for the task that waits on it."""
+
+    __slots__ = ("_put", "_end", "over")
+
+    def __init__(
+        self,
+        put: Callable[[list[EngineOutput]], None],
+        end: Callable[[EngineError | None], None] | None = None,
+    ) -> None:
+        self._put, self._end = put, end
+        self.over: asyncio.Future[EngineError | None] = asyncio.get_running_loop().create_future()
+
+    def outputs(self, outputs: list[EngineOutput]) -> bool:
+        self._put(outputs)
+        return True
+
+    def ended(self, error: EngineError | None) -> None:
+        if self.over.done():
+            return
+        self.over.set_result(error)
+        if self._end is not None:
+            self._end(error)
+
+
+def delivery_broke(delivery: Delivery, error: Exception, ending: bool) -> None:
+    """A delivery raised (a bug in its reader), and its stream stopped: it is
+    told the stream ended with an internal error, so what waits on it (a
+    response, a worker's relay) ends instead of waiting for ever. `ending`:
+    it raised in `ended` itself, which is called once: it is only logged."""
+    logging.getLogger("rotor.engine").error(
+        "a pushed stream's reader failed", exc_info=(type(error), error, error.__traceback__)
+    )
+    if ending:
+        return
+    try:
+        delivery.ended(EngineError(f"{type(error).__name__}: {error}", "internal"))
+    except Exception:
+        logging.getLogger("rotor.engine").exception("and failed again as it was told so")
 
 
 @runtime_checkable

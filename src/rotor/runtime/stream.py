@@ -38,7 +38,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
-from rotor.protocol.engine import Delivery, EngineError, EngineOutput, merge_outputs
+from rotor.protocol.engine import (
+    Delivery,
+    EngineError,
+    EngineOutput,
+    delivery_broke,
+    merge_outputs,
+)
 
 log = logging.getLogger("rotor.runtime")
 
@@ -150,10 +156,18 @@ class OutputStream:
             if not self._items:
                 if self._failed is not None:
                     raise self._failed
-                raise EngineError(f"{self.who} stopped answering", "unavailable", cause="timeout")
-        items = list(self._items)
-        self._items.clear()
-        return items
+                raise self.silent()
+        return self.taken()
+
+    def silent(self) -> EngineError:
+        """The error of a worker past the silence limit."""
+        return EngineError(f"{self.who} stopped answering", "unavailable", cause="timeout")
+
+    def stalled(self) -> EngineError:
+        """The error of a worker past the stall limit (messages, but no output)."""
+        return EngineError(
+            f"{self.who} sent no output for {self.stall:.0f} s", "unavailable", cause="timeout"
+        )
 
     def _in_order(self, seq: int) -> bool:
         """True for the next message; False for a repeat (dropped); a gap raises."""
@@ -170,22 +184,25 @@ class OutputStream:
 # event loop's turn: every message that arrived in one turn (a transport
 # that fell behind reads several at once) reaches its reader as one push,
 # merged, as a reader that pulls would have read it.
-_DUE: list[Reading] = []
+_DUE: dict[asyncio.AbstractEventLoop, list[Reading]] = {}  # each loop's, until its turn ends
 
 
 def _due(reading: Reading) -> None:
     if not reading._listed:
         reading._listed = True
-        if not _DUE:
-            asyncio.get_running_loop().call_soon(_push_due)
-        _DUE.append(reading)
+        loop = asyncio.get_running_loop()
+        due = _DUE.get(loop)
+        if due is None:
+            due = _DUE[loop] = []
+            loop.call_soon(_push_due, loop)
+        due.append(reading)
 
 
-def _push_due() -> None:
-    due = _DUE.copy()
-    _DUE.clear()
-    for reading in due:
+def _push_due(loop: asyncio.AbstractEventLoop) -> None:
+    due = _DUE.pop(loop, [])
+    for reading in due:  # all off the list first: one that fails leaves none stuck on it
         reading._listed = False
+    for reading in due:
         reading.push()
 
 
@@ -315,9 +332,9 @@ class Reading:
                 pending = merge_outputs(pending)
             try:
                 keep = delivery.outputs(pending)
-            except Exception:
-                log.exception("a pushed stream's reader failed")
+            except Exception as e:
                 self.stop()
+                delivery_broke(delivery, e, False)
                 return
             if self._delivery is None:  # it stopped the stream itself
                 return
@@ -327,7 +344,10 @@ class Reading:
         if self._ended or self._error is not None:
             self._delivery = None
             self._close()
-            delivery.ended(self._error)
+            try:
+                delivery.ended(self._error)
+            except Exception as e:
+                delivery_broke(delivery, e, True)
 
     def _arm(self) -> None:
         limits = [x for x in (self._stream.silence, self._stream.stall) if x is not None]
@@ -344,17 +364,11 @@ class Reading:
         now = self._now()  # type: ignore[misc]
         stream = self._stream
         if stream.silence is not None and now - self._last_heard > stream.silence:
-            stream.fail(
-                EngineError(f"{stream.who} stopped answering", "unavailable", cause="timeout")
-            )
+            stream.fail(stream.silent())
             return
         last, stall = self._last_output, stream.stall
         if stall is not None and last is not None and now - last > stall:
-            stream.fail(
-                EngineError(
-                    f"{stream.who} sent no output for {stall:.0f} s", "unavailable", cause="timeout"
-                )
-            )
+            stream.fail(stream.stalled())
             return
         self._arm()
 
@@ -397,9 +411,7 @@ class Reading:
             and self._error is None
             and self._now() - self._last_output > stall  # type: ignore[misc]
         ):
-            self._error = EngineError(
-                f"{stream.who} sent no output for {stall:.0f} s", "unavailable", cause="timeout"
-            )
+            self._error = stream.stalled()
         return outputs
 
     def _close(self) -> None:

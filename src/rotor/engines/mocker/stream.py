@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rotor.engines.mocker.sampler import LogprobMaker
 from rotor.engines.mocker.sequence import Sequence
-from rotor.protocol.engine import Delivery, EngineOutput, EngineRequest, absorb
+from rotor.protocol.engine import Delivery, EngineOutput, EngineRequest, absorb, delivery_broke
 
 if TYPE_CHECKING:
     from rotor.engines.mocker.engine import MockerEngine
 
-logger = logging.getLogger("rotor.engines.mocker.engine")
 
 # Tokens a request's consumer may leave unread before its sequences stop
 # being computed (backpressure: a slow reader holds a bounded backlog).
@@ -208,8 +206,16 @@ class MockerStream:
 
     def __del__(self) -> None:
         """Dropped unclosed (a reader that broke off): its work stops, as an
-        async generator's would when collected."""
-        self._close()
+        async generator's would when collected: in a turn of its own, since
+        the collector may run in the middle of an engine step."""
+        if self._closed:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop runs: nothing to step into
+            self._close()
+            return
+        loop.call_soon(self._close)
 
     # -- pushed (rotor.protocol.engine.Pushed) -----------------------------------------
 
@@ -242,11 +248,12 @@ class MockerStream:
     def push(self, items: list[Any]) -> None:
         """Outbox items (and outputs taken but not read) to the delivery, and
         its end once every choice has ended. A delivery that raises (a bug)
-        stops the request."""
+        stops the request and is told so (`delivery_broke`)."""
         delivery = self._delivery
         if delivery is None:
             return
         outputs = self._take(items) if items else []
+        ending = False
         try:
             keep = delivery.outputs(outputs) if outputs else True
             if self._delivery is not None and not self._over:
@@ -258,10 +265,11 @@ class MockerStream:
             if self._over and self._delivery is not None:
                 self._delivery = None
                 self._close()
+                ending = True
                 delivery.ended(None)
-        except Exception:
-            logger.exception("request %s: its reader failed", self._request.request_id)
+        except Exception as e:
             self.stop()
+            delivery_broke(delivery, e, ending)
 
     # -- both ---------------------------------------------------------------------------
 

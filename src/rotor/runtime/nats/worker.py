@@ -36,7 +36,7 @@ from rotor.engines.base import (
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol import codec
-from rotor.protocol.engine import EngineError, EngineOutput, is_pushed
+from rotor.protocol.engine import EngineError, EngineOutput, Relay, is_pushed
 from rotor.protocol.kv import KVEvent
 from rotor.protocol.lease import LEASE_TTL_S, RENEW_S, Lease, Role
 from rotor.runtime.nats import messages as wire
@@ -290,7 +290,7 @@ class WorkerService:
         """The request's outputs, numbered, to its frontend: in that
         frontend's batches (`steps`), or one message each to `reply`. Once
         the first output is out, an engine that pushes (the mocker) hands
-        the rest to the batch in its own turn (`_Relay`): no task is woken
+        the rest to the batch in its own turn (`Relay`): no task is woken
         per token here either."""
         tracing.use(span)  # this task's (and its children's) span: a KV fetch's parent
         out_to = _Reply(self.nc, self._batches, request.request_id, reply, steps)
@@ -304,11 +304,13 @@ class WorkerService:
 
         beat = asyncio.create_task(heartbeat())
         stream = follow(span, self.engine.generate(request))  # (itself when tracing is off)
+        pushes = steps is not None and is_pushed(stream)
+        compact = steps is not None  # (one message each: what a frontend before batches reads)
         try:
             async for out in stream:
-                await out_to.send(wire.OUTPUTS, codec.encode_outputs([out]))
-                if steps is not None and is_pushed(stream) and stream.pushable:
-                    relay = _Relay(out_to)
+                await out_to.send(wire.OUTPUTS, codec.encode_outputs([out], compact))
+                if pushes and stream.pushable:
+                    relay = Relay(out_to.add_outputs, out_to.add_end)  # the end in the same batch
                     stream.deliver(relay)
                     await relay.over
                     return
@@ -441,6 +443,17 @@ class _Reply:
         self._seq += 1
         self.quiet = False
 
+    def add_outputs(self, outputs: list[EngineOutput]) -> None:
+        """A pushed step's outputs, to the batch."""
+        self.add(wire.OUTPUTS, codec.encode_outputs(outputs))
+
+    def add_end(self, error: EngineError | None) -> None:
+        """A pushed stream's end, to the batch."""
+        if error is None:
+            self.add(wire.DONE)
+        else:
+            self.add(wire.ERROR, codec.encode_error(error))
+
     async def send(self, kind: str, payload: bytes | None = None) -> None:
         if self._steps is not None:
             self.add(kind, payload)
@@ -448,26 +461,3 @@ class _Reply:
         await self._nc.publish(self._reply, wire.message(self._seq, kind, payload))
         self._seq += 1
         self.quiet = False
-
-
-class _Relay:
-    """A pushed stream's outputs into the frontend's batch, in the engine's
-    turn (rotor.protocol.engine.Delivery); `over` once its end is sent."""
-
-    __slots__ = ("_to", "over")
-
-    def __init__(self, to: _Reply) -> None:
-        self._to = to
-        self.over: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def outputs(self, outputs: list[EngineOutput]) -> bool:
-        self._to.add(wire.OUTPUTS, codec.encode_outputs(outputs))
-        return True
-
-    def ended(self, error: EngineError | None) -> None:
-        if error is None:
-            self._to.add(wire.DONE)
-        else:
-            self._to.add(wire.ERROR, codec.encode_error(error))
-        if not self.over.done():
-            self.over.set_result(None)

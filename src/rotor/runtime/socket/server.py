@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from functools import partial
 
 from rotor.engines.base import Embedder, Engine
 from rotor.protocol.codec import (
@@ -24,7 +25,7 @@ from rotor.protocol.codec import (
     encode_error,
     encode_outputs,
 )
-from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, is_pushed
+from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, Relay, is_pushed
 from rotor.runtime.socket import frames
 
 log = logging.getLogger("rotor.socket")
@@ -108,11 +109,12 @@ class _Connection(asyncio.Protocol):
         rid = request.request_id
         error: EngineError | None = None
         stream = self.engine.generate(request)
+        pushes = is_pushed(stream)
         try:
             async for out in stream:
                 self._add(rid, [out])
-                if is_pushed(stream) and stream.pushable:
-                    relay = _Relay(self, rid)
+                if pushes and stream.pushable:
+                    relay = Relay(partial(self._add, rid))
                     stream.deliver(relay)
                     error = await relay.over
                     break
@@ -179,22 +181,3 @@ async def serve_engine(engine: Engine, sock: socket.socket) -> asyncio.AbstractS
     processes were started, so they can connect at once)."""
     loop = asyncio.get_running_loop()
     return await loop.create_unix_server(lambda: _Connection(engine), sock=sock)
-
-
-class _Relay:
-    """A pushed stream's outputs into its connection's next write, in the
-    engine's turn (rotor.protocol.engine.Delivery); `over` gives its end."""
-
-    __slots__ = ("_conn", "_rid", "over")
-
-    def __init__(self, conn: _Connection, rid: str) -> None:
-        self._conn, self._rid = conn, rid
-        self.over: asyncio.Future[EngineError | None] = asyncio.get_running_loop().create_future()
-
-    def outputs(self, outputs: list[EngineOutput]) -> bool:
-        self._conn._add(self._rid, outputs)
-        return True
-
-    def ended(self, error: EngineError | None) -> None:
-        if not self.over.done():
-            self.over.set_result(error)

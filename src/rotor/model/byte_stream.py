@@ -22,34 +22,37 @@ random token sequences, ill-formed bytes and special tokens included.
 
 from __future__ import annotations
 
-import json
-
 import tokenizers
+import tokenizers.decoders
 
-from rotor.model.words import byte_alphabet
+from rotor.model.words import piece_bytes
 
 _REPLACEMENT = "\ufffd"
 
 
-def byte_table(tok: tokenizers.Tokenizer, skip_special_tokens: bool) -> list[bytes] | None:
-    """Each id's bytes as the tokenizer's ByteLevel decoder sees them (b""
-    for a special token skipped); None when its decoder is not ByteLevel."""
-    decoder = json.loads(tok.to_str()).get("decoder") or {}
-    if decoder.get("type") != "ByteLevel":
+def byte_table(tok: tokenizers.Tokenizer) -> list[bytes] | None:
+    """Each id's bytes as the tokenizer's ByteLevel decoder sees them; None
+    when its decoder is not ByteLevel."""
+    if not isinstance(tok.decoder, tokenizers.decoders.ByteLevel):
         return None
-    alphabet = {c: b for b, c in byte_alphabet().items()}
-    size = tok.get_vocab_size(with_added_tokens=True)
-    added = tok.get_added_tokens_decoder()
     table: list[bytes] = []
-    for i in range(size):
+    for i in range(tok.get_vocab_size(with_added_tokens=True)):
         token = tok.id_to_token(i)
-        if token is None or (skip_special_tokens and i in added and added[i].special):
+        if token is None:
             table.append(b"")
-        elif all(c in alphabet for c in token):
-            table.append(bytes(alphabet[c] for c in token))
-        else:
-            table.append(token.encode())
+            continue
+        raw = piece_bytes(token)
+        table.append(raw if raw is not None else token.encode())
     return table
+
+
+def skipping(table: list[bytes], special_ids: frozenset[int]) -> list[bytes]:
+    """`table` with the special tokens as b"": what skipping them decodes."""
+    skipped = list(table)
+    for i in special_ids:
+        if i < len(skipped):
+            skipped[i] = b""
+    return skipped
 
 
 class ByteStream:

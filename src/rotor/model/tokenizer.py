@@ -13,9 +13,9 @@ from pathlib import Path
 import tokenizers
 from tokenizers.decoders import DecodeStream
 
-from rotor.model.byte_stream import ByteStream, byte_table
+from rotor.model.byte_stream import ByteStream, byte_table, skipping
 from rotor.model.segments import SegmentCache
-from rotor.model.words import byte_alphabet
+from rotor.model.words import piece_bytes
 
 # rotor encodes one text per call, where the Rust thread pool only adds a hop
 # (a fifth of a short prompt's time); off, a forked HTTP process also has no
@@ -57,12 +57,6 @@ class IncrementalDecoder:
         return self._step(token_id) or ""
 
 
-@functools.lru_cache(maxsize=1)
-def _unicode_to_byte() -> dict[str, int]:
-    """GPT-2's byte-level alphabet, inverted: a token's characters to its bytes."""
-    return {c: b for b, c in byte_alphabet().items()}
-
-
 class Tokenizer:
     def __init__(self, tok: tokenizers.Tokenizer) -> None:
         self.raw = tok
@@ -72,7 +66,14 @@ class Tokenizer:
         self._special_in: dict[tuple[str, ...], frozenset[int]] = {}  # per set of markers
         # None: this tokenizer's pieces depend on each other (prompts encode whole)
         self._segments = SegmentCache.build(tok)
-        self._byte_tables: dict[bool, list[bytes] | None] = {}  # per skip_special_tokens
+        # byte-level BPE: each id's bytes, for ByteStream (made here, not on a
+        # request's path: some 0.4 s for a 150k vocabulary); the same with
+        # special tokens as b"", for skipping them
+        table = byte_table(tok)
+        self._byte_tables: dict[bool, list[bytes] | None] = {
+            False: table,
+            True: skipping(table, self.special_ids) if table is not None else None,
+        }
 
     @classmethod
     def from_file(cls, path: str | Path) -> Tokenizer:
@@ -120,11 +121,8 @@ class Tokenizer:
         )
 
     def _byte_table(self, skip_special_tokens: bool) -> list[bytes] | None:
-        """Each id's bytes for `ByteStream` (None: not byte-level BPE), made once."""
-        tables = self._byte_tables
-        if skip_special_tokens not in tables:
-            tables[skip_special_tokens] = byte_table(self.raw, skip_special_tokens)
-        return tables[skip_special_tokens]
+        """Each id's bytes for `ByteStream` (None: not byte-level BPE)."""
+        return self._byte_tables[skip_special_tokens]
 
     def special_ids_in(self, texts: tuple[str, ...]) -> frozenset[int]:
         """The special tokens the given texts (markers) are written with
@@ -147,10 +145,8 @@ class Tokenizer:
         piece = self.raw.id_to_token(token_id) or ""
         if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
             return bytes([int(piece[3:5], 16)])
-        table = _unicode_to_byte()
-        if piece and all(c in table for c in piece):
-            return bytes(table[c] for c in piece)
-        return text.encode()
+        raw = piece_bytes(piece) if piece else None
+        return raw if raw is not None else text.encode()
 
     def token_to_id(self, token: str) -> int | None:
         return self.raw.token_to_id(token)

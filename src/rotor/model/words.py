@@ -92,6 +92,21 @@ def byte_alphabet() -> dict[int, str]:
     return table
 
 
+@functools.lru_cache(maxsize=1)
+def _alphabet_bytes() -> dict[str, int]:
+    return {c: b for b, c in byte_alphabet().items()}
+
+
+def piece_bytes(piece: str) -> bytes | None:
+    """The bytes a byte-level BPE piece stands for (its characters back
+    through the byte alphabet); None when a character is outside it."""
+    table = _alphabet_bytes()
+    try:
+        return bytes([table[c] for c in piece])
+    except KeyError:
+        return None
+
+
 def ascii_pattern(pattern: str) -> str | None:
     """`pattern` (Oniguruma, as tokenizers write it) as a Python pattern that
     cuts any ASCII text exactly as it does; None if it holds a construct not

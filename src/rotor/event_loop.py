@@ -13,9 +13,13 @@ T = TypeVar("T")
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    """`asyncio.run(coro)`, on uvloop when it is installed."""
+    """`asyncio.run(coro)`, on a uvloop loop when it is installed (any
+    version: `asyncio.Runner`'s loop factory, not `uvloop.run` of 0.18+)."""
     try:
         import uvloop
     except ImportError:  # pragma: no cover - a platform without uvloop
         return asyncio.run(coro)
-    return uvloop.run(coro)
+    if not hasattr(asyncio, "Runner"):  # pragma: no cover - Python 3.10: asyncio's own
+        return asyncio.run(coro)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro)

@@ -5,7 +5,6 @@ results."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import math
 import sys
 import time
@@ -18,6 +17,7 @@ from typing import Any
 import orjson
 from rich.console import Console
 
+from rotor import event_loop
 from rotor.bench import arrivals, html, results, tokens
 from rotor.bench import trace as traces
 from rotor.bench.args import BenchConfig, config_from_args
@@ -226,24 +226,6 @@ def compare(paths: list[Path], out_dir: Path | None, console: Console) -> int:
     return 0
 
 
-def _runner() -> Any:
-    """uvloop when installed (it comes with uvicorn[standard]): a cheaper client."""
-    try:
-        import uvloop
-
-        return uvloop.new_event_loop
-    except ImportError:  # pragma: no cover
-        return None
-
-
-def _run(coro: Any) -> Any:
-    factory = _runner()
-    if factory is not None and hasattr(asyncio, "Runner"):
-        with asyncio.Runner(loop_factory=factory) as runner:
-            return runner.run(coro)
-    return asyncio.run(coro)  # pragma: no cover - Python 3.10 or no uvloop
-
-
 def main(args: argparse.Namespace) -> int:
     console = Console(width=None if sys.stdout.isatty() else 200)
     try:
@@ -255,7 +237,7 @@ def main(args: argparse.Namespace) -> int:
         if cfg.trace is not None:
             options = traces.TraceOptions(block_size=cfg.trace_block_size)
             trace = traces.read(cfg.trace, cfg.trace_format, options)
-        doc = _run(run_levels(cfg, console, trace))
+        doc = event_loop.run(run_levels(cfg, console, trace))  # uvloop: a cheaper client
     except (BenchError, ValueError) as e:
         console.print(f"[red]rotor bench:[/red] {e}", highlight=False)
         return 2

@@ -11,40 +11,24 @@ and `_created` series a `Histogram` with these labels would show.
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.samples import Sample
-from prometheus_client.utils import floatToGoString
+
+from rotor.router.stats import Histogram
 
 
-class HistogramChild:
-    """One label set's buckets: `counts[i]` observations at or below
-    `bounds[i]` and above the bound before it; the last counts the rest."""
+class HistogramChild(Histogram):
+    """One label set's buckets (router.stats.Histogram), and when it began."""
 
-    __slots__ = ("bounds", "counts", "total", "created")
+    __slots__ = ("created",)
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.total = 0.0
+        super().__init__(bounds)
         self.created = time.time()
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.total += value
-
-    def cumulative(self) -> list[tuple[str, float]]:
-        """(le, count) pairs as the exposition writes them, "+Inf" last."""
-        out, running = [], 0
-        les = (*map(floatToGoString, self.bounds), "+Inf")
-        for bound, n in zip(les, list(self.counts), strict=True):
-            running += n
-            out.append((bound, float(running)))
-        return out
 
 
 class FastHistogram:

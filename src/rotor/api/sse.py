@@ -68,15 +68,14 @@ class Framing(Protocol):
     """How an API writes its events as SSE."""
 
     keepalive: Keepalive | None
-    # What a stream ends with after its last event (OpenAI's `data: [DONE]`).
-    trailer: bytes
 
     def frame(self, events: list[dict[str, Any]]) -> bytes:
         """`events`, each framed, joined (b"" for none)."""
         ...
 
     def tail(self, events: list[dict[str, Any]]) -> bytes:
-        """`events` (an API's failure events) as the last bytes of a stream."""
+        """`events` (the last an API sends: its finish, or its failure) as
+        the last bytes of a stream (OpenAI's then end with `data: [DONE]`)."""
         ...
 
 
@@ -84,7 +83,6 @@ class OpenAIFraming:
     """OpenAI's framing: `data: <chunk>` events, then `data: [DONE]`."""
 
     keepalive: Keepalive | None = None
-    trailer = DONE
 
     def frame(self, events: list[dict[str, Any]]) -> bytes:
         if len(events) == 1:
@@ -102,8 +100,6 @@ class NamedFraming:
     """Named events (`event: <type>` + `data: <event>`), as Anthropic and the
     Responses API send them; `keepalive` (optional) is an event a quiet
     stream sends (Anthropic's pings)."""
-
-    trailer = b""
 
     def __init__(self, keepalive: Keepalive | None = None) -> None:
         self.keepalive = keepalive

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rotor.pipeline.decode import ChoiceDecoder, End, Ended
 from rotor.pipeline.events import ChoiceEvent, Failure, Finished
-from rotor.pipeline.parse.base import ParseError, Piece, ToolCall
+from rotor.pipeline.parse.base import ParseError, Piece
 from rotor.pipeline.parse.message import MessageParser
 from rotor.protocol.engine import EngineOutput, TokenLogprob
 
@@ -17,10 +17,8 @@ class ChoicePipeline:
         "parser",
         "grammar",
         "named_tool",
-        "calls",
         "finished",
         "_lp_sent",
-        "_tools",
     )
 
     def __init__(
@@ -36,10 +34,13 @@ class ChoicePipeline:
         self.parser = parser
         self.grammar = grammar_installed
         self.named_tool = named_tool
-        self.calls = 0
         self.finished: Finished | None = None
         self._lp_sent = 0
-        self._tools = parser.has_tools  # only a tool parser makes calls to count
+
+    @property
+    def calls(self) -> int:
+        """The tool calls the choice has handed out (its parser counts them)."""
+        return self.parser.calls
 
     @property
     def logprobs(self) -> list[TokenLogprob]:
@@ -65,8 +66,6 @@ class ChoicePipeline:
         pieces = self.parser.feed(text) if text else []
         if decoder.end is not None:
             return self._end(pieces, decoder.end)
-        if pieces and self._tools:
-            self._count(pieces)
         return pieces
 
     def close(self, kind: End = End.TRANSPORT_EOF, failure: Failure | None = None) -> list[Piece]:
@@ -97,7 +96,6 @@ class ChoicePipeline:
             failure = Failure("malformed", f"malformed tool call: {e.detail}")
             self.finished = Finished("stop", None, End.ERROR, failure)
             return []
-        self._count(pieces)
         if kind is End.LENGTH:
             reason = "length"
         elif self.calls and not self.named_tool:
@@ -106,8 +104,3 @@ class ChoicePipeline:
             reason = "stop"
         self.finished = Finished(reason, ended.stop_reason, kind)
         return pieces
-
-    def _count(self, pieces: list[Piece]) -> None:
-        for p in pieces:
-            if type(p) is ToolCall:
-                self.calls += 1

@@ -7,34 +7,39 @@ import bisect
 import collections
 from dataclasses import dataclass, field
 
+from prometheus_client.utils import floatToGoString
+
 # Seconds from a prefill worker's answer to the decode worker's first token
 # (the KV fetch, the rest of the prompt, one step): the buckets of its histogram.
 HANDOVER_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
-@dataclass
 class Histogram:
-    """Observations in fixed buckets (cumulative when rendered)."""
+    """Observations in fixed buckets: `counts[i]` at or below `bounds[i]` and
+    above the bound before it, the last the rest. An observation is a bisect
+    and three additions, no lock: one event loop writes it, a scrape reads
+    the counts (api/histogram.py's per-token histograms are these too)."""
 
-    bounds: tuple[float, ...] = HANDOVER_BUCKETS
-    counts: list[int] = field(default_factory=list)
-    total: float = 0.0
-    count: int = 0
+    __slots__ = ("bounds", "counts", "total", "count")
 
-    def __post_init__(self) -> None:
-        self.counts = [0] * (len(self.bounds) + 1)
+    def __init__(self, bounds: tuple[float, ...] = HANDOVER_BUCKETS) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+        self.count = 0
 
     def observe(self, value: float) -> None:
         self.counts[bisect.bisect_left(self.bounds, value)] += 1
         self.total += value
         self.count += 1
 
-    def cumulative(self) -> list[tuple[str, int]]:
-        """(le, count) pairs, Prometheus style, "+Inf" last."""
+    def cumulative(self) -> list[tuple[str, float]]:
+        """(le, count) pairs as Prometheus writes them, "+Inf" last."""
         out, running = [], 0
-        for bound, n in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
+        les = (*map(floatToGoString, self.bounds), "+Inf")
+        for bound, n in zip(les, list(self.counts), strict=True):
             running += n
-            out.append((bound, running))
+            out.append((bound, float(running)))
         return out
 
 

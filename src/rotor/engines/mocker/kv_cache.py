@@ -97,16 +97,21 @@ class KVCache:
             hits.append(block_id)
         return hits
 
+    def in_place(self, seq: Sequence, num_tokens: int) -> bool:
+        """`seq`'s blocks hold its first `num_tokens` tokens and name every
+        full one: a decode step inside its last block, nothing to take or name."""
+        bs = self.block_size
+        return (
+            num_tokens <= len(seq.block_table) * bs
+            and min(num_tokens, seq.num_tokens) // bs <= seq.num_hashed_blocks
+        )
+
     def allocate(self, seq: Sequence, num_tokens: int, hits: Seq[int] = ()) -> bool:
         """Give `seq` blocks for its first `num_tokens` tokens (after `hits`), or
         change nothing and return False when there are not enough."""
+        if not hits and self.in_place(seq, num_tokens):
+            return True
         bs = self.block_size
-        if (
-            not hits
-            and num_tokens <= len(seq.block_table) * bs
-            and min(num_tokens, seq.num_tokens) // bs <= seq.num_hashed_blocks
-        ):
-            return True  # a decode step inside its last block: nothing to take or to name
         needed = -(-num_tokens // bs) - len(seq.block_table) - len(hits)
         reclaimed = sum(1 for b in hits if self.blocks[b].ref_count == 0)
         if needed > self.num_free - reclaimed:

@@ -61,7 +61,7 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         preemptions = self.preemptions
         running, held, items = self.running, self.held, batch.items
-        block_size = self.kv.block_size
+        in_place = self.kv.in_place
         i = 0
         while i < len(running) and budget > 0:
             seq = running[i]
@@ -70,14 +70,9 @@ class Scheduler:
                 continue
             tokens = len(seq.token_ids)
             pending = tokens - seq.num_computed
-            if (
-                pending == 1
-                and seq.prefilled
-                and tokens <= len(seq.block_table) * block_size
-                and tokens // block_size <= seq.num_hashed_blocks
-            ):
-                # A decode step inside its last block: nothing to take or name
-                # (KVCache.allocate's own first case, decided here per token).
+            if pending == 1 and seq.prefilled and in_place(seq, tokens):
+                # A decode step inside its last block: nothing to reserve
+                # (KVCache.allocate's own first case, without the calls to it).
                 items.append((seq, 1))
                 batch.decode_seqs += 1
                 budget -= 1

@@ -40,9 +40,9 @@ class MessageParser:
         self._calls = 0
 
     @property
-    def has_tools(self) -> bool:
-        """A tool parser is on: this parser may make tool calls."""
-        return self._tools is not None
+    def calls(self) -> int:
+        """The tool calls it has handed out (what makes finish_reason "tool_calls")."""
+        return self._calls
 
     def feed(self, text: str) -> list[Piece]:
         if self._reasoning is None:

@@ -24,6 +24,7 @@ import asyncio
 import collections
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from nats.aio.client import Client
@@ -36,13 +37,18 @@ FILL = 0.5
 Encode = Callable[[list[Any]], bytes]
 
 
+@dataclass(slots=True)
+class _Batch:
+    items: list[Any]
+    size: int  # about this many bytes once encoded
+    encode: Encode
+
+
 class StepBatcher:
     def __init__(self, nc: Client) -> None:
         self._nc = nc
-        self._open: dict[str, list[Any]] = {}  # subject → items of this turn
-        self._sizes: dict[str, int] = {}
-        self._encoders: dict[str, Encode] = {}
-        self._closed: collections.deque[tuple[str, list[Any]]] = collections.deque()
+        self._open: dict[str, _Batch] = {}  # subject → its batch of this turn
+        self._closed: collections.deque[tuple[str, _Batch]] = collections.deque()
         self._turn_end_due = False
         self._ready = asyncio.Event()  # batches are closed and waiting
         self._idle = asyncio.Event()  # nothing closed is waiting or being published
@@ -67,14 +73,12 @@ class StepBatcher:
         message, which `encode` makes of all its items, in order."""
         if self._task is None:
             return  # not started, or stopped: nobody would send it
-        items = self._open.get(subject)
-        if items is None:
-            items = self._open[subject] = []
-            self._sizes[subject] = 0
-            self._encoders[subject] = encode
-        items.append(item)
-        total = self._sizes[subject] = self._sizes[subject] + size
-        if total >= FILL * self._nc.max_payload:
+        batch = self._open.get(subject)
+        if batch is None:
+            batch = self._open[subject] = _Batch([], 0, encode)
+        batch.items.append(item)
+        batch.size += size
+        if batch.size >= FILL * self._nc.max_payload:
             self._close(subject)
         if not self._turn_end_due:
             self._turn_end_due = True
@@ -91,9 +95,7 @@ class StepBatcher:
             self._close(subject)
 
     def _close(self, subject: str) -> None:
-        items = self._open.pop(subject)
-        del self._sizes[subject]
-        self._closed.append((subject, items))
+        self._closed.append((subject, self._open.pop(subject)))
         self._idle.clear()
         self._ready.set()
 
@@ -102,12 +104,14 @@ class StepBatcher:
             await self._ready.wait()
             self._ready.clear()
             while self._closed:
-                subject, items = self._closed.popleft()
+                subject, batch = self._closed.popleft()
                 try:
-                    await self._nc.publish(subject, self._encoders[subject](items))
+                    await self._nc.publish(subject, batch.encode(batch.items))
                 except Exception as e:  # lost: the readers see the gap, or silence
                     log.warning(
-                        "a batch of %d messages to %s was not sent: %s", len(items), subject, e
+                        "a batch of %d messages to %s was not sent: %s",
+                        len(batch.items),
+                        subject,
+                        e,
                     )
-            if not self._closed:
-                self._idle.set()
+            self._idle.set()

@@ -48,10 +48,14 @@ def parse(data: bytes) -> tuple[int, str, bytes | None]:
         seq, kind = m["s"], m["k"]
     except Exception as e:
         raise ValueError(f"not a stream message: {e}") from None
-    if not isinstance(seq, int) or kind not in _KINDS:
+    return _checked(seq, kind, m.get("p"))
+
+
+def _checked(seq: Any, kind: Any, payload: Any) -> tuple[int, str, bytes | None]:
+    """A message's parts, or ValueError: an integer seq, a known kind, bytes or no payload."""
+    if type(seq) is not int or type(kind) is not str or kind not in _KINDS:
         raise ValueError(f"not a stream message: seq {seq!r}, kind {kind!r}")
-    payload = m.get("p")
-    return seq, kind, payload if isinstance(payload, bytes) else None
+    return seq, kind, payload if type(payload) is bytes else None
 
 
 def deliver(data: bytes, stream: OutputStream) -> None:
@@ -92,9 +96,7 @@ def deliver_batch(data: bytes, streams: dict[str, OutputStream]) -> None:
         if stream is None:
             continue
         try:
-            if type(seq) is not int or kind not in _KINDS:
-                raise ValueError(f"not a stream message: seq {seq!r}, kind {kind!r}")
-            _put(stream, seq, kind, payload if type(payload) is bytes else None)
+            _put(stream, *_checked(seq, kind, payload))
         except (ValueError, codec.CodecError) as e:
             stream.fail(EngineError(str(e), "internal"))
 

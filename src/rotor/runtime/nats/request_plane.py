@@ -70,7 +70,7 @@ class RequestPlane:
 
     async def start(self) -> None:
         await self._subs.add(subjects.responses(self.frontend_id), self._on_msg)
-        await self._subs.add(subjects.steps(self.frontend_id), self._on_batch)
+        await self._subs.add(self._steps, self._on_batch)
 
     async def stop(self) -> None:
         await self._subs.close()

@@ -243,7 +243,8 @@ class System:
                 dict(os.environ),
             )
 
-    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        """`argv` as one of the system's processes (`env`: None inherits this one's)."""
         log = open(self.work / f"{name}.log", "wb")  # noqa: SIM115 (the child keeps it)
         self.procs.append(
             subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.work)
@@ -302,14 +303,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_serving(port: int, tries: int = 300, pause: float = 0.2) -> None:
-    """Until a server on `port` answers `/v1/models` (or `tries` run out)."""
+def wait_serving(
+    port: int,
+    tries: int = 300,
+    pause: float = 0.2,
+    proc: subprocess.Popen[bytes] | None = None,
+) -> None:
+    """Until a server on `port` answers `/v1/models`: RuntimeError once `tries`
+    run out, or as soon as `proc` (the server's process, if given) has exited."""
     for _ in range(tries):
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited ({proc.returncode}) before serving")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1):
                 return
         except OSError:
             time.sleep(pause)
+    raise RuntimeError(f"nothing serves on port {port} after {tries} tries")
 
 
 def descendants(roots: Sequence[int]) -> list[int]:
@@ -556,11 +566,9 @@ def summarize(out: Path, runs: dict[str, list[Path]], split: dict | None, loads:
                 cell.setdefault("output tok/req", []).append(
                     s["output_tokens"] / max(1, s["completed"])
                 )
-                events = [
-                    len(q.get("itl_s") or []) + 1 for q in level["requests"] if not q.get("error")
-                ]
-                if events:
-                    cell.setdefault("events/answer", []).append(statistics.fmean(events))
+                events = events_per_answer(level)
+                if events is not None:
+                    cell.setdefault("events/answer", []).append(events)
     (out / "summary.json").write_text(json.dumps({"table": table, "ttft_split": split}, indent=1))
 
     names = [n for n, _ in FIGURES] + [
@@ -615,6 +623,14 @@ def summarize(out: Path, runs: dict[str, list[Path]], split: dict | None, loads:
     text = "\n".join(lines) + "\n"
     (out / "summary.md").write_text(text)
     return text
+
+
+def events_per_answer(level: dict[str, Any]) -> float | None:
+    """A `rotor bench` level's mean of SSE events per answer (its first and
+    every gap after it), over the requests that ended without an error;
+    None if none did."""
+    events = [len(q.get("itl_s") or []) + 1 for q in level["requests"] if not q.get("error")]
+    return statistics.fmean(events) if events else None
 
 
 def _fmt(x: float) -> str:

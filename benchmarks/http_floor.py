@@ -31,7 +31,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dynamo_compare import free_port, wait_serving  # noqa: E402
+from dynamo_compare import free_port, stop_all, wait_serving  # noqa: E402
 
 MODEL = "floor-model"
 TOKENS = 128
@@ -89,7 +89,7 @@ def run_one(batch: int, concurrency: list[int], duration: float, out: Path) -> d
     port = free_port()
     server = subprocess.Popen([sys.executable, __file__, "_serve", str(batch), str(port)])
     try:
-        wait_serving(port, tries=100, pause=0.1)
+        wait_serving(port, tries=100, pause=0.1, proc=server)
         cmd = [sys.executable, "-m", "rotor.cli", "bench", "--url", f"http://127.0.0.1:{port}/v1"]
         cmd += ["--model", MODEL, "--concurrency", *map(str, concurrency)]
         cmd += ["--duration", str(duration), "--warmup", "64", "--input-len", "150"]
@@ -98,8 +98,7 @@ def run_one(batch: int, concurrency: list[int], duration: float, out: Path) -> d
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         return json.loads((out / "results.json").read_text())
     finally:
-        server.terminate()
-        server.wait()
+        stop_all([server])
 
 
 def main() -> int:

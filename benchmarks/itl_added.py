@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import json
 import random
-import statistics
 import subprocess
 import sys
 import time
@@ -41,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dynamo_compare import (  # noqa: E402
     MODEL_NAME,
+    events_per_answer,
     free_port,
     stop_all,
     wait_serving,
@@ -138,7 +138,7 @@ def client_gaps(
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_serving(port)
+        wait_serving(port, proc=server)
         cmd = [sys.executable, "-m", "rotor.cli", "bench", "--url", f"http://127.0.0.1:{port}/v1"]
         cmd += ["--model", MODEL_NAME, "--duration", str(duration)]
         if rate is None:
@@ -210,9 +210,11 @@ def main() -> int:
     engine = _pct(asyncio.run(engine_gaps(model_dir, a.streams, a.duration, a.seed, a.rate)))
     res = client_gaps(model_dir, a.streams, a.duration, out / "rotor", a.rate)
     level = res["levels"][0]
+    events = events_per_answer(level)  # (the answers that ended without an error)
+    if events is None:
+        raise RuntimeError(f"every request failed; see {out / 'rotor' / 'results.json'}")
     client = _pct([g for q in level["requests"] for g in (q.get("itl_s") or [])])
     inside = _pct(json.loads((out / "rotor" / "engine-gaps.json").read_text()))
-    events = statistics.fmean(len(q.get("itl_s") or []) + 1 for q in level["requests"])
     cpu = level["summary"]["server_cpu"]["us_per_output_token"]
     rows = (("engine alone", engine), ("engine in rotor run", inside), ("client", client))
     for name, pct in rows:

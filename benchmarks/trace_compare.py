@@ -41,32 +41,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dynamo_compare import MODEL_NAME, descendants, free_port, stop_all, write_model_dir  # noqa: E402
+from dynamo_compare import MODEL_NAME, System, free_port, stop_all, write_model_dir  # noqa: E402
 from mooncake_trace import generate, write  # noqa: E402
 
 SYSTEMS = ("rotor", "dynamo")
 
 
-class Running:
-    """The processes of one system, started in `work`."""
+class Running(System):
+    """The processes of one system, started in `work` (dynamo_compare's
+    System, started as this comparison runs them)."""
 
     def __init__(self, kind: str, args: argparse.Namespace, model_dir: Path, work: Path) -> None:
-        self.kind, self.args, self.model_dir, self.work = kind, args, model_dir, work
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
-        log = open(self.work / f"{name}.log", "wb")  # noqa: SIM115 (the child keeps it)
-        self.procs.append(
-            subprocess.Popen(
-                argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env or dict(os.environ),
-                cwd=self.work,
-            )
-        )
+        super().__init__(kind, model_dir, work, dynamo_python=None)
+        self.args = args
 
     def start(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
@@ -131,9 +118,6 @@ class Running:
         with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
             body = json.loads(r.read())
         return len(body.get("workers", {}).get(MODEL_NAME, [])) >= self.args.workers
-
-    def pids(self) -> list[int]:
-        return descendants([p.pid for p in self.procs])
 
     def stop(self) -> None:
         stop_all(self.procs, timeout=20)

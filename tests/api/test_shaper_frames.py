@@ -19,50 +19,11 @@ from rotor.api.openai.completions import CompletionShaper
 from rotor.api.responses.items import response_head
 from rotor.api.responses.stream import ResponseStream
 from rotor.api.sse import HOLE, NAMED, NUMBER_HOLE, OPENAI, Framing, sse_event, template
-from rotor.frontend import StartedResponse
-from rotor.model.card import ModelCard
-from rotor.pipeline.decode import End
-from rotor.pipeline.events import ChoiceEvent, Finished, Usage
-from rotor.pipeline.parse.base import Content, Reasoning, ToolCall
-from rotor.pipeline.served import ServedModel
+from rotor.pipeline.events import ChoiceEvent
+from rotor.pipeline.parse.base import Content
 from rotor.protocol.responses import ResponsesRequest
 
-
-async def _none():  # the events are fed by hand here
-    yield
-
-
-def started(n: int = 1, model: str = "m") -> StartedResponse:
-    return StartedResponse(
-        "chatcmpl-x", ServedModel(ModelCard(model)), model, 7, n, Usage(), _none()
-    )
-
-
-texts = st.text(max_size=12)
-pieces = st.lists(
-    st.one_of(
-        texts.map(Content),
-        texts.map(Reasoning),
-        st.builds(
-            ToolCall,
-            name=st.sampled_from(["f", "g"]),
-            arguments=st.just("{}"),
-            id=st.just("call_1"),
-        ),
-    ),
-    max_size=3,
-)
-finishes = st.one_of(
-    st.none(),
-    st.sampled_from(["stop", "length", "tool_calls"]).map(
-        lambda r: Finished(r, None, End.MODEL_EOS)
-    ),
-)
-
-
-def events(max_index: int) -> st.SearchStrategy[list[ChoiceEvent]]:
-    one = st.builds(ChoiceEvent, st.integers(0, max_index), pieces, st.just([]), finishes)
-    return st.lists(one, max_size=25)
+from support.shaper_events import events, started
 
 
 def both_ways(make: Any, framing: Framing, evs: list[ChoiceEvent]) -> tuple[bytes, bytes]:
@@ -124,6 +85,10 @@ def test_the_fast_path_is_taken_for_a_lone_text_piece() -> None:
     anthropic = MessageStream(resp, "r1")
     anthropic.event(ChoiceEvent(0, [Content("a")]))  # opens the text block
     assert anthropic.frames(ChoiceEvent(0, [Content("hi")])) is not None
+    req = validated(ResponsesRequest, {"model": "m", "input": "hi", "stream": True})
+    responses = ResponseStream(response_head(req, resp, "r1"), resp, "r1")
+    responses.event(ChoiceEvent(0, [Content("a")]))  # opens the message item
+    assert responses.frames(ChoiceEvent(0, [Content("hi")])) is not None
 
 
 def test_a_hole_anywhere_else_means_no_template() -> None:

@@ -177,9 +177,10 @@ async def _timed_run(engine: MockerEngine, decode_steps: int) -> float:
     return elapsed
 
 
-async def _recorded_sleeps(engine: MockerEngine, decode_steps: int) -> list[float]:
-    """What the step loop asked to sleep, one entry per step (without
-    sleeping: its clock moves by what it asked, and by nothing else)."""
+def _fake_sleep(engine: MockerEngine) -> tuple[list[float], FakeClock]:
+    """The step loop's sleeps recorded instead of slept (a turn of the loop
+    in their place), on a fake clock that moves by what it asked and by
+    nothing else: the list of what it asked, and the clock."""
     sleeps: list[float] = []
     clock = FakeClock(100.0)
 
@@ -188,8 +189,13 @@ async def _recorded_sleeps(engine: MockerEngine, decode_steps: int) -> list[floa
         clock.now += seconds
         await asyncio.sleep(0)
 
-    engine._sleep = record
-    engine._clock = clock
+    engine._sleep, engine._clock = record, clock
+    return sleeps, clock
+
+
+async def _recorded_sleeps(engine: MockerEngine, decode_steps: int) -> list[float]:
+    """What the step loop asked to sleep, one entry per step (without sleeping)."""
+    sleeps, _ = _fake_sleep(engine)
     outs = await collect(engine, request(_script(decode_steps), "Hi"))
     assert len(outs) == decode_steps + 1
     return sleeps
@@ -219,15 +225,7 @@ async def test_a_pushed_readers_work_does_not_lengthen_the_steps(
     150 ms (the frontend is the bottleneck) it waits no more and the steps
     after it keep their own pace from then, with no burst to catch up."""
     engine = await make_engine(**_timed_config(1.0, 100.0))
-    clock = FakeClock(100.0)
-    sleeps: list[float] = []
-
-    async def record(seconds: float) -> None:
-        sleeps.append(seconds)
-        clock.now += seconds
-        await asyncio.sleep(0)
-
-    engine._sleep, engine._clock = record, clock
+    sleeps, clock = _fake_sleep(engine)
 
     class Slow:
         ended_ = asyncio.get_running_loop().create_future()

@@ -23,6 +23,9 @@ from rotor.router.pool import Pool
 from rotor.runtime.stream import OutputStream
 
 from support.clock import FakeClock
+from support.wait import wait_for_async
+
+TIMEOUT_S = 10  # a guard against a hang: what the tests wait for takes a few turns of the loop
 
 
 class Delivery:
@@ -175,8 +178,7 @@ async def test_a_pushed_pool_stream_migrates_and_the_reader_sees_one_answer() ->
         pool.upsert(Lease(wid, "m", "card", "compat", "host:1", state=EngineState()))
     stream = pool.generate(EngineRequest("r", "m", [1, 2, 3]))
     pull = asyncio.ensure_future(stream.__anext__())
-    while not link.streams:
-        await asyncio.sleep(0)
+    await wait_for_async("a worker asked", lambda: bool(link.streams), TIMEOUT_S, pause=0)
     first_worker = link.asked[0][0]
     link.streams[first_worker].put(0, "outputs", [EngineOutput(token_ids=[10])])
     assert (await pull).token_ids == [10]
@@ -186,19 +188,14 @@ async def test_a_pushed_pool_stream_migrates_and_the_reader_sees_one_answer() ->
     link.streams[first_worker].put(1, "outputs", [EngineOutput(token_ids=[11, 12])])
     await asyncio.sleep(0)
     link.streams[first_worker].fail(EngineError("gone", "unavailable", cause="worker_gone"))
-    for _ in range(20):  # the migration runs in a task of its own
-        await asyncio.sleep(0)
-        if len(link.asked) == 2:
-            break
+    # the migration runs in a task of its own
+    await wait_for_async("a second worker asked", lambda: len(link.asked) == 2, TIMEOUT_S, pause=0)
     other, resumed = link.asked[1]
     assert other != first_worker
     assert resumed.annotations[RESUME_FROM] == 3 and resumed.token_ids == [1, 2, 3, 10, 11, 12]
     link.streams[other].put(0, "outputs", [EngineOutput(token_ids=[13], finish="length")])
     link.streams[other].put(1, "done", None)
-    for _ in range(20):
-        await asyncio.sleep(0)
-        if delivery.end != "open":
-            break
+    await wait_for_async("the delivery ended", lambda: delivery.end != "open", TIMEOUT_S, pause=0)
     assert [t for o in delivery.outputs_ for t in o.token_ids] == [11, 12, 13]
     assert delivery.end is None
     assert pool.stats.migrations == {"worker_gone": 1}
@@ -211,24 +208,22 @@ async def test_a_reader_that_leaves_mid_migration_ends_the_migration() -> None:
         pool.upsert(Lease(wid, "m", "card", "compat", "host:1", state=EngineState()))
     stream = pool.generate(EngineRequest("r", "m", [1, 2, 3]))
     pull = asyncio.ensure_future(stream.__anext__())
-    while not link.streams:
-        await asyncio.sleep(0)
+    await wait_for_async("a worker asked", lambda: bool(link.streams), TIMEOUT_S, pause=0)
     first = link.asked[0][0]
     link.streams[first].put(0, "outputs", [EngineOutput(token_ids=[10])])
     await pull
     stream.deliver(Delivery())
     link.streams[first].fail(EngineError("gone", "unavailable", cause="worker_gone"))
-    for _ in range(20):  # the migration runs in a task of its own
-        await asyncio.sleep(0)
-        if len(link.asked) == 2:
-            break
+    # the migration runs in a task of its own
+    await wait_for_async("a second worker asked", lambda: len(link.asked) == 2, TIMEOUT_S, pause=0)
     second = link.asked[1][0]
     stream.stop()  # the client leaves while the new attempt is read
-    for _ in range(20):
-        await asyncio.sleep(0)
-        if second in link.aborted:
-            break
+    await wait_for_async(
+        "the second worker told", lambda: second in link.aborted, TIMEOUT_S, pause=0
+    )
     assert second in link.aborted  # the new attempt's worker is told at once
+    # the migration's task is cancelled in a turn of its own: the pool lets go of the attempt
+    await wait_for_async("the pool to let go", lambda: not pool.load.in_flight, TIMEOUT_S, pause=0)
     with pytest.raises(StopAsyncIteration):  # and the pool's generator is over: no more attempts
         await stream.__anext__()
     assert [w for w, _ in link.asked] == [first, second]

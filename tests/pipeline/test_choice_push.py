@@ -7,6 +7,7 @@ push gives what its pull gives."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -208,6 +209,40 @@ def test_a_sink_that_stops_the_choice_mid_batch_gets_no_more_of_it() -> None:
 
     sink = asyncio.run(go())
     assert len(sink.events) == 2 and sink.end is None and engine.stops == 1
+
+
+@pytest.mark.parametrize("slice_ms", [0.0, 1.0])
+async def test_a_bug_in_a_pushed_choices_pipeline_ends_it_as_internal(
+    slice_ms: float, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As the pulled choice's response ends (a bug: an internal failure,
+    logged), never a stream left waiting."""
+    engine = MockerEngine(CARD, TOK, MockerConfig(speedup_ratio=0, step_slice_ms=slice_ms))
+    await engine.start()
+    try:
+        pipe, usage = _choice(400, [])
+        job = request(stop=StopParams(max_tokens=400, ignore_eos=True))
+        run = ChoiceRun(engine, job, pipe, 0, usage, True)
+        await run.__anext__()  # the first event, as the frontend primes it
+        real, calls = ChoicePipeline.push, [0]
+
+        def broken(self: ChoicePipeline, out: EngineOutput) -> Any:
+            calls[0] += 1
+            if calls[0] == 2:  # the second push after the first event
+                raise KeyError("a pipeline bug")
+            return real(self, out)
+
+        monkeypatch.setattr(ChoicePipeline, "push", broken)
+        sink = Sink()
+        with caplog.at_level(logging.ERROR, "rotor.pipeline"):
+            assert run.deliver(sink)
+            await wait_for_async("the choice's end", lambda: sink.end is not None, 10, pause=0)
+        assert sink.end == ("failed", "KeyError: 'a pipeline bug'")  # (an internal failure's)
+        assert len(sink.events) == 1  # what came before the bug, nothing after
+        assert any(r.exc_info for r in caplog.records)
+        await wait_for_async("the request gone", lambda: engine.state().running == 0, 10, pause=0)
+    finally:
+        await engine.stop()
 
 
 @pytest.mark.parametrize("slice_ms", [0.0, 1.0])

@@ -171,20 +171,29 @@ class Link:
         pass
 
 
-async def test_a_pushed_pool_stream_migrates_and_the_reader_sees_one_answer() -> None:
+async def _pushed_pool_stream(
+    workers: tuple[str, ...], migrations: int
+) -> tuple[Link, Pool, Any, str, Delivery]:
+    """A pool's stream of one request, its first output ([10]) read from
+    the first worker asked, the rest pushed to a Delivery from then on."""
     link = Link()
-    pool = Pool(ModelCard("m"), link, RoundRobin(), migration_limit=2)
-    for wid in ("a", "b"):
+    pool = Pool(ModelCard("m"), link, RoundRobin(), migration_limit=migrations)
+    for wid in workers:
         pool.upsert(Lease(wid, "m", "card", "compat", "host:1", state=EngineState()))
     stream = pool.generate(EngineRequest("r", "m", [1, 2, 3]))
     pull = asyncio.ensure_future(stream.__anext__())
     await wait_for_async("a worker asked", lambda: bool(link.streams), TIMEOUT_S, pause=0)
-    first_worker = link.asked[0][0]
-    link.streams[first_worker].put(0, "outputs", [EngineOutput(token_ids=[10])])
+    first = link.asked[0][0]
+    link.streams[first].put(0, "outputs", [EngineOutput(token_ids=[10])])
     assert (await pull).token_ids == [10]
     assert stream.pushable
     delivery = Delivery()
     stream.deliver(delivery)
+    return link, pool, stream, first, delivery
+
+
+async def test_a_pushed_pool_stream_migrates_and_the_reader_sees_one_answer() -> None:
+    link, pool, _stream, first_worker, delivery = await _pushed_pool_stream(("a", "b"), 2)
     link.streams[first_worker].put(1, "outputs", [EngineOutput(token_ids=[11, 12])])
     await asyncio.sleep(0)
     link.streams[first_worker].fail(EngineError("gone", "unavailable", cause="worker_gone"))
@@ -202,17 +211,7 @@ async def test_a_pushed_pool_stream_migrates_and_the_reader_sees_one_answer() ->
 
 
 async def test_a_reader_that_leaves_mid_migration_ends_the_migration() -> None:
-    link = Link()
-    pool = Pool(ModelCard("m"), link, RoundRobin(), migration_limit=3)
-    for wid in ("a", "b", "c"):
-        pool.upsert(Lease(wid, "m", "card", "compat", "host:1", state=EngineState()))
-    stream = pool.generate(EngineRequest("r", "m", [1, 2, 3]))
-    pull = asyncio.ensure_future(stream.__anext__())
-    await wait_for_async("a worker asked", lambda: bool(link.streams), TIMEOUT_S, pause=0)
-    first = link.asked[0][0]
-    link.streams[first].put(0, "outputs", [EngineOutput(token_ids=[10])])
-    await pull
-    stream.deliver(Delivery())
+    link, pool, stream, first, _delivery = await _pushed_pool_stream(("a", "b", "c"), 3)
     link.streams[first].fail(EngineError("gone", "unavailable", cause="worker_gone"))
     # the migration runs in a task of its own
     await wait_for_async("a second worker asked", lambda: len(link.asked) == 2, TIMEOUT_S, pause=0)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -30,7 +30,7 @@ from rotor.pipeline.bounds import text_size
 from rotor.pipeline.embed import prepare_embedding
 from rotor.pipeline.errors import RequestError
 from rotor.pipeline.events import ChoiceEvent, Failure, ResponseFailed, Usage
-from rotor.pipeline.generate import ChoiceRun, EngineClient, EventSink, run_all
+from rotor.pipeline.generate import run_all
 from rotor.pipeline.preparer import Preparer
 from rotor.pipeline.preprocess import (
     LONG_PROMPT_CHARS,
@@ -41,7 +41,8 @@ from rotor.pipeline.preprocess import (
 )
 from rotor.pipeline.served import ServedModel
 from rotor.protocol.embeddings import EmbeddingRequest
-from rotor.protocol.engine import EngineError, EngineState
+from rotor.protocol.engine import EngineClient, EngineError
+from rotor.protocol.flow import Pulled
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 from rotor.router.modes import Routed
 from rotor.tracing import Span
@@ -52,13 +53,6 @@ log = logging.getLogger("rotor.frontend")
 
 class ModelNotFound(LookupError):
     pass
-
-
-class ServingEngine(EngineClient, Protocol):
-    """An engine client as the registry holds it: the per-request contract
-    plus the state it reports (for /health and /metrics)."""
-
-    def state(self) -> EngineState: ...
 
 
 @runtime_checkable
@@ -101,7 +95,7 @@ class RemoteEngine(Protocol):
 @dataclass
 class ModelEntry:
     model: ServedModel
-    engine: ServingEngine
+    engine: EngineClient
     # The name a request finds it by: the model's own, or one of its aliases
     # (`--served-model-name`); responses say it back.
     name: str = ""
@@ -139,7 +133,7 @@ class ModelRegistry:
     def __init__(self) -> None:
         self._entries: dict[str, ModelEntry] = {}  # every name, aliases too
 
-    def add(self, model: ServedModel, engine: ServingEngine) -> None:
+    def add(self, model: ServedModel, engine: EngineClient) -> None:
         self._entries[model.name] = ModelEntry(model, engine)
         for alias in model.card.names()[1:]:
             taken = self._entries.get(alias)
@@ -212,7 +206,9 @@ class StartedResponse:
     created: int
     n: int
     usage: Usage
-    events: AsyncGenerator[ChoiceEvent, None]
+    # its events: the first one has come (and is not read yet); pull them
+    # (`async for`), or subscribe a sink to have them pushed
+    events: Pulled[ChoiceEvent]
     headers: dict[str, str] = field(default_factory=dict)  # where it was routed
     # where it was routed and moved, read by the request log at the end
     routed: Routed | None = None
@@ -326,7 +322,11 @@ class Frontend:
         )
         # tracing on, an in-process engine's requests are generate spans (a pool's: its workers')
         engine = entry.engine if entry.remote is not None else traced(entry.engine)
-        events = await _primed(run_all(engine, prepared, usage))
+        events = Pulled(run_all(engine, prepared, usage))
+        error = await events.ready()  # (cancelled: the engines' work stops with it)
+        if error is not None and not _part_of_the_stream(error):
+            await events.aclose()
+            raise error
         token_text = model.token_text if logprobs and model.tokenizer is not None else None
         routed = entry.routed(prepared[0].requests[0].request_id)
         return StartedResponse(
@@ -345,88 +345,11 @@ class Frontend:
         )
 
 
-async def _primed(
-    events: AsyncGenerator[ChoiceEvent, None],
-) -> AsyncGenerator[ChoiceEvent, None]:
-    """Wait for the first event, so that an engine that refuses the request
-    (or is down) fails the call itself; then the whole stream, first included,
-    ending in ResponseFailed when a choice fails."""
-    try:
-        first = await events.__anext__()
-    except StopAsyncIteration:
-        first = None
-    except ResponseFailed as error:
-        await events.aclose()
-        if error.failure.kind == "malformed":  # the model's output: part of the stream
-            return _failing(error)
-        raise
-    except BaseException:  # cancelled while waiting: the engine's work stops too
-        await events.aclose()
-        raise
-    return _Primed(first, events)  # type: ignore[return-value]
-
-
-class _Primed:
-    """`first`, then the rest of the events: every later `__anext__` is the
-    stream's own, so no layer stands between a token and its reader. A
-    response of one choice over an engine that pushes can have its events
-    pushed instead (`deliver`: see pipeline/generate.py)."""
-
-    __slots__ = ("_first", "_rest")
-
-    def __init__(
-        self, first: ChoiceEvent | None, rest: ChoiceRun | AsyncGenerator[ChoiceEvent, None]
-    ) -> None:
-        self._first = first
-        self._rest = rest
-
-    def __aiter__(self) -> _Primed:
-        return self
-
-    def __anext__(self) -> Awaitable[ChoiceEvent]:
-        first = self._first
-        if first is None:
-            return self._rest.__anext__()
-        self._first = None
-        return _ready(first)
-
-    async def aclose(self) -> None:
-        self._first = None
-        await self._rest.aclose()
-
-    @property
-    def pushable(self) -> bool:
-        """One choice, whose engine stream pushes, with more to come."""
-        return isinstance(self._rest, ChoiceRun) and self._rest.pushable
-
-    def deliver(self, sink: EventSink) -> bool:
-        """Push every event not yet read to `sink` (the first at once, in this
-        call), when `pushable`; False, and nothing read, otherwise (then pull
-        the events). rotor.pipeline.generate.Pushable."""
-        rest = self._rest
-        if not isinstance(rest, ChoiceRun) or not rest.pushable:
-            return False
-        first, self._first = self._first, None
-        if first is not None:
-            sink.event(first)
-        return rest.deliver(sink)
-
-    def resume(self) -> None:
-        if isinstance(self._rest, ChoiceRun):
-            self._rest.resume()
-
-    def stop(self) -> None:
-        if isinstance(self._rest, ChoiceRun):
-            self._rest.stop()
-
-
-async def _ready(event: ChoiceEvent) -> ChoiceEvent:
-    return event
-
-
-async def _failing(error: ResponseFailed) -> AsyncGenerator[ChoiceEvent, None]:
-    raise error
-    yield  # pragma: no cover - makes this an async generator
+def _part_of_the_stream(error: Exception) -> bool:
+    """An error before the first event that the stream still tells, as its
+    first and last event: output that broke its constraint (the model's
+    output is the answer). Anything else is the response's status."""
+    return isinstance(error, ResponseFailed) and error.failure.kind == "malformed"
 
 
 def _note_prepared(span: Span, prepared: list[Prepared]) -> None:

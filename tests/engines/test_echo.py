@@ -9,7 +9,14 @@ import pytest
 
 from rotor.engines.echo import EchoEngine
 from rotor.model.card import ECHO_EOS_ID, echo_card
-from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineState, StopParams
+from rotor.protocol.engine import (
+    EngineError,
+    EngineOutput,
+    EngineRequest,
+    EngineState,
+    StopParams,
+    pulled,
+)
 
 from support.mocker import CARD, EOS, TOK, collect, ids_of
 
@@ -88,7 +95,7 @@ async def test_max_tokens_ends_every_choice_at_length(engine: EchoEngine) -> Non
 async def test_abort_one_choice(engine: EchoEngine) -> None:
     req = text_request(n=2)
     outs: list[EngineOutput] = []
-    async for out in engine.generate(req):
+    async for out in pulled(engine.generate(req)):
         outs.append(out)
         if len(outs) == 4:  # two characters of each choice
             engine.abort(req.request_id, 0)
@@ -100,7 +107,7 @@ async def test_abort_one_choice(engine: EchoEngine) -> None:
 async def test_abort_the_whole_request_ends_the_stream(engine: EchoEngine) -> None:
     req = text_request(n=3)
     outs: list[EngineOutput] = []
-    async for out in engine.generate(req):
+    async for out in pulled(engine.generate(req)):
         outs.append(out)
         if len(outs) == 4:
             engine.abort(req.request_id)
@@ -114,7 +121,7 @@ async def test_abort_of_a_choice_that_does_not_exist_changes_nothing(
 ) -> None:
     req = text_request(n=2)
     outs: list[EngineOutput] = []
-    async for out in engine.generate(req):
+    async for out in pulled(engine.generate(req)):
         outs.append(out)
         if len(outs) == 1:
             engine.abort(req.request_id, 5)
@@ -125,10 +132,10 @@ async def test_abort_of_a_choice_that_does_not_exist_changes_nothing(
 
 
 async def test_duplicate_request_id_rejected(engine: EchoEngine) -> None:
-    first = engine.generate(text_request(rid="same"))
+    first = pulled(engine.generate(text_request(rid="same")))
     got = [await first.__anext__()]
     with pytest.raises(EngineError, match="already running") as e:
-        await engine.generate(text_request("other text", rid="same")).__anext__()
+        await pulled(engine.generate(text_request("other text", rid="same"))).__anext__()
     assert e.value.param is None
     assert engine.state().active_requests == 1
     engine.abort("same", 0)  # the first request is still the one registered
@@ -143,7 +150,7 @@ async def test_without_a_tokenizer_the_text_is_needed(engine: EchoEngine) -> Non
     assert text_of(await collect(engine, text_request())) == TEXT
     req = text_request(None)
     with pytest.raises(EngineError, match="needs the text to echo") as e:
-        await engine.generate(req).__anext__()
+        await pulled(engine.generate(req)).__anext__()
     assert (e.value.kind, e.value.param) == ("refused", "messages")
     assert engine.state().active_requests == 0
     # With a tokenizer the prompt's tokens are echoed; no text is needed.

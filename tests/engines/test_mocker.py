@@ -19,10 +19,12 @@ from rotor.protocol.engine import (
     OutputParams,
     SamplingParams,
     StopParams,
+    pulled,
 )
 from rotor.protocol.openai import CompletionRequest
 
 from support.mocker import CARD, EOS, TOK, MakeEngine, collect, ids_of, request
+from support.sinks import Recorder
 from support.wait import wait_for_async
 
 TEXT = "The quick brown fox jumps over the lazy dog."
@@ -160,7 +162,7 @@ async def test_n2_list_of_outputs(make_engine: MakeEngine) -> None:
 async def test_script_validation(make_engine: MakeEngine, mock: Any, n: int, field: str) -> None:
     engine = await make_engine()
     req = request(mock, n=n)
-    gen = engine.generate(req)
+    gen = pulled(engine.generate(req))
     with pytest.raises(EngineError, match=field) as e:
         await gen.__anext__()  # raised on first iteration, before any output
     assert (e.value.kind, e.value.param) == ("refused", "mock")
@@ -176,16 +178,20 @@ async def test_script_validation(make_engine: MakeEngine, mock: Any, n: int, fie
 async def test_request_validation(make_engine: MakeEngine) -> None:
     engine = await make_engine(num_kv_blocks=4, block_size=4)
     with pytest.raises(EngineError, match="empty") as e:
-        await engine.generate(request(prompt="")).__anext__()
+        await pulled(engine.generate(request(prompt=""))).__anext__()
     assert e.value.param == "prompt"
     with pytest.raises(EngineError, match="token_ids") as e:
-        await engine.generate(request(prompt=TEXT * 3)).__anext__()  # over the 16-token cache
+        await pulled(
+            engine.generate(request(prompt=TEXT * 3))
+        ).__anext__()  # over the 16-token cache
     assert e.value.param == "prompt"
     with pytest.raises(EngineError, match="max_tokens") as e:
-        await engine.generate(request(prompt="Hi", stop=StopParams(max_tokens=0))).__anext__()
+        await pulled(
+            engine.generate(request(prompt="Hi", stop=StopParams(max_tokens=0)))
+        ).__anext__()
     assert e.value.param == "max_tokens"
     with pytest.raises(EngineError, match="n must be") as e:
-        await engine.generate(request({"output": "ok"}, n=0)).__anext__()
+        await pulled(engine.generate(request({"output": "ok"}, n=0))).__anext__()
     assert e.value.param == "n"
     scripted = request({"output": "ok"}, prompt="Hi", stop=StopParams(max_tokens=0))
     assert ids_of(await collect(engine, scripted)) == TOK.encode("ok") + [EOS]  # scripts ignore it
@@ -193,10 +199,10 @@ async def test_request_validation(make_engine: MakeEngine) -> None:
 
 async def test_duplicate_request_id_rejected(make_engine: MakeEngine) -> None:
     engine = await make_engine()
-    first = engine.generate(request({"output": TEXT}, rid="same"))
+    first = pulled(engine.generate(request({"output": TEXT}, rid="same")))
     await first.__anext__()
     with pytest.raises(EngineError, match="already running") as e:
-        await engine.generate(request({"output": TEXT}, rid="same")).__anext__()
+        await pulled(engine.generate(request({"output": TEXT}, rid="same"))).__anext__()
     assert e.value.param is None
     assert engine.state().active_requests == 1
     rest = [out async for out in first]  # the first request is undisturbed
@@ -211,7 +217,7 @@ async def test_no_eos_id_refuses_eos_ends_only() -> None:
         for end in ("eos", "eos_hidden"):
             req = request({"output": TEXT, "end": end})
             with pytest.raises(EngineError, match="no EOS token id") as e:
-                await engine.generate(req).__anext__()
+                await pulled(engine.generate(req)).__anext__()
             assert (e.value.kind, e.value.param) == ("refused", "mock")
         # The request's own EOS ids stand in for the card's.
         req = request({"output": TEXT}, stop=StopParams(eos_token_ids=[EOS]))
@@ -230,7 +236,7 @@ async def test_no_eos_id_refuses_eos_ends_only() -> None:
 async def test_not_started_is_an_error() -> None:
     engine = MockerEngine(CARD, TOK, MockerConfig())
     with pytest.raises(EngineError, match="not started"):
-        await engine.generate(request({"output": "x"})).__anext__()
+        await pulled(engine.generate(request({"output": "x"}))).__anext__()
 
 
 async def test_guided_constraints_are_accepted(make_engine: MakeEngine) -> None:
@@ -374,7 +380,7 @@ async def test_a_slow_consumer_gets_each_choices_tokens_merged(make_engine: Make
     engine = await make_engine()
     texts = [TEXT * 3, "A second, shorter answer."]
     output = OutputParams(logprobs=True)
-    gen = engine.generate(request({"output": texts}, n=2, output=output))
+    gen = pulled(engine.generate(request({"output": texts}, n=2, output=output)))
     outs = [await gen.__anext__()]
     while engine.state().running:  # every token is computed while nobody reads
         await asyncio.sleep(0)
@@ -396,7 +402,7 @@ async def test_merging_keeps_a_closed_choices_output_before_its_end(
 ) -> None:
     engine = await make_engine()
     texts = ["ends with no finish at all", TEXT]
-    gen = engine.generate(request({"output": texts, "end": "eof"}, n=2))
+    gen = pulled(engine.generate(request({"output": texts, "end": "eof"}, n=2)))
     outs = [await gen.__anext__()]
     while engine.state().running:
         await asyncio.sleep(0)
@@ -411,7 +417,7 @@ async def test_merging_keeps_a_closed_choices_output_before_its_end(
 
 async def test_closing_the_generator_aborts_and_frees(make_engine: MakeEngine) -> None:
     engine = await make_engine(num_kv_blocks=64, block_size=4)
-    gen = engine.generate(request({"output": TEXT * 8}, n=2))
+    gen = pulled(engine.generate(request({"output": TEXT * 8}, n=2)))
     for _ in range(4):
         await gen.__anext__()
     state = engine.state()
@@ -435,7 +441,7 @@ async def test_a_stream_dropped_unclosed_frees_its_request_in_a_turn_of_its_own(
     """As an async generator collected unclosed: aborted, but from the loop,
     never inside whatever code the collector happened to run in."""
     engine = await make_engine()
-    gen = engine.generate(request({"output": TEXT * 8}))
+    gen = pulled(engine.generate(request({"output": TEXT * 8})))
     await gen.__anext__()
     assert engine.state().running == 1
     del gen
@@ -452,7 +458,7 @@ async def test_cancelling_the_consumer_aborts(make_engine: MakeEngine) -> None:
     got: list[EngineOutput] = []
 
     async def consume() -> None:
-        async for out in engine.generate(request({"output": TEXT * 20})):
+        async for out in pulled(engine.generate(request({"output": TEXT * 20}))):
             got.append(out)
 
     task = asyncio.create_task(consume())
@@ -471,7 +477,7 @@ async def test_abort_one_choice(make_engine: MakeEngine) -> None:
     req = request({"output": [TEXT * 10, TEXT]}, n=2)
     after_abort: list[EngineOutput] = []
     aborted = False
-    async for out in engine.generate(req):
+    async for out in pulled(engine.generate(req)):
         if aborted:
             after_abort.append(out)
         elif out.index == 0:
@@ -487,18 +493,21 @@ async def test_abort_one_choice(make_engine: MakeEngine) -> None:
 async def test_abort_whole_request_ends_the_stream(make_engine: MakeEngine) -> None:
     engine = await make_engine()
     req = request({"output": TEXT * 10}, n=2)
-    outs: list[EngineOutput] = []
-    async for out in engine.generate(req):
-        outs.append(out)
-        if len(outs) == 3:
+
+    def third_aborts(sink: Recorder[EngineOutput], out: EngineOutput) -> None:
+        if len(sink.items) == 3:
             engine.abort(req.request_id)
-    assert len(outs) == 3
+
+    sink: Recorder[EngineOutput] = Recorder(third_aborts)
+    engine.generate(req).subscribe(sink)
+    assert await sink.ended is None  # the stream ended, with nothing after the abort
+    assert len(sink.items) == 3
     assert engine.state().kv_blocks_free == engine.state().kv_blocks_total
 
 
 async def test_stop_fails_requests_in_flight(make_engine: MakeEngine) -> None:
     engine = await make_engine()
-    gen = engine.generate(request({"output": TEXT * 10}))
+    gen = pulled(engine.generate(request({"output": TEXT * 10})))
     await gen.__anext__()
     await engine.stop()
     rest = [out async for out in gen]

@@ -12,7 +12,7 @@ import pytest
 
 from rotor.engines.mocker import MockerConfig, MockerEngine
 from rotor.engines.mocker.engine import OFF_LOOP_SCRIPT_CHARS
-from rotor.protocol.engine import EngineError, EngineOutput
+from rotor.protocol.engine import EngineError, EngineOutput, pulled
 
 from support.gated import GatedTokenizer
 from support.mocker import CARD, EOS, TOK, MakeEngine, collect, ids_of, request
@@ -164,7 +164,7 @@ async def test_a_script_longer_than_a_sequence_holds_plays_to_length(
     room = engine.max_seq_len - len(req.token_ids)
     outs: list[EngineOutput] = []
     kept = None
-    async for out in engine.generate(req):
+    async for out in pulled(engine.generate(req)):
         if kept is None:
             (seq,) = engine._requests[req.request_id].seqs
             kept = len(seq.source.token_ids)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rotor.engines.mocker import MockerEngine
-from rotor.protocol.engine import EngineError
+from rotor.protocol.engine import EngineError, pulled
 from rotor.protocol.kv import BlocksStored, KVEvent, block_hashes, lora_root
 
 from support.adapters import write_adapter
@@ -105,7 +105,7 @@ async def test_unloading_an_adapter_in_use_lets_its_request_finish(
     await engine.load_adapter("sql", adapter)
     req = request(lora="sql", sampling=_seeded())
     req.stop.max_tokens, req.stop.ignore_eos = 40, True
-    stream = engine.generate(req)
+    stream = pulled(engine.generate(req))
     first = await anext(stream)
     await engine.unload_adapter("sql")
     assert engine.adapters() == {}

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rotor.engines.mocker import MockerConfig, MockerEngine
-from rotor.protocol.engine import EngineRequest, SamplingParams, StopParams
+from rotor.protocol.engine import EngineRequest, SamplingParams, StopParams, pulled
 
 from support.clock import FakeClock
 from support.mocker import EOS, TOK, MakeEngine, collect, ids_of, request
@@ -59,7 +59,7 @@ async def test_n_choices_share_prompt_blocks(make_engine: MakeEngine) -> None:
     prompt = SYSTEM * 3
     prompt_blocks = len(TOK.encode(prompt)) // 4
     assert prompt_blocks >= 10
-    gen = engine.generate(request({"output": "The quick brown fox " * 4}, prompt, n=2))
+    gen = pulled(engine.generate(request({"output": "The quick brown fox " * 4}, prompt, n=2)))
     first = await gen.__anext__()
     state = engine.state()
     used = state.kv_blocks_total - state.kv_blocks_free
@@ -109,7 +109,7 @@ async def test_preemption_keeps_seeded_output(make_engine: MakeEngine) -> None:
 
 async def test_max_num_seqs_limits_the_running_batch(make_engine: MakeEngine) -> None:
     engine = await make_engine(max_num_seqs=2)
-    gens = [engine.generate(request({"output": "word " * 50}, f"Q{i}")) for i in range(5)]
+    gens = [pulled(engine.generate(request({"output": "word " * 50}, f"Q{i}"))) for i in range(5)]
     firsts = [asyncio.ensure_future(g.__anext__()) for g in gens]
     await asyncio.wait(firsts, return_when=asyncio.FIRST_COMPLETED)
     state = engine.state()
@@ -230,17 +230,17 @@ async def test_a_pushed_readers_work_does_not_lengthen_the_steps(
     class Slow:
         ended_ = asyncio.get_running_loop().create_future()
 
-        def outputs(self, outputs: list[Any]) -> bool:
-            clock.now += work_ms / 1000  # the frontend's work on this step's outputs
+        def put(self, item: Any) -> bool:
+            clock.now += work_ms / 1000  # the frontend's work on this step's output
             return True
 
-        def ended(self, error: Any) -> None:
+        def end(self, error: Any) -> None:
             self.ended_.set_result(None)
 
-    stream = engine.generate(request(_script(6), "Hi"))
+    stream = pulled(engine.generate(request(_script(6), "Hi")))
     await stream.__anext__()  # the prefill's token, read
     reader = Slow()
-    stream.deliver(reader)
+    stream.subscribe(reader)  # the switch: the rest pushed
     await reader.ended_
     decode_sleeps = sleeps[1:]  # the prefill's step was free
     assert decode_sleeps[0] == pytest.approx(0.1)  # nothing pushed yet: the whole step
@@ -332,7 +332,7 @@ async def test_a_first_token_ends_a_slice_early_only_once_in_a_row(
     got: dict[str, list[int]] = {}
 
     async def read(req: EngineRequest) -> None:
-        got[req.request_id] = [len(o.token_ids) async for o in engine.generate(req)][:1]
+        got[req.request_id] = [len(o.token_ids) async for o in pulled(engine.generate(req))][:1]
 
     await asyncio.gather(read(short), read(long))
     # The short answer's first token ended the first slice; the long one's,

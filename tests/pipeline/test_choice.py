@@ -73,7 +73,7 @@ def outputs(
 def drive(pipe: ChoicePipeline, outs: Sequence[EngineOutput], close: bool = True) -> list[Piece]:
     pieces: list[Piece] = []
     for out in outs:
-        pieces += pipe.push(out)
+        pieces += pipe.feed(out)
     if close and pipe.finished is None:
         pieces += pipe.close()
     return pieces
@@ -223,10 +223,10 @@ def test_engine_error_sets_error_and_yields_no_pieces(same_output: bool) -> None
     before = drive(pipe, outputs(ids[:-3]), close=False)
     tail = EngineOutput(token_ids=ids[-3:], finish="error", error="worker died")
     if same_output:
-        last = pipe.push(tail)
+        last = pipe.feed(tail)
     else:
-        assert fold(pipe.push(EngineOutput(token_ids=ids[-3:]))).calls == PARIS
-        last = pipe.push(EngineOutput(finish="error", error="worker died"))
+        assert fold(pipe.feed(EngineOutput(token_ids=ids[-3:]))).calls == PARIS
+        last = pipe.feed(EngineOutput(finish="error", error="worker died"))
     assert last == []
     assert fold(before).calls == []
     f = pipe.finished
@@ -263,7 +263,7 @@ def test_output_after_the_end_changes_nothing() -> None:
     pieces = drive(pipe, outputs([*TOK.encode(CALL), IM_END]), close=False)
     f = pipe.finished
     assert f is not None and fold(pieces).calls == PARIS
-    assert pipe.push(EngineOutput(token_ids=TOK.encode(CALL), finish="length")) == []
+    assert pipe.feed(EngineOutput(token_ids=TOK.encode(CALL), finish="length")) == []
     assert pipe.close() == []
     assert pipe.finished is f, "the End is decided once"
     assert pipe.calls == 1 and pipe.decoder.tokens == len(TOK.encode(CALL)) + 1

@@ -69,7 +69,7 @@ def text_out(
 
 def feed(dec: ChoiceDecoder, outputs: Iterable[EngineOutput]) -> tuple[str, list[str]]:
     """Push every output; the whole released text and each push's release."""
-    released = [dec.push(out) for out in outputs]
+    released = [dec.feed(out) for out in outputs]
     return "".join(released), released
 
 
@@ -317,7 +317,7 @@ def test_nothing_after_the_match_ever() -> None:
     text, _ = feed(dec, steps(ids("Hello world") + ids(" again"), per=100))
     assert text == "Hello "
     assert dec.end is not None and dec.end.stop_reason == "wor"
-    assert dec.push(EngineOutput(token_ids=ids(" more"))) == ""
+    assert dec.feed(EngineOutput(token_ids=ids(" more"))) == ""
 
 
 @pytest.mark.parametrize("pieces", [["hello world"], list("hello world"), ["hel", "lo world"]])
@@ -345,7 +345,7 @@ def test_stop_string_across_many_tokens_and_multibyte_characters(tokens: str) ->
         dec = make(stop=["京y"], include=include)
         sent = ""
         for out in steps(text_ids):
-            sent += dec.push(out)
+            sent += dec.feed(out)
             if dec.end is None:
                 assert "京" not in sent, "the held prefix must not leak"
         assert sent == want
@@ -405,7 +405,7 @@ def test_released_text_is_always_a_prefix_of_the_final_text() -> None:
     dec = text_out(stop=["aabx", "aabaab!"])
     sent = ""
     for c in text:
-        sent += dec.push(EngineOutput(text=c))
+        sent += dec.feed(EngineOutput(text=c))
         assert "aab aabx"[: len(sent)] == sent[: len("aab aabx")]
         assert "aabx" not in sent
     assert sent == "aab "
@@ -517,7 +517,7 @@ def test_our_stop_beats_the_engine_finish_in_the_same_output() -> None:
     eos = tid(IM_END)
     dec = make()
     out = EngineOutput(token_ids=[*ids("ab"), eos, *ids("cd")], finish="length")
-    assert dec.push(out) == "ab"
+    assert dec.feed(out) == "ab"
     assert dec.end is not None and dec.end.kind is End.MODEL_EOS
     assert dec.tokens == len(ids("ab")) + 1
 
@@ -540,12 +540,12 @@ def test_after_the_end_everything_is_dropped_and_not_counted() -> None:
     token_ids = [*ids("Hi"), eos, *ids("there")]
     lps = [TokenLogprob(t, -0.5) for t in token_ids]
     dec = make()
-    assert dec.push(EngineOutput(token_ids=token_ids, logprobs=lps)) == "Hi"
+    assert dec.feed(EngineOutput(token_ids=token_ids, logprobs=lps)) == "Hi"
     end = dec.end
     assert dec.tokens == len(ids("Hi")) + 1
     assert [lp.token_id for lp in dec.logprobs] == token_ids[: dec.tokens]
-    assert dec.push(EngineOutput(token_ids=ids("later"), finish="length")) == ""
-    assert dec.push(EngineOutput(text="later")) == ""
+    assert dec.feed(EngineOutput(token_ids=ids("later"), finish="length")) == ""
+    assert dec.feed(EngineOutput(text="later")) == ""
     assert dec.close() == ""
     assert dec.end is end and dec.end.kind is End.MODEL_EOS
     assert dec.tokens == len(ids("Hi")) + 1

@@ -139,7 +139,7 @@ def run(
     sent = ""
     seen = []
     for out in outs:
-        sent += dec.push(out)
+        sent += dec.feed(out)
         seen.append(sent)
     if dec.end is None:
         sent += dec.close()
@@ -393,7 +393,7 @@ def text_run(chunks: list[str], stops: tuple[str, ...], include: bool, lo: int, 
     dec = ChoiceDecoder(StopParams(max_tokens=hi, min_tokens=lo), list(stops), include)
     text = ""
     for c in chunks:
-        text += dec.push(EngineOutput(text=c))
+        text += dec.feed(EngineOutput(text=c))
         if dec.end is None:
             assert not any(s in text for s in stops) or lo > 1 or include
     text += dec.close()

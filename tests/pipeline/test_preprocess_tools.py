@@ -98,7 +98,7 @@ def play(
         if last:
             out.finish = "eos" if end == "eos" else end  # type: ignore[assignment]
             out.matched = eos if end == "eos" else None
-        pieces.extend(choice.push(out))
+        pieces.extend(choice.feed(out))
         if choice.finished is not None:
             break
     assert choice.finished is not None

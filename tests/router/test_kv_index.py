@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rotor.engines.mocker import MockerConfig, MockerEngine
+from rotor.protocol.engine import pulled
 from rotor.protocol.kv import AllCleared, BlocksRemoved, BlocksStored, KVSnapshot, block_hashes
 from rotor.router.kv_index import Applied, ApproxKVIndex, KVIndex, PrefixMap
 
@@ -259,7 +260,7 @@ async def test_index_follows_a_mocker_cache_through_eviction_and_a_lost_event() 
             req = EngineRequest(
                 f"r{i}", CARD.name, prompt, stop=StopParams(max_tokens=3, ignore_eos=True)
             )
-            async for _ in engine.generate(req):
+            async for _ in pulled(engine.generate(req)):
                 pass
             await asyncio.sleep(0)
     finally:

@@ -178,8 +178,8 @@ async def test_a_batch_fails_only_the_streams_it_names_badly() -> None:
             ["good", 1, wire.DONE, None],
         ]
     )
-    wire.deliver_batch(data, streams)
-    wire.deliver_batch(b"\xc1junk", streams)  # unreadable: nothing named, nothing failed
+    wire.put_batch(data, streams)
+    wire.put_batch(b"\xc1junk", streams)  # unreadable: nothing named, nothing failed
 
     async def read(s: OutputStream) -> list[EngineOutput]:
         async def send() -> None:

@@ -12,7 +12,7 @@ import pytest
 from rotor.engines.base import Engine
 from rotor.engines.mocker import MockerConfig, MockerEngine
 from rotor.model.builtin import builtin_test_model
-from rotor.protocol.engine import EngineOutput, EngineRequest
+from rotor.protocol.engine import EngineOutput, EngineRequest, pulled
 
 CARD, TOK = builtin_test_model()
 EOS = CARD.eos_token_ids[0]
@@ -39,7 +39,7 @@ def request(
 
 
 async def collect(engine: Engine, req: EngineRequest) -> list[EngineOutput]:
-    return [out async for out in engine.generate(req)]
+    return [out async for out in pulled(engine.generate(req))]
 
 
 def ids_of(outs: list[EngineOutput], index: int = 0) -> list[int]:

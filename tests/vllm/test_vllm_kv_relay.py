@@ -13,7 +13,7 @@ import pytest
 from rotor.config import ModelConfig
 from rotor.engines.registry import engine_spec
 from rotor.engines.vllm.kv_relay import KVRelay
-from rotor.protocol.engine import EngineOutput, EngineRequest, StopParams
+from rotor.protocol.engine import EngineOutput, EngineRequest, StopParams, pulled
 from rotor.protocol.kv import (
     AllCleared,
     BlocksRemoved,
@@ -46,7 +46,7 @@ def _replay(events: list[KVEvent]) -> set[int]:
 
 async def _run(engine, rid: str, prompt: list[int]) -> list[EngineOutput]:
     request = EngineRequest(rid, "tiny", prompt, stop=StopParams(max_tokens=1, ignore_eos=True))
-    return [out async for out in engine.generate(request)]
+    return [out async for out in pulled(engine.generate(request))]
 
 
 async def _until_held(events: list[KVEvent], blocks: set[int]) -> None:

@@ -27,7 +27,7 @@ from rotor.api.metrics import Metrics
 from rotor.api.observe import Observation, flag, observed
 from rotor.api.sse import Framing, race_disconnect
 from rotor.api.sse_response import SSEResponse
-from rotor.api.streamed import PushedBody, Shaping, body
+from rotor.api.streamed import Shaping, ShapedStream
 from rotor.frontend import Frontend, ModelEntry, ModelNotFound, ResponseFailed, StartedResponse
 from rotor.pipeline.collected import Collected, collect
 from rotor.pipeline.events import ChoiceEvent
@@ -187,15 +187,16 @@ class Responder:
         def gone() -> None:
             self.metrics.disconnected.labels(model).inc()
 
+        shaped = ShapedStream(shaping, resp.events)
         return SSEResponse(
-            body(shaping, resp),
+            shaped,
             headers,
             gone,
             failure,
             self.streams,
             shutdown,
             framing.keepalive,
-            PushedBody(shaping, resp),
+            shaped.finish,
         )
 
     async def _collect(

@@ -8,7 +8,8 @@ cancelled at once (which closes the pipeline and aborts the engine's work).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+import types
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -141,3 +142,46 @@ async def race_disconnect(
                 t.cancel()
         await asyncio.gather(*waits, return_exceptions=True)
     return task if task in done else None
+
+
+# -- a write stepped by hand ------------------------------------------------------
+#
+# The streamed response writes what its source puts at once, in the source's
+# turn, by stepping the server's `send` coroutine once by hand: mostly it is
+# done there and then. When it suspends (the socket is full), the coroutine
+# and the future it suspended on are kept, and the response's own task
+# finishes the step (`finish_step`), exactly as `await` would have done.
+
+
+@types.coroutine
+def finish_step(coro: Coroutine[Any, Any, bytes], pending: Any) -> Generator[Any, Any, bytes]:
+    """Finish a coroutine that already suspended once (on `pending`): hand that
+    future to the running task, then let `yield from` (in C) run the rest. A
+    cancellation that arrives while parked is thrown into the coroutine."""
+    try:
+        yield pending
+    except BaseException as exc:
+        try:
+            pending = coro.throw(exc)
+        except StopIteration as stop:
+            return stop.value
+        return (yield from _forward(coro, pending))
+    return (yield from coro)  # type: ignore[misc]
+
+
+def _forward(coro: Coroutine[Any, Any, bytes], pending: Any) -> Generator[Any, Any, bytes]:
+    """The rest of a coroutine that is suspended on `pending` (the slow path:
+    it is unwinding a cancellation)."""
+    while True:
+        try:
+            sent = yield pending
+        except BaseException as exc:
+            try:
+                pending = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                pending = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value

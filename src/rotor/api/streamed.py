@@ -1,30 +1,25 @@
-"""A streamed response's bytes, pulled or pushed.
+"""A streamed response's bytes: its events shaped into the API's SSE bytes.
 
 `Shaping` is one response's metrics (`Observation`), its API's shaper and
 its SSE framing: the bytes of its opening, of each event, of a failure and
-of its end, and its status. Two ways drive it, with the same bytes:
-
-- `body` pulls the events and yields each one's bytes (the SSE response
-  writes what is ready at once, `api/coalesce.py`): any response;
-- `PushedBody` has the events pushed to it (a response of one choice over
-  an in-process engine that pushes, pipeline/generate.py) and writes each
-  event's bytes through the SSE response's writer the moment the engine
-  makes it, in the engine's own turn: no task is woken and no generator
-  crossed per token.
+of its end, and its status. `ShapedStream` drives it: a sink of the
+response's events (the choice pipeline puts each, in the engine's turn) and
+a source of bytes for the SSE response (api/sse_response.py), which writes
+each the moment it is put: no task is woken and no generator crossed per
+token.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rotor.api.errors import client_error
 from rotor.api.observe import Observation
 from rotor.api.sse import Framing
-from rotor.api.sse_response import Writer
-from rotor.frontend import StartedResponse
 from rotor.pipeline.events import ChoiceEvent, ResponseFailed
+from rotor.protocol.flow import Sink, Source
 
 if TYPE_CHECKING:
     from rotor.api.respond import EventShaper
@@ -53,8 +48,9 @@ class Shaping:
         return self._frame(self._shaper.start())
 
     def event(self, event: ChoiceEvent) -> bytes:
-        if event.pieces:
-            self._obs.pieces()  # type: ignore[union-attr]
+        obs = self._obs
+        if event.pieces and obs is not None:
+            obs.pieces()
         data = self._frames(event)
         return data if data is not None else self._frame(self._event(event))
 
@@ -79,112 +75,83 @@ class Shaping:
             self._obs.end(self.status if complete else "cancelled")
 
 
-async def body(shaping: Shaping, resp: StartedResponse) -> AsyncGenerator[bytes, None]:
-    """The response's bytes, one chunk per internal event that shows, its
-    events pulled: metrics, shaping and framing in one loop, so a token
-    crosses one layer on its way to the socket."""
-    events = resp.events
-    event_bytes = shaping.event
-    complete = False
-    try:
-        data = shaping.opening()
-        if data:
-            yield data
-        try:
-            async for event in events:
-                data = event_bytes(event)
-                if data:
-                    yield data
-        except ResponseFailed as e:
-            yield shaping.failed(e)
-            complete = True
-            return
-        data = shaping.closing()
-        complete = True
-        if data:
-            yield data
-    except Exception as e:  # a bug
-        shaping.broken(e)
-        complete = True
-        raise
-    finally:
-        await events.aclose()
-        shaping.end(complete)
+class ShapedStream:
+    """A response's bytes as its events come: a sink of the events and a
+    source of bytes. Subscribed (by the SSE response), it puts the opening
+    and subscribes itself to the events; each event's bytes are put at once,
+    its failure's or its closing's last, then the end. A bug while shaping
+    is logged, stops the events and ends the bytes with it (the SSE response
+    writes the API's failure ending). `finish` says how the response ended."""
 
+    __slots__ = ("_shaping", "_events", "_sink")
 
-class PushedBody:
-    """The response's bytes, its events pushed: `start` (from the SSE
-    response, with its writer) hands the events to this sink; each is
-    written at once, the last closes the stream. A writer that cannot take
-    more (a slow client) holds the engine until the SSE response `resume`s."""
-
-    __slots__ = ("_shaping", "_events", "_writer")
-
-    def __init__(self, shaping: Shaping, resp: StartedResponse) -> None:
+    def __init__(self, shaping: Shaping, events: Source[ChoiceEvent]) -> None:
         self._shaping = shaping
-        self._events: Any = resp.events
-        self._writer: Writer | None = None
+        self._events = events
+        self._sink: Sink[bytes] | None = None
 
-    # -- the SSE response's side (api/sse_response.py's PushSource) -------------------------
+    # -- Source[bytes] -----------------------------------------------------------------
 
-    def start(self, writer: Writer) -> bool:
-        """Write the opening and push the events, or False (nothing written)
-        when they cannot be pushed: then pull `body`."""
-        events = self._events
-        if not getattr(events, "pushable", False):  # (not isinstance: a Protocol's costs ~9 µs)
-            return False
-        self._writer = writer
+    def subscribe(self, sink: Sink[bytes]) -> None:
+        self._sink = sink
         try:
             data = self._shaping.opening()
             if data:
-                writer.write(data)
-            if not events.deliver(self):
-                raise RuntimeError("a pushable stream would not push")
-        except Exception as e:  # a bug: ended as a pulled body that raised
+                sink.put(data)
+        except Exception as e:
             self._broke(e)
-        return True
+            return
+        self._events.subscribe(self)
 
     def resume(self) -> None:
         self._events.resume()
 
     def stop(self) -> None:
         """The client left, or the server stops: the engine's work ends now."""
+        self._sink = None
         self._events.stop()
 
     def finish(self, complete: bool) -> None:
+        """The response is over: its last bytes went (`complete`), or not."""
         self._shaping.end(complete)
-        self._writer = None
 
-    # -- the events' side (pipeline/generate.py's EventSink) ----------------------------------
+    # -- Sink[ChoiceEvent] -------------------------------------------------------------
 
-    def event(self, event: ChoiceEvent) -> bool:
+    def put(self, item: ChoiceEvent) -> bool:
+        sink = self._sink
+        if sink is None:
+            return False
         try:
-            data = self._shaping.event(event)
+            data = self._shaping.event(item)
         except Exception as e:
             self._broke(e)
             return False
-        return self._writer.write(data) if data else True  # type: ignore[union-attr]
+        return sink.put(data) if data else True
 
-    def ended(self) -> None:
+    def end(self, error: Exception | None) -> None:
+        sink, self._sink = self._sink, None
+        if sink is None:
+            return
         try:
-            data = self._shaping.closing()
+            if error is None:
+                data = self._shaping.closing()
+            elif isinstance(error, ResponseFailed):
+                data = self._shaping.failed(error)
+            else:
+                raise error
         except Exception as e:
+            self._sink = sink
             self._broke(e)
             return
-        self._writer.close(data)  # type: ignore[union-attr]
-
-    def failed(self, error: ResponseFailed) -> None:
-        try:
-            data = self._shaping.failed(error)
-        except Exception as e:
-            self._broke(e)
-            return
-        self._writer.close(data)  # type: ignore[union-attr]
+        sink.put(data)
+        sink.end(None)
 
     def _broke(self, error: Exception) -> None:
-        """A bug while shaping: logged, the engine stopped, the API's own
-        failure ending written (as a pulled stream that raised)."""
-        log.exception("a pushed stream failed: %s", error)
+        """A bug while shaping: logged, the events stopped, the bytes ended
+        with it (the SSE response writes the API's own failure ending)."""
+        log.error("a streamed response failed: %s", error, exc_info=error)
         self._shaping.broken(error)
+        sink, self._sink = self._sink, None
         self._events.stop()
-        self._writer.fail()  # type: ignore[union-attr]
+        if sink is not None:
+            sink.end(error)

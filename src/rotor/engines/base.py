@@ -1,11 +1,12 @@
 """What an engine is to rotor: the per-request token contract, and nothing else.
 
-`generate(EngineRequest)` streams `EngineOutput`s; `abort(request_id)` stops a
-request at once and never blocks. That is all that crosses a wire, so a
+`generate(EngineRequest)` is a source of `EngineOutput`s (protocol/flow.py:
+the first subscribe starts the request, `stop` aborts it); `abort(request_id)`
+stops a request at once and never blocks. That is all that crosses a wire, so a
 remote worker behind a router is an engine too. Checks that depend on the
 engine run in preprocess against the card's declared capabilities; a request
-the engine refuses anyway raises `EngineError` (kind "refused") on the first
-iteration, before any output, so it is still a 400 naming the field.
+the engine refuses anyway ends its stream with an `EngineError` (kind
+"refused") before any output, so it is still a 400 naming the field.
 
 Starting and stopping an engine is its builder's business (rotor.serve), not
 the frontend's: a frontend does not start remote workers. What only some
@@ -15,30 +16,24 @@ caller asks `isinstance`, never `getattr`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
 from rotor.model.card import ModelCard
-from rotor.protocol.engine import EngineOutput, EngineRequest, EngineState
+from rotor.protocol.engine import EngineClient
 from rotor.protocol.kv import KVEvent, KVSnapshot
 
 
-class Engine(Protocol):
+class Engine(EngineClient, Protocol):
+    """An engine proper (echo, the mocker, vLLM): what a worker serves and
+    `rotor run` runs in-process. Besides the per-request contract
+    (`EngineClient.generate` and `state`): the card it serves, and `abort`
+    for a transport that is told to stop a request by its id."""
+
     card: ModelCard  # what it serves, with its capabilities
-
-    def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
-        """Stream outputs for the request's choices (each tagged with its `index`).
-
-        Closing the iterator early (the client went away) must abort the work
-        at once. A `request_id` that is already running is an internal error."""
-        ...
 
     def abort(self, request_id: str) -> None:
         """Stop the request now; its stream ends with no further output."""
-        ...
-
-    def state(self) -> EngineState:
-        """What the engine reports about itself, for /health and /metrics."""
         ...
 
 

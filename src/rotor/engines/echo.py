@@ -20,7 +20,9 @@ from rotor.protocol.engine import (
     EngineOutput,
     EngineRequest,
     EngineState,
+    EngineStream,
 )
+from rotor.protocol.flow import Pump
 
 DEFAULT_DELAY_MS = 10.0
 # With no delay, still yield to the event loop now and then so cancellation and
@@ -85,7 +87,11 @@ class EchoEngine:
         script = [t for t in prompt if t not in eos_ids] + self.card.eos_token_ids[:1]
         return script[resume:]
 
-    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+    def generate(self, request: EngineRequest) -> EngineStream:
+        """Its outputs, one step at a time (a generator pumped into a source)."""
+        return Pump(self._generate(request))
+
+    async def _generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         if self.tokenizer is None and request.annotations.get("echo_text") is None:
             raise EngineError("the echo engine needs the text to echo", "refused", "messages")
         rid = request.request_id

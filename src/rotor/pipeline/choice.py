@@ -47,7 +47,7 @@ class ChoicePipeline:
         return self.decoder.logprobs
 
     def event(self, index: int, pieces: list[Piece]) -> ChoiceEvent:
-        """The event for what the last push/close brought: its pieces, the
+        """The event for what the last feed/close brought: its pieces, the
         logprobs not handed out yet (they go with text, or with the finish:
         tokens whose text is still held back keep theirs), and the finish."""
         lps = self.decoder.logprobs
@@ -57,12 +57,12 @@ class ChoicePipeline:
             return ChoiceEvent(index, pieces, new, self.finished)
         return ChoiceEvent(index, pieces, [], self.finished)
 
-    def push(self, out: EngineOutput) -> list[Piece]:
+    def feed(self, out: EngineOutput) -> list[Piece]:
         """Pieces for one engine output; nothing once the choice has finished."""
         if self.finished is not None:
             return []
         decoder = self.decoder
-        text = decoder.push(out)
+        text = decoder.feed(out)
         pieces = self.parser.feed(text) if text else []
         if decoder.end is not None:
             return self._end(pieces, decoder.end)

@@ -1,6 +1,6 @@
 """Incremental detokenization and the one End of every choice.
 
-`ChoiceDecoder.push` takes one EngineOutput and returns the text the client
+`ChoiceDecoder.feed` takes one EngineOutput and returns the text the client
 may see now; once a stop fires, `end` is set and the choice is closed. The
 order of checks is `docs/stops-and-eos.md`, literally: count, token-id stops
 (visible, model EOS, user ids), detokenize + stop strings, max_tokens, then
@@ -101,7 +101,7 @@ class ChoiceDecoder:
 
     # -- per output ---------------------------------------------------------------
 
-    def push(self, out: EngineOutput) -> str:
+    def feed(self, out: EngineOutput) -> str:
         """Text released by this output. Check `end` afterwards."""
         if self.end is not None:
             return ""

@@ -2,80 +2,42 @@
 
 Every choice is its own engine request (n fans out, as vLLM's parallel
 sampling does), so each can be ended, aborted or moved to another worker on
-its own. A `ChoiceRun` makes one `ChoiceEvent` per engine output; a choice
-that fails (the engine's error, output that broke its constraint) raises
-`ResponseFailed` in the place of its last event. Closing an
-engine's stream early is what aborts its work (the Engine contract), and it
-is the only abort the pipeline sends: at once for a choice the frontend
-ended itself (stop string, max_tokens), before its last event is handed on,
-and when the reader leaves (client disconnect). `run_all` merges the choices
-of a response.
-
-A choice is read (pulled), or, when its engine stream can push
-(rotor.protocol.engine.Pushed: the in-process mocker), its reader may have
-the rest pushed (`ChoiceRun.deliver`): the engine then hands each step's
-outputs over in its own turn, and the choice's pipeline and the reader's
-own work (shaping, the socket write) run right there, with no task woken
-and no generator crossed per token.
+its own. A `ChoiceRun` is the sink of its engine stream and a source of
+`ChoiceEvent`s (protocol/flow.py): the engine puts each output, the run
+makes its event and puts it to its own sink, in the engine's turn of the
+event loop. A choice that fails (the engine's error, output that broke its
+constraint) ends its sink with `ResponseFailed` in the place of its last
+event. Stopping an engine's stream is what aborts its work (the Engine
+contract), and it is the only abort the pipeline sends: at once for a choice
+the frontend ended itself (stop string, max_tokens), before its last event
+is handed on, and when the reader leaves (client disconnect). `Choices`
+merges the choices of a response of several.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Protocol
 
 from rotor.pipeline.choice import ChoicePipeline
 from rotor.pipeline.decode import End
 from rotor.pipeline.events import ChoiceEvent, Failure, ResponseFailed, Usage
 from rotor.pipeline.preprocess import Prepared
-from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, is_pushed
+from rotor.protocol.engine import (
+    EngineClient,
+    EngineError,
+    EngineOutput,
+    EngineRequest,
+    EngineStream,
+)
+from rotor.protocol.flow import Sink, SinkBroke, Source
 
 log = logging.getLogger("rotor.pipeline")
 
 
-class EngineClient(Protocol):
-    """What the pipeline needs of an engine: a request's stream of outputs,
-    whose early close aborts the request."""
-
-    def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]: ...
-
-
-class EventSink(Protocol):
-    """Where a pushed choice's events go (`ChoiceRun.deliver`), in the
-    engine's turn: each event as it is made, then `ended` or `failed`, once."""
-
-    def event(self, event: ChoiceEvent) -> bool:
-        """False: the reader cannot take more now; it calls `ChoiceRun.resume`
-        when it can."""
-        ...
-
-    def ended(self) -> None: ...
-
-    def failed(self, error: ResponseFailed) -> None: ...
-
-
-class Pushable(Protocol):
-    """A response's events that can be pushed (frontend's `_Primed` over a
-    `ChoiceRun`): `pushable` says whether they can now, `deliver` starts it."""
-
-    @property
-    def pushable(self) -> bool: ...
-
-    def deliver(self, sink: EventSink) -> bool: ...
-
-    def resume(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-
 class ChoiceRun:
     """One choice's events until it finishes: its engine stream through its
-    pipeline. Pulled (`__anext__`, an async iterator of ChoiceEvents), or,
-    over an engine stream that can push (`Pushed`), pushed (`deliver`): the
-    same `_event` for each output either way. `take_cached`: this choice
-    reports the prompt's cached tokens (one choice per prompt does)."""
+    pipeline, one event per engine output. `take_cached`: this choice reports
+    the prompt's cached tokens (one choice per prompt does)."""
 
     __slots__ = (
         "_engine",
@@ -100,136 +62,104 @@ class ChoiceRun:
     ) -> None:
         self._engine = engine
         self._request = request
-        self._stream: AsyncIterator[EngineOutput] | None = None
+        self._stream: EngineStream | None = None
         self._choice = choice
         self._index = index
         self._usage = usage
         self._take_cached = take_cached
         self._over = False  # its last event was made
-        self._sink: EventSink | None = None
+        self._sink: Sink[ChoiceEvent] | None = None
 
-    # -- pulled ----------------------------------------------------------------------
+    # -- Source[ChoiceEvent] -------------------------------------------------------------
 
-    def __aiter__(self) -> ChoiceRun:
-        return self
-
-    async def __anext__(self) -> ChoiceEvent:
-        if self._over:
-            raise StopAsyncIteration
-        stream = self._stream
-        if stream is None:
-            stream = self._stream = self._engine.generate(self._request)
-        try:
-            out = await stream.__anext__()
-        except StopAsyncIteration:  # the stream ended without a finish
-            return await self._end(None)
-        except EngineError as e:
-            return await self._end(Failure.from_engine(e))
-        except asyncio.CancelledError:
-            await self.aclose()
-            raise
-        except Exception as e:  # a broken engine must not break the response
-            log.exception("engine request %s failed", self._request.request_id)
-            return await self._end(Failure("internal", f"{type(e).__name__}: {e}"))
-        try:
-            event = self._event(out)
-            if self._over and out.finish is None:  # the frontend ended it: stop the engine now
-                await self.aclose()
-        except BaseException:
-            await self.aclose()
-            raise
-        return event
-
-    async def aclose(self) -> None:
-        """Closing the engine's stream: the one abort the pipeline sends."""
-        stream = self._stream
-        if stream is not None:
-            await stream.aclose()  # type: ignore[attr-defined]
-
-    async def _end(self, failure: Failure | None) -> ChoiceEvent:
-        self._over = True
-        await self.aclose()
-        return self._closing(failure)
-
-    # -- pushed ----------------------------------------------------------------------
-
-    @property
-    def pushable(self) -> bool:
-        """Its engine stream can push, and more is to come."""
-        stream = self._stream
-        return not self._over and is_pushed(stream) and stream.pushable
-
-    def deliver(self, sink: EventSink) -> bool:
-        """Push the rest of the choice's events to `sink` (what the engine has
-        made and not yet read at once, in this call); False, and nothing
-        changes, when its engine stream cannot push (then pull it)."""
-        stream = self._stream
-        if self._over or not is_pushed(stream) or not stream.pushable:
-            return False
+    def subscribe(self, sink: Sink[ChoiceEvent]) -> None:
+        """The first call sends the engine request."""
         self._sink = sink
-        stream.deliver(self)
-        return True
+        if self._stream is None:
+            stream = self._stream = self._engine.generate(self._request)
+            stream.subscribe(self)
 
     def resume(self) -> None:
-        """The sink can take events again."""
-        stream = self._stream
-        if is_pushed(stream) and not self._over:
-            stream.resume()
+        if self._stream is not None and not self._over:
+            self._stream.resume()
 
     def stop(self) -> None:
         """The reader is gone: the engine's work stops now, nothing more comes."""
         self._sink = None
-        stream = self._stream
-        if is_pushed(stream):
-            stream.stop()
+        if self._stream is not None:
+            self._stream.stop()
 
-    def outputs(self, outputs: list[EngineOutput]) -> bool:
-        """The engine's push (rotor.protocol.engine.Delivery)."""
+    # -- Sink[EngineOutput] ----------------------------------------------------------------
+
+    def put(self, item: EngineOutput) -> bool:
         sink = self._sink
         if sink is None:
             return False
-        keep = True
-        for out in outputs:
-            try:
-                event = self._event(out)
-            except Exception as e:
-                self.stop()
-                sink.failed(self._failed(e))
-                return False
-            if self._over and out.finish is None:  # the frontend ended it: stop the engine now
-                self.stop()
-            keep = sink.event(event)
-            if self._over:  # its last event: the stream's own end is a formality
+        try:
+            event = self._event(item)
+        except Exception as e:
+            self.stop()
+            sink.end(self._failed(e))
+            return False
+        if self._over:  # its last event: the stream's own end is a formality
+            if item.finish is None:  # the frontend ended it: stop the engine now
+                self._stopped()
+            sink.put(event)
+            if self._sink is sink:  # (not stopped by the sink meanwhile)
                 self._sink = None
-                sink.ended()
-                return True
-            if self._sink is None:  # the sink stopped it (a bug while shaping): no more events
-                return False
-        return keep
+                sink.end(None)
+            return True
+        return sink.put(event)
 
-    def ended(self, error: EngineError | None) -> None:
-        """The engine's stream ended (rotor.protocol.engine.Delivery)."""
+    def end(self, error: Exception | None) -> None:
+        """The engine's stream ended: a last event for a choice it left open."""
         sink, self._sink = self._sink, None
         if sink is None or self._over:
             return
         self._over = True
-        try:
-            event = self._closing(Failure.from_engine(error) if error is not None else None)
-        except Exception as e:
-            sink.failed(self._failed(e))
+        if isinstance(error, SinkBroke):  # the reader above broke: it ends with that
+            sink.end(ResponseFailed(Failure("internal", str(error))))
             return
-        sink.event(event)
-        sink.ended()
+        try:
+            event = self._closing(self._failure(error))
+        except Exception as e:
+            sink.end(self._failed(e))
+            return
+        sink.put(event)
+        sink.end(None)
+
+    # -- its own -------------------------------------------------------------------------
+
+    def _stopped(self) -> None:
+        stream = self._stream
+        if stream is not None:
+            stream.stop()
+
+    def _failure(self, error: Exception | None) -> Failure | None:
+        """What the engine's end says of the choice: nothing, its error, or a
+        bug (logged) as the internal failure of a broken engine."""
+        if error is None:
+            return None
+        if isinstance(error, EngineError):
+            return Failure.from_engine(error)
+        log.error(
+            "engine request %s failed",
+            self._request.request_id,
+            exc_info=(type(error), error, error.__traceback__),
+        )
+        return Failure("internal", f"{type(error).__name__}: {error}")
 
     def _failed(self, error: Exception) -> ResponseFailed:
-        """What a pushed choice ends with when its pipeline raised: its own
-        failure, or a bug (logged) as the internal error a pulled one gives."""
+        """What a choice ends with when its pipeline raised: its own failure,
+        or a bug (logged) as an internal error."""
         if isinstance(error, ResponseFailed):
             return error
-        log.exception("the pipeline of engine request %s failed", self._request.request_id)
+        log.error(
+            "the pipeline of engine request %s failed",
+            self._request.request_id,
+            exc_info=(type(error), error, error.__traceback__),
+        )
         return ResponseFailed(Failure("internal", f"{type(error).__name__}: {error}"))
-
-    # -- both -----------------------------------------------------------------------------
 
     def _event(self, out: EngineOutput) -> ChoiceEvent:
         """One engine output through the choice's pipeline; ResponseFailed
@@ -239,7 +169,7 @@ class ChoiceRun:
             usage = self._usage
             usage.cached_tokens = (usage.cached_tokens or 0) + out.cached_tokens
         choice = self._choice
-        pieces = choice.push(out)
+        pieces = choice.feed(out)
         finished = choice.finished
         if finished is not None:
             self._over = True
@@ -260,58 +190,80 @@ class ChoiceRun:
         return choice.event(self._index, pieces)
 
 
-def _streams(engine: EngineClient, prepared: list[Prepared], usage: Usage) -> list[ChoiceRun]:
-    streams = []
-    for p in prepared:
-        for i, (request, choice) in enumerate(zip(p.requests, p.choices, strict=True)):
-            streams.append(ChoiceRun(engine, request, choice, p.first_index + i, usage, i == 0))
-    return streams
+class Choices:
+    """The events of a response of several choices, as they come: a source
+    over their runs (each puts through a `_Member`), ended once all have
+    ended, or at the first that fails (the others stop). A sink that holds
+    holds every choice (each is told as it puts), and `resume` resumes them
+    all."""
+
+    __slots__ = ("_runs", "_sink", "_left", "_started")
+
+    def __init__(self, runs: list[ChoiceRun]) -> None:
+        self._runs = runs
+        self._sink: Sink[ChoiceEvent] | None = None
+        self._left = len(runs)
+        self._started = False
+
+    def subscribe(self, sink: Sink[ChoiceEvent]) -> None:
+        self._sink = sink
+        if not self._started:
+            self._started = True
+            for run in self._runs:
+                if self._sink is None:  # one refused at once: the rest never start
+                    break
+                run.subscribe(_Member(self))
+
+    def resume(self) -> None:
+        for run in self._runs:
+            run.resume()
+
+    def stop(self) -> None:
+        self._sink = None
+        for run in self._runs:
+            run.stop()
+
+    def put(self, event: ChoiceEvent) -> bool:
+        sink = self._sink
+        return sink.put(event) if sink is not None else False
+
+    def ended(self, error: Exception | None) -> None:
+        """One choice ended (its last event put already)."""
+        sink = self._sink
+        if sink is None:
+            return
+        if error is not None:  # the response fails with it: the other choices stop
+            self.stop()
+            sink.end(error)
+            return
+        self._left -= 1
+        if not self._left:
+            self._sink = None
+            sink.end(None)
 
 
-def run_all(
-    engine: EngineClient, prepared: list[Prepared], usage: Usage
-) -> ChoiceRun | AsyncGenerator[ChoiceEvent, None]:
-    """Every choice of a response (n choices of each prompt) merged into one
-    stream of events, in the order they happen. One choice is its own stream:
-    no layer between it and the reader (each costs every token a step)."""
-    streams = _streams(engine, prepared, usage)
-    if len(streams) == 1:
-        return streams[0]
-    return _merged(streams)
+class _Member:
+    """The sink one choice of several puts into."""
+
+    __slots__ = ("_all",)
+
+    def __init__(self, all_: Choices) -> None:
+        self._all = all_
+
+    def put(self, item: ChoiceEvent) -> bool:
+        return self._all.put(item)
+
+    def end(self, error: Exception | None) -> None:
+        self._all.ended(error)
 
 
-async def _merged(streams: list[ChoiceRun]) -> AsyncGenerator[ChoiceEvent, None]:
-    queue: asyncio.Queue[ChoiceEvent | ResponseFailed | None] = asyncio.Queue()
-    # Events taken from the choices but not yet read: bounded, so a slow
-    # reader stops the choices (and their engine requests) instead of piling up.
-    window = asyncio.Semaphore(2 * len(streams))
-
-    async def pump(stream: ChoiceRun) -> None:
-        try:
-            async for event in stream:
-                queue.put_nowait(event)
-                await window.acquire()
-        except ResponseFailed as failed:  # raised in its place, once the reader gets there
-            queue.put_nowait(failed)
-        finally:
-            queue.put_nowait(None)
-            await stream.aclose()
-
-    tasks = [asyncio.create_task(pump(s)) for s in streams]
-    try:
-        remaining = len(tasks)
-        while remaining:
-            item = await queue.get()
-            if item is None:
-                remaining -= 1
-                continue
-            if type(item) is ResponseFailed:
-                raise item
-            window.release()
-            yield item
-        for t in tasks:
-            t.result()
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+def run_all(engine: EngineClient, prepared: list[Prepared], usage: Usage) -> Source[ChoiceEvent]:
+    """Every choice of a response (n choices of each prompt) as one source of
+    events, in the order they happen. One choice is its own source: no layer
+    between it and the reader."""
+    runs = [
+        ChoiceRun(engine, request, choice, p.first_index + i, usage, i == 0)
+        for p in prepared
+        for i, (request, choice) in enumerate(zip(p.requests, p.choices, strict=True))
+    ]
+    return runs[0] if len(runs) == 1 else Choices(runs)

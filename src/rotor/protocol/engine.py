@@ -8,11 +8,10 @@ stop on its own.
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeGuard, get_args, runtime_checkable
+from typing import Any, Literal, Protocol, get_args
+
+from rotor.protocol.flow import Pulled, Source
 
 Finish = Literal["eos", "length", "stop", "cancelled", "error"]
 
@@ -197,117 +196,63 @@ def absorb(into: EngineOutput, item: EngineOutput) -> None:
 
 
 def merge_outputs(items: list[EngineOutput]) -> list[EngineOutput]:
-    """Consecutive token outputs of one choice as one output: all their
-    tokens (and logprobs), the last one's finish. Text outputs stay apart.
-    What a consumer that fell behind does with what piled up, so a burst
-    costs the pipeline one step (the socket client and the NATS inbox both)."""
+    """What piled up for a reader that fell behind, as few outputs as it
+    can be: each choice's token outputs as one (in the place of its first,
+    with all their tokens and logprobs and the last one's finish); choices
+    may interleave. Text outputs (one token each) stay apart, and so do
+    outputs with and without logprobs. A burst costs the pipeline one step."""
+    if len(items) == 1:
+        return items
     merged: list[EngineOutput] = []
-    last: EngineOutput | None = None
+    taking: dict[int, EngineOutput] = {}  # per choice: the output still taking tokens
     for item in items:
+        into = taking.get(item.index)
         if (
-            last is not None
-            and last.index == item.index
-            and last.finish is None
-            and last.text is None
+            into is not None
             and item.text is None
-            and last.error is None
-            and (last.logprobs is None) == (item.logprobs is None)
+            and (into.logprobs is None) == (item.logprobs is None)
         ):
-            absorb(last, item)
-            continue
-        merged.append(item)
-        last = item
+            absorb(into, item)
+        else:
+            merged.append(item)
+            into = item
+        if into.finish is None and into.text is None and into.error is None:
+            taking[item.index] = into
+        else:
+            taking.pop(item.index, None)
     return merged
 
 
-# -- pushed streams -------------------------------------------------------------
+def tokens_of(output: EngineOutput) -> int:
+    """How many tokens an output carries (a text output is one)."""
+    return len(output.token_ids) or int(output.text is not None)
 
 
-class Delivery(Protocol):
-    """Where a pushed stream's outputs go (`Pushed.deliver`). Called in the
-    engine's own turn of the event loop, one call per request per step:
-    the reader does its work there and then (decode, shape, write), with no
-    task of its own to wake for every token."""
+# -- the engine's side of the per-token path ------------------------------------
 
-    def outputs(self, outputs: list[EngineOutput]) -> bool:
-        """These outputs, in order. False: the reader cannot take more now
-        (its client reads slowly); the engine stops computing the request
-        until `Pushed.resume()`."""
+
+EngineStream = Source[EngineOutput]
+
+
+class EngineClient(Protocol):
+    """What the frontend calls a model's engine through: an engine in this
+    process (engines/base.Engine), the engine process over a socket, or a
+    pool of remote workers."""
+
+    def generate(self, request: EngineRequest) -> EngineStream:
+        """The request's outputs, each tagged with its choice's `index`: the
+        first `subscribe` starts the request, `stop` aborts it at once. A
+        request the engine refuses ends, before any output, with an
+        EngineError ("refused", naming the field)."""
         ...
 
-    def ended(self, error: EngineError | None) -> None:
-        """The stream is over: what StopAsyncIteration (None) or the error
-        would have told a reader that pulls. Called once, last."""
+    def state(self) -> EngineState:
+        """What the engine reports about itself, for /health and /metrics."""
         ...
 
 
-class Relay:
-    """A pushed stream relayed on (a worker to its frontend, the engine
-    process to its HTTP processes): each step's outputs to `put` and its end
-    to `end`, in the engine's turn; `over` resolves with the end too (None,
-    or the stream's error) for the task that waits on it."""
-
-    __slots__ = ("_put", "_end", "over")
-
-    def __init__(
-        self,
-        put: Callable[[list[EngineOutput]], None],
-        end: Callable[[EngineError | None], None] | None = None,
-    ) -> None:
-        self._put, self._end = put, end
-        self.over: asyncio.Future[EngineError | None] = asyncio.get_running_loop().create_future()
-
-    def outputs(self, outputs: list[EngineOutput]) -> bool:
-        self._put(outputs)
-        return True
-
-    def ended(self, error: EngineError | None) -> None:
-        if self.over.done():
-            return
-        self.over.set_result(error)
-        if self._end is not None:
-            self._end(error)
-
-
-def delivery_broke(delivery: Delivery, error: Exception, ending: bool) -> None:
-    """A delivery raised (a bug in its reader), and its stream stopped: it is
-    told the stream ended with an internal error, so what waits on it (a
-    response, a worker's relay) ends instead of waiting for ever. `ending`:
-    it raised in `ended` itself, which is called once: it is only logged."""
-    logging.getLogger("rotor.engine").error(
-        "a pushed stream's reader failed", exc_info=(type(error), error, error.__traceback__)
-    )
-    if ending:
-        return
-    try:
-        delivery.ended(EngineError(f"{type(error).__name__}: {error}", "internal"))
-    except Exception:
-        logging.getLogger("rotor.engine").exception("and failed again as it was told so")
-
-
-@runtime_checkable
-class Pushed(Protocol):
-    """An engine stream that can push its outputs instead of being pulled.
-    A reader that has pulled what it needed (the first output) calls
-    `deliver`: the outputs it has not read yet go to the delivery at once,
-    every later one as the engine makes it, and `__anext__` is never
-    called again. `stop()` ends the request's work at once (as closing the
-    stream would; nothing more is delivered); `resume()` after a delivery
-    said False. `pushable` says whether `deliver` may be called now (a
-    stream may only push in some states, a remote one between migrations)."""
-
-    @property
-    def pushable(self) -> bool: ...
-
-    def deliver(self, delivery: Delivery) -> None: ...
-
-    def resume(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-
-def is_pushed(stream: object) -> TypeGuard[Pushed]:
-    """`isinstance(stream, Pushed)` without its cost: a runtime-checkable
-    Protocol's check walks its members on every call (~9 µs here, several
-    times a request); a Pushed stream's class has `deliver`."""
-    return hasattr(type(stream), "deliver")
+def pulled(stream: EngineStream) -> Pulled[EngineOutput]:
+    """An engine stream read as an async iterator: what piled up while the
+    reader was away comes as one output per choice, and a reader more than
+    PULLED_WINDOW tokens behind holds the engine."""
+    return Pulled(stream, merge_outputs, tokens_of)

@@ -52,7 +52,7 @@ FALLBACK_BUDGET = 8192  # a worker that reports no budget: the mocker's and vLLM
 
 
 @dataclass(frozen=True, slots=True)
-class Choice:
+class Placement:
     where: Where
     # always | long | idle | short | cached | busy | no_prefill_worker | prefill_failed
     reason: str
@@ -85,22 +85,22 @@ class DisaggPolicy:
 
     def decide(
         self, prompt_tokens: int, cached_tokens: int, prefill_queues: list[tuple[int, int]]
-    ) -> Choice:
+    ) -> Placement:
         """Where one request is prefilled. `cached_tokens`: what its decode
         worker already holds of the prompt; `prefill_queues`: (queued prompt
         tokens, per-step budget) of each live prefill worker (none: local)."""
         if not prefill_queues:
-            return Choice("local", "no_prefill_worker")
+            return Placement("local", "no_prefill_worker")
         if self.enforce or self.policy == "always":
-            return Choice("remote", "always")
+            return Placement("remote", "always")
         if self.policy in ("isl", "isl_or_load"):
             effective = max(0, prompt_tokens - cached_tokens)
             if effective < self.min_tokens:
-                return Choice("local", "short")
+                return Placement("local", "short")
             if prompt_tokens and cached_tokens / prompt_tokens >= self.max_cached_ratio:
-                return Choice("local", "cached")
+                return Placement("local", "cached")
         if self.policy in ("load", "isl_or_load") and all(
             self.busy(queued, budget) for queued, budget in prefill_queues
         ):
-            return Choice("local", "busy")
-        return Choice("remote", "long" if self.policy != "load" else "idle")
+            return Placement("local", "busy")
+        return Placement("remote", "long" if self.policy != "load" else "idle")

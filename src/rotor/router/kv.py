@@ -19,7 +19,7 @@ from rotor.protocol.kv import block_hashes, lora_root
 from rotor.protocol.lease import Lease
 from rotor.router.kv_cost import KVCost, WorkerLoad
 from rotor.router.kv_index import ApproxKVIndex, KVIndex
-from rotor.router.modes import Decision, LocalLoad
+from rotor.router.modes import LocalLoad, Pick
 
 log = logging.getLogger("rotor.router.kv")
 
@@ -48,12 +48,12 @@ class KVRouter:
         assert self.index is not None
         return self.index.overlaps(hashes)  # type: ignore[return-value]
 
-    def choose(self, workers: list[Lease], request: EngineRequest, load: LocalLoad) -> Decision:
+    def choose(self, workers: list[Lease], request: EngineRequest, load: LocalLoad) -> Pick:
         hashes = block_hashes(request.token_ids, self.block_size, lora_root(request.lora))
         loads = {w.worker_id: self._load(w, load) for w in workers}
-        decision = self.cost.choose(len(hashes), self.overlaps(hashes), loads)
-        worker = str(decision.worker)
-        overlap = decision.overlap_blocks
+        ranking = self.cost.choose(len(hashes), self.overlaps(hashes), loads)
+        worker = str(ranking.worker)
+        overlap = ranking.overlap_blocks
         if self.approx is not None:
             self.approx.record(worker, hashes)
         stats = self.stats
@@ -62,10 +62,10 @@ class KVRouter:
         if overlap:
             stats.hits[worker] += 1
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("request %s: %s", request.request_id, decision.log_line())
-        return Decision(
+            log.debug("request %s: %s", request.request_id, ranking.log_line())
+        return Pick(
             worker,
-            {"x-rotor-worker": worker, "x-rotor-kv-overlap": decision.header},
+            {"x-rotor-worker": worker, "x-rotor-kv-overlap": ranking.header},
             prefill_tokens=max(0, len(request.token_ids) - overlap * self.block_size),
         )
 

@@ -66,7 +66,7 @@ class Candidate:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class Ranking:
     """The chosen worker and why: every candidate's terms, cheapest first."""
 
     worker: WorkerId
@@ -126,7 +126,7 @@ class KVCost:
         prompt_blocks: int,
         overlaps: Mapping[WorkerId, int],
         loads: Mapping[WorkerId, WorkerLoad],
-    ) -> Decision:
+    ) -> Ranking:
         """Pick among the workers in `loads` (the live ones); `overlaps` may leave
         out workers that hold nothing (and may name workers not live)."""
         if prompt_blocks < 0:
@@ -143,7 +143,7 @@ class KVCost:
         chosen, sampled = ranked[0], False
         if self.temperature > 0 and len(ranked) > 1:
             chosen, sampled = self._sample(ranked), True
-        return Decision(chosen.worker, chosen.overlap_blocks, prompt_blocks, tuple(ranked), sampled)
+        return Ranking(chosen.worker, chosen.overlap_blocks, prompt_blocks, tuple(ranked), sampled)
 
     def probabilities(self, ranked: tuple[Candidate, ...] | list[Candidate]) -> list[float]:
         """Softmax over costs normalised to [0, 1]: exp(-c / T), summing to 1."""

@@ -9,34 +9,32 @@ sequences), the time to its first output (queue and prefill together: the
 contract does not say when a request was first scheduled), the time from
 there to its last output (decode), its output tokens, cached prompt tokens,
 finish and failure. The figures are taken by a layer over the output stream
-(`follow`) that exists only while tracing is on.
+(`follow`, `Followed`) that exists only while tracing is on.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from rotor import tracing
 from rotor.protocol.engine import (
     KV_TRANSFER,
     PREFILL_ONLY,
     RESUME_FROM,
+    EngineClient,
     EngineError,
     EngineOutput,
     EngineRequest,
     EngineState,
+    EngineStream,
+    tokens_of,
 )
+from rotor.protocol.flow import Sink
 from rotor.tracing import NO_SPAN, Span
 
 NAME = "rotor.generate"
-
-
-class Engine(Protocol):
-    def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]: ...
-
-    def state(self) -> EngineState: ...
 
 
 def stage(request: EngineRequest) -> str:
@@ -48,7 +46,7 @@ def stage(request: EngineRequest) -> str:
     return "decode" if KV_TRANSFER in annotations else "agg"
 
 
-def attributes(request: EngineRequest, engine: Engine) -> dict[str, Any]:
+def attributes(request: EngineRequest, engine: EngineClient) -> dict[str, Any]:
     state = engine.state()
     return {
         "rotor.engine_request_id": request.request_id,
@@ -63,7 +61,7 @@ def attributes(request: EngineRequest, engine: Engine) -> dict[str, Any]:
 
 def remote_span(
     request: EngineRequest,
-    engine: Engine,
+    engine: EngineClient,
     headers: Mapping[str, str] | None,
     extra: Mapping[str, Any],
 ) -> Span:
@@ -74,61 +72,114 @@ def remote_span(
     return tracing.remote(NAME, headers, {**attributes(request, engine), **extra})
 
 
-def follow(span: Span, stream: AsyncIterator[EngineOutput]) -> AsyncIterator[EngineOutput]:
+def follow(span: Span, stream: EngineStream) -> EngineStream:
     """`stream`, its figures recorded on `span` (ended by its owner); while
     tracing is off, `stream` itself: no layer for any token to cross."""
     if not span.recording:
         return stream
-    return _followed(lambda: span, lambda: stream, own=False)
+    return Followed(lambda: span, lambda: stream, own=False)
 
 
-async def _followed(
-    open_span: Callable[[], Span],
-    open_stream: Callable[[], AsyncIterator[EngineOutput]],
-    own: bool,
-) -> AsyncGenerator[EngineOutput, None]:
-    """The one layer over the outputs: the span (ended here when `own`) and
-    the stream are opened on the first read, in the reader's context."""
-    span = open_span()
-    stream = open_stream()
-    perf = time.perf_counter
-    t0 = perf()
-    first = last = 0.0
-    tokens = 0
-    cached: int | None = None
-    finish: str | None = None
-    try:
-        async for out in stream:
-            last = perf()
-            if not first:
-                first = last
-                cached = out.cached_tokens
-                span.event("first_output")
-            tokens += len(out.token_ids) if out.token_ids else int(out.text is not None)
-            if out.finish is not None:
-                finish = out.finish
-            yield out
-    except EngineError as e:
-        span.fail(e.message, e.cause)
-        raise
-    except Exception as e:
-        span.fail(f"{type(e).__name__}: {e}")
-        raise
-    finally:
+class Followed:
+    """The one layer over an engine stream that records its figures on a
+    span (a Sink of the stream, a Source for its reader): the span (ended
+    here when `own`) and the stream are opened when first subscribed, in
+    the subscriber's context."""
+
+    __slots__ = (
+        "_open_span",
+        "_open_stream",
+        "_own",
+        "_span",
+        "_stream",
+        "_sink",
+        "_t0",
+        "_first",
+        "_last",
+        "_tokens",
+        "_cached",
+        "_finish",
+        "_over",
+    )
+
+    def __init__(
+        self,
+        open_span: Callable[[], Span],
+        open_stream: Callable[[], EngineStream],
+        own: bool,
+    ) -> None:
+        self._open_span, self._open_stream, self._own = open_span, open_stream, own
+        self._span: Span = NO_SPAN
+        self._stream: EngineStream | None = None
+        self._sink: Sink[EngineOutput] | None = None
+        self._t0 = self._first = self._last = 0.0
+        self._tokens = 0
+        self._cached: int | None = None
+        self._finish: str | None = None
+        self._over = False
+
+    # -- Source[EngineOutput] ---------------------------------------------------------
+
+    def subscribe(self, sink: Sink[EngineOutput]) -> None:
+        self._sink = sink
+        if self._stream is None:
+            self._span = self._open_span()
+            self._t0 = time.perf_counter()
+            self._stream = self._open_stream()
+            self._stream.subscribe(self)
+
+    def resume(self) -> None:
+        if self._stream is not None:
+            self._stream.resume()
+
+    def stop(self) -> None:
+        self._sink = None
+        if self._stream is not None:
+            self._stream.stop()
+        self._done()
+
+    # -- Sink[EngineOutput] -------------------------------------------------------------
+
+    def put(self, item: EngineOutput) -> bool:
+        self._last = time.perf_counter()
+        if not self._first:
+            self._first = self._last
+            self._cached = item.cached_tokens
+            self._span.event("first_output")
+        self._tokens += tokens_of(item)
+        if item.finish is not None:
+            self._finish = item.finish
+        sink = self._sink
+        return sink.put(item) if sink is not None else False
+
+    def end(self, error: Exception | None) -> None:
+        if isinstance(error, EngineError):
+            self._span.fail(error.message, error.cause)
+        elif error is not None:
+            self._span.fail(f"{type(error).__name__}: {error}")
+        sink, self._sink = self._sink, None
+        self._done()
+        if sink is not None:
+            sink.end(error)
+
+    def _done(self) -> None:
+        """Once: the figures on the span (which ends here when it is ours)."""
+        if self._over:
+            return
+        self._over = True
+        first, last = self._first, self._last
+        span = self._span
         span.set(
             {
-                "gen_ai.usage.output_tokens": tokens,
-                "rotor.cached_tokens": cached,
-                "rotor.finish_reason": finish,
-                "rotor.queue_prefill_ms": _ms(first - t0) if first else None,
+                "gen_ai.usage.output_tokens": self._tokens,
+                "rotor.cached_tokens": self._cached,
+                "rotor.finish_reason": self._finish,
+                "rotor.queue_prefill_ms": _ms(first - self._t0) if first else None,
                 "rotor.decode_ms": _ms(last - first) if first else None,
             }
         )
-        try:
-            await stream.aclose()  # type: ignore[attr-defined]
-        finally:
-            if own:
-                span.end()
+        if self._own:
+            span.end()
 
 
 def _ms(seconds: float) -> float:
@@ -139,18 +190,21 @@ class Traced:
     """An in-process engine whose every request is a generate span, the
     child of the request's span (`rotor run`; a pool's workers make their own)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EngineClient) -> None:
         self.engine = engine
 
-    def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+    def generate(self, request: EngineRequest) -> EngineStream:
         engine = self.engine
-        return _followed(
+        return Followed(
             lambda: tracing.start(NAME, attributes(request, engine)),
             lambda: engine.generate(request),
             own=True,
         )
 
+    def state(self) -> EngineState:
+        return self.engine.state()
 
-def traced(engine: Any) -> Any:
+
+def traced(engine: EngineClient) -> EngineClient:
     """`engine` with generate spans while tracing is on; itself when off."""
     return Traced(engine) if tracing.enabled() else engine

@@ -30,13 +30,7 @@ from rotor.engines.mocker.sampler import LogprobMaker, RandomSource, biased, rea
 from rotor.engines.mocker.scheduler import Scheduler
 from rotor.engines.mocker.script import ScriptSource, parse_script
 from rotor.engines.mocker.sequence import Sequence, SequenceStatus, TokenSource
-from rotor.engines.mocker.stream import (
-    OUTBOX_WINDOW,
-    Closed,
-    MockerStream,
-    Outbox,
-    RequestState,
-)
+from rotor.engines.mocker.stream import OUTBOX_WINDOW, Closed, MockerStream, RequestState
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol.engine import (
@@ -99,9 +93,9 @@ class MockerEngine:
         self.simulated_ms = 0.0
         self.tokens_generated = 0
         self._requests: dict[str, RequestState] = {}
-        # The outboxes of pushed streams holding outputs for their readers
-        # (MockerStream.deliver), handed over at the next delivery point.
-        self.due: list[Outbox] = []
+        # The requests whose outboxes hold outputs for their streams, handed
+        # over at the next delivery point (MockerStream.deliver).
+        self.due: list[RequestState] = []
         self._delivery_soon = False
         self.holds = Holds(self.scheduler.kv, config.kv_hold_timeout_s)
         self._fetch: KVFetch | None = None  # set by the worker that serves this engine
@@ -162,14 +156,14 @@ class MockerEngine:
     # -- Engine interface --------------------------------------------------
 
     def generate(self, request: EngineRequest) -> MockerStream:
-        """The request's outputs until every choice has ended (admitted on the
-        first read); closing the stream early aborts whatever is still running.
-        A reader may switch it to push (`MockerStream.deliver`)."""
+        """The request's outputs until every choice has ended (admitted when
+        first subscribed); stopping the stream aborts whatever still runs."""
         return MockerStream(self, request)
 
-    async def admit(self, request: EngineRequest) -> RequestState:
-        """Check the request and queue its sequences (after its KV fetch, or its
-        long script's tokenization); an abort that came meanwhile applies now."""
+    async def admit(self, request: EngineRequest, stream: MockerStream) -> RequestState:
+        """Check the request and queue its sequences, read by `stream` (after
+        its KV fetch, or its long script's tokenization); an abort that came
+        meanwhile applies now."""
         script = self._parse(request)
         self._check_admissible(request.request_id)
         rid = request.request_id
@@ -183,7 +177,7 @@ class MockerEngine:
                 raise
         ids = await self._script_ids(request, script) if script is not None else None
         aborted = self._tokenizing.pop(rid, set())  # while it was tokenized
-        req = self._admit(request, script, ids)
+        req = self._admit(request, stream, script, ids)
         if aborted is None:
             self.abort(rid)
         for index in sorted(aborted or ()):
@@ -195,10 +189,12 @@ class MockerEngine:
         return self._adapters.using(name)
 
     def forget(self, request_id: str, abort: bool) -> None:
-        """Its reader is done: stop what still runs (`abort`), drop the request."""
+        """Its stream is done: stop what still runs (`abort`), drop the request."""
         if abort:
             self.abort(request_id)
-        self._requests.pop(request_id, None)
+        req = self._requests.pop(request_id, None)
+        if req is not None:
+            req.outbox.take()  # (its stream reads no more of it)
         self.scheduler.held.discard(request_id)
 
     def hold_request(self, request_id: str) -> None:
@@ -268,7 +264,7 @@ class MockerEngine:
                 continue
             req.aborted.add(seq.index)  # outputs still queued for it are dropped too
             self.scheduler.finish(seq)
-            req.queue.put_nowait(Closed(seq.index))
+            self._put(req, Closed(seq.index))
         self._deliver_soon()
 
     def state(self) -> EngineState:
@@ -386,11 +382,12 @@ class MockerEngine:
     def _admit(
         self,
         request: EngineRequest,
+        stream: MockerStream,
         parsed: MockScript | None,
         script_ids: list[list[int]] | None = None,
     ) -> RequestState:
-        """Queue the request's sequences; `script_ids`: the token ids of the
-        script's texts (`_script_ids`), when it has one."""
+        """Queue the request's sequences, read by `stream`; `script_ids`: the
+        token ids of the script's texts (`_script_ids`), when it has one."""
         eos_id = self._eos_id(request)
         seqs: list[Sequence] = []
         makers: list[LogprobMaker | None] = []
@@ -439,7 +436,7 @@ class MockerEngine:
                 if seeded:
                     maker.skip(resume)
             makers.append(maker)
-        req = RequestState(seqs, makers, Outbox(asyncio.get_running_loop()))
+        req = RequestState(seqs, makers, stream)
         req.prefill_only = bool(request.annotations.get(PREFILL_ONLY))
         self._requests[request.request_id] = req
         for seq in seqs:
@@ -510,18 +507,24 @@ class MockerEngine:
         await self._sleep(max(due - now, 0.0))
 
     def _deliver(self) -> None:
-        """A delivery point: every pushed stream with outputs waiting gets them
-        now, in the engine's own turn (MockerStream.push)."""
-        due = self.due  # the outboxes hold this very list: emptied, never replaced
+        """A delivery point: every stream with outputs waiting gets them now,
+        in the engine's own turn (MockerStream.deliver)."""
+        due = self.due
         if not due:
             return
-        boxes = due.copy()
-        due.clear()
-        for box in boxes:
-            stream = box.stream
-            items = box.take()
+        self.due = []
+        for req in due:
+            stream = req.stream
             if stream is not None:
-                stream.push(items)
+                stream.deliver()
+            else:  # forgotten meanwhile: nobody reads
+                req.outbox.take()
+
+    def _put(self, req: RequestState, item: EngineOutput | Closed) -> None:
+        """An output (or a choice's close) into the request's outbox; the
+        first since the last delivery makes the request due."""
+        if req.outbox.put(item):
+            self.due.append(req)
 
     def _deliver_soon(self) -> None:
         """Outputs put outside the step loop (an abort, a failure) reach pushed
@@ -565,14 +568,15 @@ class MockerEngine:
                 out.logprobs = [maker.make(t) for t in ids]
             if first:
                 out.cached_tokens = req.cached_tokens
-            queue = req.queue
-            queue.put_nowait(out)
-            if queue.tokens >= OUTBOX_WINDOW:
+            if req.outbox.put(out):
+                self.due.append(req)
+            req.unread += len(ids)
+            if req.unread >= OUTBOX_WINDOW:
                 self.scheduler.held.add(seq.request_id)
         if out.finish is not None or closed:
             self.scheduler.finish(seq)
         if closed:
-            req.queue.put_nowait(Closed(seq.index))
+            self._put(req, Closed(seq.index))
         return first
 
     def _fail_all(self, message: str) -> None:
@@ -581,9 +585,7 @@ class MockerEngine:
             for seq in req.seqs:
                 if seq.status is not SequenceStatus.FINISHED:
                     self.scheduler.finish(seq)
-                    req.queue.put_nowait(
-                        EngineOutput(index=seq.index, finish="error", error=message)
-                    )
+                    self._put(req, EngineOutput(index=seq.index, finish="error", error=message))
         self._deliver_soon()
 
     # -- disaggregated serving: the KV handover ------------------------------

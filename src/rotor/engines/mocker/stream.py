@@ -1,140 +1,55 @@
-"""A mocker request's outputs on their way to its reader, pulled or pushed.
+"""A mocker request's outputs on their way to its sink.
 
-The step loop puts each choice's outputs in the request's `Outbox`. A reader
-that pulls (`MockerStream.__anext__`) waits on the outbox and takes what
-piled up at once, merged per choice, so a reader that fell behind reads one
-output per choice however many steps it missed. A reader that has switched
-to push (`MockerStream.deliver`, the `Pushed` contract) is handed the same
-outputs by the engine itself at its next delivery point (when it gives the
-event loop back after a slice of steps, or after a step at real pace):
-no task is woken for it, and no generator stands between the engine and
-the reader's own code.
+The step loop puts each choice's outputs in the request's outbox (a
+`Backlog`); the first one since the last delivery lists the request as due,
+and at the engine's next delivery point (when it gives the event loop back
+after a slice of steps, or after a step at real pace) `MockerStream.deliver`
+hands what piled up to the sink, merged per choice, in the engine's own
+turn: no task is woken, and no generator stands between the engine and the
+sink's code. A sink that says False holds the request's sequences (they are
+not stepped) until it resumes; so does an outbox past OUTBOX_WINDOW tokens
+between two delivery points.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
+import contextlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rotor.engines.mocker.sampler import LogprobMaker
 from rotor.engines.mocker.sequence import Sequence
-from rotor.protocol.engine import Delivery, EngineOutput, EngineRequest, absorb, delivery_broke
+from rotor.protocol.engine import EngineOutput, EngineRequest, merge_outputs
+from rotor.protocol.flow import Backlog, Sink, broken
 
 if TYPE_CHECKING:
     from rotor.engines.mocker.engine import MockerEngine
 
 
-# Tokens a request's consumer may leave unread before its sequences stop
-# being computed (backpressure: a slow reader holds a bounded backlog).
+# Tokens an outbox may hold between two delivery points before its request's
+# sequences stop being computed (a slice of many steps stays bounded).
 OUTBOX_WINDOW = 256
 
 
 @dataclass(frozen=True, slots=True)
 class Closed:
-    """Queue marker: this choice ends with no further output (aborted, or `eof`)."""
+    """Outbox marker: this choice ends with no further output (aborted, or `eof`)."""
 
     index: int
 
 
-class Outbox:
-    """A request's outputs, taken in batches: when the consumer falls behind, what
-    piled up is handed over at once (and merged per choice), so a loaded server
-    writes one chunk per batch of tokens instead of one per token. `tokens`
-    unread past OUTBOX_WINDOW make the engine hold the request.
-
-    Pulled, per token it costs an append and, when the reader waits, one
-    future made on the loop it was given (no asyncio.Event: its wait looks
-    the loop up, a getpid() each time). Pushed (`push_to`), the outbox joins
-    the engine's list of those due at its next delivery point instead."""
-
-    __slots__ = ("_items", "_waiter", "_loop", "tokens", "stream", "_due", "_listed")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._items: list[EngineOutput | Closed] = []
-        self._waiter: asyncio.Future[None] | None = None
-        self._loop = loop
-        self.tokens = 0
-        self.stream: MockerStream | None = None  # pushed: the stream that delivers
-        self._due: list[Outbox] = []
-        self._listed = False  # on the due list already
-
-    def push_to(self, stream: MockerStream | None, due: list[Outbox]) -> None:
-        """From now on, `stream` takes this outbox's items at the engine's
-        delivery points (the outbox lists itself in `due` when it has some)."""
-        self.stream = stream
-        self._due = due
-        if stream is not None and self._items and not self._listed:
-            self._listed = True
-            due.append(self)
-
-    def put_nowait(self, item: EngineOutput | Closed) -> None:
-        self._items.append(item)
-        if type(item) is EngineOutput:
-            self.tokens += len(item.token_ids)
-        if self.stream is not None:
-            if not self._listed:
-                self._listed = True
-                self._due.append(self)
-            return
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-
-    def take(self) -> list[EngineOutput | Closed]:
-        """Everything in the outbox now."""
-        items, self._items = self._items, []
-        self.tokens = 0
-        self._listed = False
-        return items
-
-    async def get_all(self) -> list[EngineOutput | Closed]:
-        while not self._items:
-            waiter = self._waiter = self._loop.create_future()
-            try:
-                await waiter
-            finally:
-                if self._waiter is waiter:
-                    self._waiter = None
-        return self.take()
-
-
-def merge(items: list[EngineOutput | Closed]) -> list[EngineOutput | Closed]:
-    """Each choice's outputs become one output carrying all their tokens (and its
-    finish, if one came), in the place of the choice's first output; choices may
-    interleave. A choice's `Closed` stays after its output."""
-    if len(items) == 1:  # the reader kept up: nothing to merge
-        return items
-    merged: list[EngineOutput | Closed] = []
-    pending: dict[int, EngineOutput] = {}  # per choice: the output still taking tokens
-    for item in items:
-        if isinstance(item, Closed):
-            pending.pop(item.index, None)
-            merged.append(item)
-            continue
-        into = pending.get(item.index)
-        if into is None:
-            merged.append(item)
-            into = item
-        else:
-            absorb(into, item)
-        if into.finish is None:
-            pending[item.index] = into
-        else:
-            pending.pop(item.index, None)
-    return merged
-
-
 @dataclass(slots=True)
 class RequestState:
-    """A running request as the engine keeps it."""
+    """A running request as the engine keeps it: its sequences, their
+    logprob makers, its outbox and the stream that reads it (None once
+    that stream is closed)."""
 
     seqs: list[Sequence]
     logprobs: list[LogprobMaker | None]
-    queue: Outbox
+    stream: MockerStream | None
+    outbox: Backlog[EngineOutput | Closed] = field(default_factory=Backlog)
+    unread: int = 0  # tokens in the outbox
     aborted: set[int] = field(default_factory=set)
     prefill_only: bool = False  # one token, then the prompt's blocks pinned for a decode worker
 
@@ -146,158 +61,126 @@ class RequestState:
 
 
 class MockerStream:
-    """One request's outputs (`MockerEngine.generate`): admitted on the first
-    read, then read until every choice has ended, or pushed (`deliver`).
-    Closing it early (or `stop`) aborts whatever is still running."""
+    """One request's outputs (`MockerEngine.generate`), a Source of engine
+    outputs: admitted when first subscribed, pushed at the engine's delivery
+    points until every choice has ended; `stop` aborts whatever still runs."""
 
     __slots__ = (
         "_engine",
         "_request",
         "_req",
         "_using",
-        "_ready",
         "_done",
         "_over",
         "_closed",
-        "_delivery",
+        "_sink",
+        "_opening",
     )
 
     def __init__(self, engine: MockerEngine, request: EngineRequest) -> None:
         self._engine = engine
         self._request = request
         self._req: RequestState | None = None
-        self._using: Any = None  # the adapter's context while it runs
-        self._ready: collections.deque[EngineOutput] = collections.deque()  # taken, not read
+        self._using: contextlib.AbstractContextManager[Any] | None = None  # the adapter, in use
         self._done: set[int] = set()  # choices that ended
         self._over = False  # every choice ended
         self._closed = False
-        self._delivery: Delivery | None = None
+        self._sink: Sink[EngineOutput] | None = None
+        self._opening: asyncio.Task[None] | None = None
 
-    # -- pulled ----------------------------------------------------------------------
+    # -- Source[EngineOutput] --------------------------------------------------------
 
-    def __aiter__(self) -> MockerStream:
-        return self
-
-    async def __anext__(self) -> EngineOutput:
-        ready = self._ready
-        try:
-            req = self._req
-            if req is None:
-                if self._closed:
-                    raise StopAsyncIteration
-                req = await self._open()
-            while True:
-                while ready:
-                    out = ready.popleft()
-                    if not req.aborted or out.index not in req.aborted:  # aborted since taken
-                        return out
-                if self._over:
-                    raise StopAsyncIteration
-                items = await req.queue.get_all()
-                self._engine.resume_request(self._request.request_id)  # read again: compute again
-                ready.extend(self._take(items))
-        except BaseException:
-            # the end, or the reader cancelled while it waited: as a generator's `finally`
-            self._close()
-            raise
-
-    async def aclose(self) -> None:
-        self._close()
-
-    def __del__(self) -> None:
-        """Dropped unclosed (a reader that broke off): its work stops, as an
-        async generator's would when collected: in a turn of its own, since
-        the collector may run in the middle of an engine step."""
+    def subscribe(self, sink: Sink[EngineOutput]) -> None:
         if self._closed:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop runs: nothing to step into
-            self._close()
-            return
-        loop.call_soon(self._close)
-
-    # -- pushed (rotor.protocol.engine.Pushed) -----------------------------------------
-
-    @property
-    def pushable(self) -> bool:
-        """Admitted (read once) and not over."""
-        return self._req is not None and not self._closed
-
-    def deliver(self, delivery: Delivery) -> None:
-        """Push from now on: what was taken but not read, and what the outbox
-        holds, goes to `delivery` now; the rest at the engine's delivery points."""
-        req = self._req
-        if req is None or self._closed:
-            raise RuntimeError("deliver() before the first output was read, or after the end")
-        self._delivery = delivery
-        items: list[Any] = [*self._ready, *req.queue.take()]
-        self._ready.clear()
-        req.queue.push_to(self, self._engine.due)
-        if items or self._over:
-            self.push(items)
+            raise RuntimeError("subscribe() after the stream's end")
+        self._sink = sink
+        if self._req is None and self._opening is None:
+            self._opening = asyncio.get_running_loop().create_task(self._open())
 
     def resume(self) -> None:
-        if not self._closed:
+        if self._req is not None and not self._closed:
             self._engine.resume_request(self._request.request_id)
 
     def stop(self) -> None:
-        self._delivery = None
+        self._sink = None
         self._close()
 
-    def push(self, items: list[Any]) -> None:
-        """Outbox items (and outputs taken but not read) to the delivery, and
-        its end once every choice has ended. A delivery that raises (a bug)
-        stops the request and is told so (`delivery_broke`)."""
-        delivery = self._delivery
-        if delivery is None:
+    # -- the engine's side ---------------------------------------------------------------
+
+    def deliver(self) -> None:
+        """A delivery point: the outbox's items to the sink, merged per choice,
+        and the end once every choice has ended. A sink that raises (a bug)
+        stops the request and is told so (`broken`)."""
+        req = self._req
+        assert req is not None
+        items = req.outbox.take()
+        req.unread = 0
+        sink = self._sink
+        if sink is None:
             return
-        outputs = self._take(items) if items else []
-        ending = False
+        keep = True
+        aborted = req.aborted
         try:
-            keep = delivery.outputs(outputs) if outputs else True
-            if self._delivery is not None and not self._over:
-                rid = self._request.request_id
-                if keep:  # taken: what the outbox window held may go on
-                    self._engine.resume_request(rid)
-                else:
-                    self._engine.hold_request(rid)
-            if self._over and self._delivery is not None:
-                self._delivery = None
-                self._close()
-                ending = True
-                delivery.ended(None)
+            for out in self._take(items):
+                if aborted and out.index in aborted:  # aborted by the sink itself, just now
+                    continue
+                keep = sink.put(out)
+                if self._sink is not sink:  # it stopped the stream (or moved it on)
+                    return
         except Exception as e:
             self.stop()
-            delivery_broke(delivery, e, ending)
+            broken(sink, e, False)
+            return
+        rid = self._request.request_id
+        if self._over:
+            self._sink = None
+            self._close()
+            try:
+                sink.end(None)
+            except Exception as e:
+                broken(sink, e, True)
+        elif keep:  # taken: what the outbox window held may go on
+            self._engine.resume_request(rid)
+        else:
+            self._engine.hold_request(rid)
 
-    # -- both ---------------------------------------------------------------------------
+    # -- its own ----------------------------------------------------------------------------
 
-    async def _open(self) -> RequestState:
-        """Admission (the engine's): under the request's adapter, which stays
-        in use until the stream is closed."""
-        using = self._engine.adapter_in_use(self._request.lora)
-        using.__enter__()
+    async def _open(self) -> None:
+        """Admission (the engine's), under the request's adapter, which stays in
+        use until the stream is closed; a refusal is the sink's end."""
+        engine = self._engine
+        using: contextlib.AbstractContextManager[Any] | None = None
         try:
-            req = self._req = await self._engine.admit(self._request)
-        except BaseException:
-            using.__exit__(None, None, None)
+            using = engine.adapter_in_use(self._request.lora)
+            using.__enter__()
+            self._req = await engine.admit(self._request, self)
+        except BaseException as e:
+            if using is not None:
+                using.__exit__(None, None, None)
+            self._opening = None
+            if not isinstance(e, Exception) or isinstance(e, asyncio.CancelledError):
+                raise  # stopped meanwhile: closed already
             self._closed = True
-            raise
+            sink, self._sink = self._sink, None
+            if sink is not None:
+                sink.end(e)
+            return
+        self._opening = None
         self._using = using
-        return req
 
-    def _take(self, items: list[Any]) -> list[EngineOutput]:
+    def _take(self, items: list[EngineOutput | Closed]) -> list[EngineOutput]:
         """The outputs among outbox items, merged per choice, without aborted
         choices'; counts the choices that ended."""
         req = self._req
         assert req is not None
         done, aborted = self._done, req.aborted
         outputs: list[EngineOutput] = []
-        for item in merge(items) if len(items) > 1 else items:
+        for item in items:
             if type(item) is Closed:
                 done.add(item.index)
                 continue
+            assert type(item) is EngineOutput
             if aborted and item.index in aborted:
                 continue
             if item.finish is not None:
@@ -305,16 +188,19 @@ class MockerStream:
             outputs.append(item)
         if len(done) >= self._request.n:
             self._over = True
-        return outputs
+        return merge_outputs(outputs) if len(outputs) > 1 else outputs
 
     def _close(self) -> None:
         """Once: abort what still runs, and let the engine forget the request."""
         if self._closed:
             return
         self._closed = True
+        opening, self._opening = self._opening, None
+        if opening is not None:
+            opening.cancel()  # (an admission under way: the engine drops it)
         req = self._req
         if req is not None:
-            req.queue.push_to(None, [])
+            req.stream = None
             self._engine.forget(self._request.request_id, abort=not self._over)
         if self._using is not None:
             using, self._using = self._using, None

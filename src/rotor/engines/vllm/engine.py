@@ -41,9 +41,11 @@ from rotor.protocol.engine import (
     EngineOutput,
     EngineRequest,
     EngineState,
+    EngineStream,
     Finish,
     TokenLogprob,
 )
+from rotor.protocol.flow import Pump
 from rotor.protocol.kv import KVEvent, KVSnapshot
 
 logger = logging.getLogger(__name__)
@@ -192,9 +194,13 @@ class VLLMEngine:
 
     # -- Engine interface --------------------------------------------------
 
-    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
-        """Stream vLLM's deltas as EngineOutputs until every choice finished;
-        leaving early aborts the request in vLLM at once."""
+    def generate(self, request: EngineRequest) -> EngineStream:
+        """vLLM's deltas as EngineOutputs until every choice finished (a
+        generator pumped into a source); stopping it aborts the request in
+        vLLM at once."""
+        return Pump(self._generate(request))
+
+    async def _generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         from vllm.exceptions import VLLMClientError
         from vllm.inputs import TokensPrompt
         from vllm.v1.engine.exceptions import EngineDeadError

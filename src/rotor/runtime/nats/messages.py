@@ -58,7 +58,7 @@ def _checked(seq: Any, kind: Any, payload: Any) -> tuple[int, str, bytes | None]
     return seq, kind, payload if type(payload) is bytes else None
 
 
-def deliver(data: bytes, stream: OutputStream) -> None:
+def put_message(data: bytes, stream: OutputStream) -> None:
     """One message, decoded, to its request's stream. A message that cannot
     be read ends the stream with an internal error (a broken peer)."""
     try:
@@ -75,7 +75,7 @@ def batch(entries: list[Entry]) -> bytes:
     return msgpack.packb(entries)
 
 
-def deliver_batch(data: bytes, streams: dict[str, OutputStream]) -> None:
+def put_batch(data: bytes, streams: dict[str, OutputStream]) -> None:
     """Each message of a batch to its request's stream (requests no longer
     read are skipped). An entry that cannot be read ends its own request's
     stream; a batch that cannot be read at all names no request to fail

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator
 
 import msgpack
 from nats.aio.client import Client
@@ -23,7 +22,7 @@ from nats.aio.msg import Msg
 from nats.errors import MaxPayloadError, NoRespondersError
 
 from rotor.protocol import codec
-from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest
+from rotor.protocol.engine import EngineError, EngineRequest
 from rotor.runtime.nats import messages, subjects
 from rotor.runtime.nats.subscriptions import Subscriptions
 from rotor.runtime.stream import OutputStream
@@ -78,10 +77,10 @@ class RequestPlane:
     async def _on_msg(self, msg: Msg) -> None:
         stream = self._streams.get(msg.subject.rsplit(".", 1)[-1])
         if stream is not None:
-            messages.deliver(msg.data, stream)
+            messages.put_message(msg.data, stream)
 
     async def _on_batch(self, msg: Msg) -> None:
-        messages.deliver_batch(msg.data, self._streams)
+        messages.put_batch(msg.data, self._streams)
 
     def worker_gone(self, worker_id: str) -> None:
         for rid in self._by_worker.pop(worker_id, set()):
@@ -97,13 +96,13 @@ class RequestPlane:
         request: EngineRequest,
         request_timeout: float,
         headers: dict[str, str] | None = None,
-    ) -> AsyncIterator[EngineOutput]:
-        """`request` on `worker_id`, its outputs as they come. Closing this
-        early aborts the request on the worker. `headers` (a trace context)
-        go as the NATS message's headers, with the subject this frontend
-        takes its streams' batches on (`rotor-steps`: a worker that knows it
-        sends them there, one message per step; one that does not, to the
-        reply subject)."""
+    ) -> OutputStream:
+        """`request` on `worker_id`, its outputs as they come (sent when first
+        subscribed; stopping the stream early aborts the request on the
+        worker). `headers` (a trace context) go as the NATS message's
+        headers, with the subject this frontend takes its streams' batches
+        on (`rotor-steps`: a worker that knows it sends them there, one
+        message per step; one that does not, to the reply subject)."""
         rid = request.request_id
         headers = {**(headers or {}), subjects.STEPS_HEADER: self._steps}
 
@@ -112,15 +111,6 @@ class RequestPlane:
             ids = self._by_worker.get(worker_id)
             if ids is not None:
                 ids.discard(rid)
-
-        stream = OutputStream(
-            request.n,
-            f"worker {worker_id}",
-            abort=lambda: self._publish_soon(subjects.abort(worker_id), rid.encode()),
-            on_end=ended,
-            silence=messages.SILENCE_S,
-            stall=request_timeout,
-        )
 
         async def send() -> None:
             self._streams[rid] = stream
@@ -132,7 +122,16 @@ class RequestPlane:
                 headers=headers,
             )
 
-        return stream.read(send)
+        stream = OutputStream(
+            request.n,
+            f"worker {worker_id}",
+            send,
+            abort=lambda: self._publish_soon(subjects.abort(worker_id), rid.encode()),
+            on_end=ended,
+            silence=messages.SILENCE_S,
+            stall=request_timeout,
+        )
+        return stream
 
     async def embed(
         self,

@@ -36,13 +36,14 @@ from rotor.engines.base import (
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol import codec
-from rotor.protocol.engine import EngineError, EngineOutput, Relay, is_pushed
+from rotor.protocol.engine import EngineError, EngineOutput, EngineStream, pulled
 from rotor.protocol.kv import KVEvent
 from rotor.protocol.lease import LEASE_TTL_S, RENEW_S, Lease, Role
 from rotor.runtime.nats import messages as wire
 from rotor.runtime.nats import subjects
 from rotor.runtime.nats.batcher import StepBatcher
 from rotor.runtime.nats.subscriptions import Subscriptions
+from rotor.runtime.relay import Relay
 from rotor.tracing import NO_SPAN, Span
 from rotor.tracing.generate import follow, remote_span
 
@@ -287,11 +288,10 @@ class WorkerService:
         span: Span = NO_SPAN,
         steps: str | None = None,
     ) -> None:
-        """The request's outputs, numbered, to its frontend: in that
-        frontend's batches (`steps`), or one message each to `reply`. Once
-        the first output is out, an engine that pushes (the mocker) hands
-        the rest to the batch in its own turn (`Relay`): no task is woken
-        per token here either."""
+        """The request's outputs, numbered, to its frontend: into that
+        frontend's batches (`steps`), each put by the engine in its own turn
+        (`Relay`: no task is woken per token here either), or one message
+        each to `reply` (a frontend that takes no batches)."""
         tracing.use(span)  # this task's (and its children's) span: a KV fetch's parent
         out_to = _Reply(self.nc, self._batches, request.request_id, reply, steps)
 
@@ -304,30 +304,37 @@ class WorkerService:
 
         beat = asyncio.create_task(heartbeat())
         stream = follow(span, self.engine.generate(request))  # (itself when tracing is off)
-        pushes = steps is not None and is_pushed(stream)
-        compact = steps is not None  # (one message each: what a frontend before batches reads)
         try:
-            async for out in stream:
-                await out_to.send(wire.OUTPUTS, codec.encode_outputs([out], compact))
-                if pushes and stream.pushable:
-                    relay = Relay(out_to.add_outputs, out_to.add_end)  # the end in the same batch
-                    stream.deliver(relay)
-                    await relay.over
-                    return
-            await out_to.send(wire.DONE)
+            if steps is not None:
+                relay = Relay(out_to.add_output, out_to.add_end)  # the end in the same batch
+                stream.subscribe(relay)
+                await relay.over
+            else:
+                await self._one_by_one(stream, out_to)
         except asyncio.CancelledError:
             span.set({"rotor.aborted": True})
             raise
+        finally:
+            stream.stop()  # (over already, or aborted: it stops what still runs)
+            beat.cancel()
+            await asyncio.gather(beat, return_exceptions=True)
+            span.end()
+
+    async def _one_by_one(self, stream: EngineStream, out_to: _Reply) -> None:
+        """The request's outputs as one message each, to a frontend that
+        takes no batches."""
+        outputs = pulled(stream)
+        try:
+            async for out in outputs:
+                await out_to.send(wire.OUTPUTS, codec.encode_outputs([out], False))
+            await out_to.send(wire.DONE)
         except EngineError as e:
             await out_to.send(wire.ERROR, codec.encode_error(e))
         except Exception as e:
-            log.exception("request %s failed on worker %s", request.request_id, self.worker_id)
+            log.exception("request %s failed on worker %s", out_to.rid, self.worker_id)
             await out_to.send(wire.ERROR, codec.encode_error(EngineError(str(e), "internal")))
         finally:
-            beat.cancel()
-            await asyncio.gather(beat, return_exceptions=True)
-            await stream.aclose()  # type: ignore[attr-defined]
-            span.end()
+            await outputs.aclose()
 
     async def _on_embed(self, msg: Msg) -> None:
         """Request/reply: the vectors of the inputs' token ids, on a task of
@@ -443,9 +450,13 @@ class _Reply:
         self._seq += 1
         self.quiet = False
 
-    def add_outputs(self, outputs: list[EngineOutput]) -> None:
-        """A pushed step's outputs, to the batch."""
-        self.add(wire.OUTPUTS, codec.encode_outputs(outputs))
+    @property
+    def rid(self) -> str:
+        return self._rid
+
+    def add_output(self, output: EngineOutput) -> None:
+        """An output the engine put, to the batch."""
+        self.add(wire.OUTPUTS, codec.encode_outputs([output]))
 
     def add_end(self, error: EngineError | None) -> None:
         """A pushed stream's end, to the batch."""

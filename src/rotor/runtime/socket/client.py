@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
 from rotor.model.card import ModelCard
 from rotor.protocol.codec import (
@@ -23,7 +22,7 @@ from rotor.protocol.codec import (
     encode_embed_request,
     encode_request,
 )
-from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineState
+from rotor.protocol.engine import EngineError, EngineRequest, EngineState
 from rotor.runtime.socket import frames
 from rotor.runtime.stream import OutputStream
 
@@ -76,16 +75,8 @@ class SocketEngine(asyncio.Protocol):
 
     # -- the Engine contract ---------------------------------------------------------
 
-    def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+    def generate(self, request: EngineRequest) -> OutputStream:
         rid = request.request_id
-        stream = OutputStream(
-            request.n,
-            "the engine process",
-            abort=lambda: self.abort(rid),
-            on_end=lambda: (
-                self._streams.pop(rid, None) if self._streams.get(rid) is stream else None
-            ),
-        )
 
         async def send() -> None:
             if self.transport is None:
@@ -95,7 +86,16 @@ class SocketEngine(asyncio.Protocol):
             self._streams[rid] = stream
             self.transport.write(frames.frame(frames.GENERATE, rid, encode_request(request)))
 
-        return stream.read(send)
+        stream = OutputStream(
+            request.n,
+            "the engine process",
+            send,
+            abort=lambda: self.abort(rid),
+            on_end=lambda: (
+                self._streams.pop(rid, None) if self._streams.get(rid) is stream else None
+            ),
+        )
+        return stream
 
     async def embed(self, inputs: list[list[int]], dimensions: int | None) -> list[list[float]]:
         if not self.card.capabilities.embedding_dim:  # (the frontend checked; the contract)

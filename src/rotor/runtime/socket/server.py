@@ -25,7 +25,8 @@ from rotor.protocol.codec import (
     encode_error,
     encode_outputs,
 )
-from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, Relay, is_pushed
+from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest
+from rotor.runtime.relay import Relay
 from rotor.runtime.socket import frames
 
 log = logging.getLogger("rotor.socket")
@@ -104,42 +105,30 @@ class _Connection(asyncio.Protocol):
         self._write(frames.frame(frames.VECTORS, rid, answer))
 
     async def _run(self, request: EngineRequest) -> None:
-        """Its outputs into the next write; once the first is out, an engine
-        that pushes (the mocker) hands the rest over in its own turn."""
+        """Its outputs into the next write, each as the engine puts it, in the
+        engine's own turn (`Relay`); then its end."""
         rid = request.request_id
-        error: EngineError | None = None
         stream = self.engine.generate(request)
-        pushes = is_pushed(stream)
+        relay = Relay(partial(self._add, rid))
+        stream.subscribe(relay)
         try:
-            async for out in stream:
-                self._add(rid, [out])
-                if pushes and stream.pushable:
-                    relay = Relay(partial(self._add, rid))
-                    stream.deliver(relay)
-                    error = await relay.over
-                    break
+            error = await relay.over
         except asyncio.CancelledError:
+            stream.stop()
             self._outputs.pop(rid, None)  # aborted: the client reads no more of it
             self.tasks.pop(rid, None)
             self._seq.pop(rid, None)
             raise
-        except EngineError as e:
-            error = e
-        except Exception as e:  # a broken engine fails the request, not the process
-            log.exception("engine request %s failed", rid)
-            error = EngineError(f"{type(e).__name__}: {e}", "internal")
-        finally:
-            await stream.aclose()  # type: ignore[attr-defined]
         self.tasks.pop(rid, None)
         self._end(rid, error)
 
-    def _add(self, rid: str, outputs: list[EngineOutput]) -> None:
+    def _add(self, rid: str, output: EngineOutput) -> None:
         pending = self._outputs.get(rid)
         if pending is None:
-            self._outputs[rid] = list(outputs)
+            self._outputs[rid] = [output]
             self._schedule()
         else:
-            pending.extend(outputs)
+            pending.append(output)
 
     # -- frames out --------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""The runtime's pure parts: leases, stream messages, sequence checks, the
-merge of piled-up outputs, embed runs (the router's parts are tests/router's)."""
+"""The runtime's pure parts: stream messages, sequence checks, the merge of
+piled-up outputs, embed runs (the router's parts are tests/router's)."""
 
 from __future__ import annotations
 
@@ -9,30 +9,9 @@ import contextlib
 import pytest
 
 from rotor.protocol.engine import EngineError, EngineOutput, merge_outputs
-from rotor.protocol.lease import Lease
 from rotor.runtime.nats import messages as wire
 from rotor.runtime.nats.request_plane import embed_runs
 from rotor.runtime.stream import OutputStream
-
-from support.workers import lease
-
-
-def test_a_lease_round_trips_and_ignores_unknown_fields() -> None:
-    import msgpack
-
-    original = lease("w1", active_requests=3, kv_blocks_total=10, kv_blocks_free=4)
-    assert Lease.decode(original.encode()) == original
-    newer = msgpack.unpackb(original.encode())
-    newer["zone"] = "eu"
-    newer["state"]["future_gauge"] = 7
-    assert Lease.decode(msgpack.packb(newer)) == original
-    for bad in (
-        b"junk",
-        msgpack.packb({"worker_id": "x"}),
-        msgpack.packb({**newer, "status": "?"}),
-    ):
-        with pytest.raises(ValueError, match="not a lease"):
-            Lease.decode(bad)
 
 
 def test_stream_messages_round_trip_and_reject_junk() -> None:

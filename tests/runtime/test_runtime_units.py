@@ -1,5 +1,6 @@
-"""The runtime's pure parts: stream messages, sequence checks, the merge of
-piled-up outputs, embed runs (the router's parts are tests/router's)."""
+"""The runtime's pure parts: stream messages, sequence checks, silence and
+stalls, embed runs (the router's parts are tests/router's, the merge of
+piled-up outputs tests/protocol/test_engine.py's)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import contextlib
 
 import pytest
 
-from rotor.protocol.engine import EngineError, EngineOutput, merge_outputs
+from rotor.protocol.engine import EngineError, EngineOutput
 from rotor.runtime.nats import messages as wire
 from rotor.runtime.nats.request_plane import embed_runs
 from rotor.runtime.stream import OutputStream
@@ -130,22 +131,6 @@ async def test_a_queued_request_may_wait_but_a_stalled_answer_times_out() -> Non
     with pytest.raises(EngineError, match="sent no output for 30 s") as e:
         await stalled
     assert e.value.cause == "timeout"
-
-
-def test_piled_up_outputs_merge_per_run_of_one_choice() -> None:
-    outs = [
-        EngineOutput(0, [1], cached_tokens=5),
-        EngineOutput(0, [2, 3]),
-        EngineOutput(0, [4], finish="eos", matched=4),
-        EngineOutput(0, [9]),
-    ]
-    merged = merge_outputs(outs)
-    assert [(o.token_ids, o.finish, o.cached_tokens) for o in merged] == [
-        ([1, 2, 3, 4], "eos", 5),
-        ([9], None, None),
-    ]
-    text = [EngineOutput(0, text="a"), EngineOutput(0, text="b")]
-    assert len(merge_outputs(text)) == 2  # text-out outputs are one token each
 
 
 def test_embed_runs_keep_the_order_and_fit_the_limit() -> None:

@@ -13,12 +13,10 @@ import httpx
 import orjson
 import pytest
 
-from rotor.api.app import create_app
 from rotor.api.body import OFF_LOOP_BYTES
 from rotor.engines.mocker import MockerConfig, MockerEngine
-from rotor.pipeline.served import ServedModel
-from rotor.serve.system import System
 
+from support.app import app_over
 from support.gated import GatedTokenizer
 from support.mocker import CARD, TOK
 
@@ -43,15 +41,14 @@ async def app() -> AsyncIterator[tuple[httpx.AsyncClient, GatedTokenizer]]:
     tok = GatedTokenizer(TOK)
     blocks = CONTEXT // 16
     engine = MockerEngine(CARD, tok, MockerConfig(speedup_ratio=0, num_kv_blocks=blocks))
-    system = System.local(engine, ServedModel.build(engine.card, TOK))
-    await system.start()
-    transport = httpx.ASGITransport(app=create_app(system.frontend))
-    try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://rotor") as http:
-            yield http, tok
-    finally:
-        tok.gate.set()  # never leave a script thread waiting
-        await system.stop()
+    # the frontend's tokenizer is the plain one: only the mocker's holds scripts at the gate
+    async with app_over(engine, tokenizer=TOK) as app:
+        transport = httpx.ASGITransport(app=app)
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://rotor") as http:
+                yield http, tok
+        finally:
+            tok.gate.set()  # never leave a script thread waiting (before the system stops)
 
 
 async def test_live_answers_while_big_scripts_are_tokenized(

@@ -11,13 +11,13 @@ from typing import Any
 import httpx
 import pytest
 
-from rotor.api.app import create_app
 from rotor.engines.echo import EchoEngine
 from rotor.frontend import ModelEntry, ModelRegistry
 from rotor.model.builtin import builtin_test_model
-from rotor.pipeline.served import ServedModel
 from rotor.protocol.openai import ChatCompletionRequest
 from rotor.serve.system import System
+
+from support.app import app_of, system_over
 
 MESSAGES = [{"role": "user", "content": "count these words"}]
 
@@ -44,18 +44,15 @@ class CountingRegistry(ModelRegistry):
 @pytest.fixture
 async def app() -> AsyncIterator[tuple[httpx.AsyncClient, System, CountingRegistry]]:
     card, tok = builtin_test_model()
-    system = System.local(EchoEngine(card, tok, 0), ServedModel.build(card, tok))
+    system = system_over(EchoEngine(card, tok, 0))
     registry = CountingRegistry()
     for entry in system.frontend.registry.entries():
         registry.add(entry.model, entry.engine)
-    system.frontend.registry = registry
-    app = create_app(system.frontend, on_startup=[system.start], on_shutdown=[system.stop])
-    transport = httpx.ASGITransport(app=app)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://rotor") as http,
-    ):
-        yield http, system, registry
+    system.frontend.registry = registry  # before the app is made: it keeps the registry
+    async with app_of(system) as app:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://rotor") as http:
+            yield http, system, registry
 
 
 @pytest.mark.parametrize("route", sorted(ROUTES))

@@ -19,13 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rotor.api.app import create_app
 from rotor.engines.mocker import MockerConfig, MockerEngine
 from rotor.model.builtin import builtin_test_model
-from rotor.pipeline.served import ServedModel
 from rotor.protocol.engine import EngineOutput, EngineRequest, Pushed, is_pushed
-from rotor.serve.system import System
 
+from support.app import app_over
 from support.shaping import break_chat_shaping
 from support.wait import wait_for_async
 
@@ -39,6 +37,7 @@ class Pulled:
     def __init__(self, engine: MockerEngine) -> None:
         self.engine = engine
         self.card = engine.card
+        self.tokenizer = engine.tokenizer
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         stream = self.engine.generate(request)
@@ -108,12 +107,6 @@ class Client:
         return re.sub(r'"(created|created_at)":\d+', r'"\1":0', raw)
 
 
-async def app_over(engine: Any, mocker: MockerEngine) -> Any:
-    system = System.local(engine, ServedModel.build(CARD, TOK))
-    system.engines = [mocker]
-    return create_app(system.frontend, on_startup=[system.start], on_shutdown=[system.stop])
-
-
 async def stream(app: Any, path: str, body: dict[str, Any], **client: Any) -> Client:
     c = Client(body, **client)
     await asyncio.wait_for(app(c.scope(path), c.receive, c.send), TIMEOUT_S)
@@ -149,8 +142,10 @@ async def both(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Any, Any, 
     """One mocker (a step at a time, or 1 ms slices) behind two apps: one
     whose streams it pushes, one that must pull them."""
     mocker = MockerEngine(CARD, TOK, MockerConfig(speedup_ratio=0, step_slice_ms=request.param))
-    pushed, pulled = await app_over(mocker, mocker), await app_over(Pulled(mocker), mocker)
-    async with pushed.router.lifespan_context(pushed), pulled.router.lifespan_context(pulled):
+    async with (
+        app_over(mocker) as pushed,
+        app_over(Pulled(mocker), engines=[mocker]) as pulled,  # the mocker starts, not its wrapper
+    ):
         yield pushed, pulled, mocker
 
 

@@ -18,11 +18,10 @@ from typing import Any
 
 import pytest
 
-from rotor.api.app import create_app
 from rotor.engines.mocker import MockerConfig, MockerEngine
 from rotor.model.builtin import builtin_test_model
-from rotor.pipeline.served import ServedModel
-from rotor.serve.system import System
+
+from support.app import app_over
 
 
 class ServerCycle:
@@ -66,9 +65,7 @@ async def app() -> AsyncIterator[Any]:
     card, tok = builtin_test_model()
     # a step at a time: a client that leaves after the first write leaves mid-answer
     engine = MockerEngine(card, tok, MockerConfig(speedup_ratio=0, step_slice_ms=0))
-    system = System.local(engine, ServedModel.build(card, tok))
-    app = create_app(system.frontend, on_startup=[system.start], on_shutdown=[system.stop])
-    async with app.router.lifespan_context(app):
+    async with app_over(engine) as app:
         yield app
 
 

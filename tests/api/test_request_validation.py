@@ -9,11 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
-from rotor.api.app import create_app
 from rotor.engines.echo import EchoEngine
 from rotor.model.builtin import builtin_test_model
-from rotor.pipeline.served import ServedModel
-from rotor.serve.system import System
+
+from support.app import app_over
 
 LIMIT = 300  # bytes: the app's body limit here
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -22,11 +21,10 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
     card, tok = builtin_test_model()
-    system = System.local(EchoEngine(card, tok, 0), ServedModel.build(card, tok))
-    app = create_app(system.frontend, body_limit=LIMIT)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://rotor") as http:
-        yield http
+    async with app_over(EchoEngine(card, tok, 0), body_limit=LIMIT) as app:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://rotor") as http:
+            yield http
 
 
 # -- body limits ------------------------------------------------------------------------

@@ -9,8 +9,8 @@ from pathlib import Path
 from rotor.engines.echo import EchoEngine
 from rotor.inputs.batch import jsonl_lines, run_batch
 from rotor.model.card import echo_card
-from rotor.pipeline.served import ServedModel
-from rotor.serve.system import System
+
+from support.app import system_over
 
 # Each of these is a line boundary to str.splitlines, and plain text to JSON.
 SEPARATORS = "\u2028\u2029\u0085"
@@ -32,7 +32,7 @@ async def test_separators_inside_json_strings_stay_in_their_line(tmp_path: Path)
     source.write_bytes("\r\n".join(lines).encode("utf-8") + b"\r\n")
     out = tmp_path / "out.jsonl"
     card = echo_card()
-    system = System.local(EchoEngine(card, None, 0), ServedModel.build(card, None))
+    system = system_over(EchoEngine(card, None, 0))
 
     assert await run_batch(system, str(source), str(out)) == 0
 

@@ -11,10 +11,9 @@ import pytest
 from rotor.engines.echo import EchoEngine
 from rotor.inputs.session import stream_chat
 from rotor.model.card import echo_card
-from rotor.pipeline.served import ServedModel
 from rotor.protocol.openai import ChatCompletionRequest
-from rotor.serve.system import System
 
+from support.app import system_over
 from support.models import chatml_model
 from support.terminal import PROMPT_BACK_S, PROMPT_OFF, PROMPT_ON, Terminal, plain
 
@@ -111,7 +110,7 @@ def test_request_error_is_one_line_and_the_prompt_returns(terminal: type[Termina
 async def test_cancelling_a_streaming_turn_stops_the_engine_work() -> None:
     card = echo_card()
     engine = EchoEngine(card, None, delay_ms=50)
-    system = System.local(engine, ServedModel.build(card, None))
+    system = system_over(engine)
     frontend = system.frontend
     await system.start()
     try:

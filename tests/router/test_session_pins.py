@@ -10,17 +10,13 @@ from collections.abc import AsyncIterator
 import pytest
 
 from rotor.model.card import ModelCard
-from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineState
-from rotor.protocol.lease import Lease
+from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest
 from rotor.router.modes import RoundRobin
 from rotor.router.pool import Pool
 from rotor.router.sessions import Sessions
 
 from support.clock import FakeClock
-
-
-def lease(wid: str, waiting: int = 0) -> Lease:
-    return Lease(wid, "m", "card", "compat", "host:1", state=EngineState(waiting=waiting))
+from support.workers import lease
 
 
 def test_a_pin_lasts_the_ttl_after_its_last_turn() -> None:

@@ -1,53 +1,18 @@
-"""The runtime's pure parts: leases, stream messages, sequence checks, the
-merge of piled-up outputs, resumed requests, routing modes, lease expiry."""
+"""The runtime's pure parts: stream messages, sequence checks, silence and
+stalls, embed runs (the router's parts are tests/router's, the merge of
+piled-up outputs tests/protocol/test_engine.py's)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
 
 import pytest
 
-from rotor.model.card import ModelCard
-from rotor.protocol.engine import (
-    EngineError,
-    EngineOutput,
-    EngineRequest,
-    EngineState,
-    StopParams,
-    merge_outputs,
-)
-from rotor.protocol.lease import Lease
-from rotor.router.discovery import Discovery
-from rotor.router.migration import Progress, resumed
-from rotor.router.modes import LeastLoaded, LocalLoad, Random, RoundRobin
-from rotor.router.pool import Pool
+from rotor.protocol.engine import EngineError, EngineOutput
 from rotor.runtime.nats import messages as wire
 from rotor.runtime.nats.request_plane import embed_runs
 from rotor.runtime.stream import OutputStream
-
-
-def lease(wid: str, **state: int) -> Lease:
-    return Lease(wid, "m", "card", "compat", "host:1", state=EngineState(**state))
-
-
-def test_a_lease_round_trips_and_ignores_unknown_fields() -> None:
-    import msgpack
-
-    original = lease("w1", active_requests=3, kv_blocks_total=10, kv_blocks_free=4)
-    assert Lease.decode(original.encode()) == original
-    newer = msgpack.unpackb(original.encode())
-    newer["zone"] = "eu"
-    newer["state"]["future_gauge"] = 7
-    assert Lease.decode(msgpack.packb(newer)) == original
-    for bad in (
-        b"junk",
-        msgpack.packb({"worker_id": "x"}),
-        msgpack.packb({**newer, "status": "?"}),
-    ):
-        with pytest.raises(ValueError, match="not a lease"):
-            Lease.decode(bad)
 
 
 def test_stream_messages_round_trip_and_reject_junk() -> None:
@@ -166,98 +131,6 @@ async def test_a_queued_request_may_wait_but_a_stalled_answer_times_out() -> Non
     with pytest.raises(EngineError, match="sent no output for 30 s") as e:
         await stalled
     assert e.value.cause == "timeout"
-
-
-def test_piled_up_outputs_merge_per_run_of_one_choice() -> None:
-    outs = [
-        EngineOutput(0, [1], cached_tokens=5),
-        EngineOutput(0, [2, 3]),
-        EngineOutput(0, [4], finish="eos", matched=4),
-        EngineOutput(0, [9]),
-    ]
-    merged = merge_outputs(outs)
-    assert [(o.token_ids, o.finish, o.cached_tokens) for o in merged] == [
-        ([1, 2, 3, 4], "eos", 5),
-        ([9], None, None),
-    ]
-    text = [EngineOutput(0, text="a"), EngineOutput(0, text="b")]
-    assert len(merge_outputs(text)) == 2  # text-out outputs are one token each
-
-
-def test_a_resumed_request_carries_its_output_so_far() -> None:
-    req = EngineRequest("r", "m", [1, 2], stop=StopParams(max_tokens=10, min_tokens=4))
-    progress = Progress()
-    progress.add(EngineOutput(0, [7, 8]))
-    progress.add(EngineOutput(0, [9]))
-    again = resumed(req, progress, "r-m1")
-    assert again.request_id == "r-m1"
-    assert again.token_ids == [1, 2, 7, 8, 9]
-    assert (again.stop.max_tokens, again.stop.min_tokens) == (7, 1)
-    assert again.annotations["resume_from"] == 3
-    assert req.token_ids == [1, 2] and "resume_from" not in req.annotations  # untouched
-
-
-def test_routing_modes() -> None:
-    req = EngineRequest("r", "m", [1])
-    workers = [lease("b"), lease("a"), lease("c")]
-    rr = RoundRobin()
-    idle = LocalLoad()
-    assert [rr.choose(workers, req, idle).worker_id for _ in range(4)] == ["a", "b", "c", "a"]
-    import random
-
-    def draws(seed: int) -> list[str]:
-        mode = Random(random.Random(seed))
-        return [mode.choose(workers, req, idle).worker_id for _ in range(300)]
-
-    assert draws(1) == draws(1)  # seeded: repeatable
-    assert {w: draws(1).count(w) > 60 for w in "abc"} == {"a": True, "b": True, "c": True}
-    busy = [
-        lease("a", active_requests=5),
-        lease("b", active_requests=1),
-        lease("c", active_requests=1, kv_blocks_total=4),
-    ]
-    load = LocalLoad()
-    load.in_flight["b"] = 3
-    assert LeastLoaded().choose(busy, req, load).worker_id == "c"
-
-
-class FakeInbox:
-    def __init__(self) -> None:
-        self.gone: list[str] = []
-
-    def worker_gone(self, worker_id: str) -> None:
-        self.gone.append(worker_id)
-
-
-async def test_a_worker_unheard_for_the_ttl_is_dropped() -> None:
-    now = [100.0]
-    inbox = FakeInbox()
-    pool = Pool(ModelCard("m"), inbox, RoundRobin())  # type: ignore[arg-type]
-    discovery = Discovery(lambda *a: pool, None, clock=lambda: now[0], lease_ttl=5)  # type: ignore[arg-type]
-    discovery.pools["m"] = pool
-    discovery.compat["m"] = "compat"
-    await discovery.on_lease(lease("w1"))
-    await discovery.on_lease(lease("w2"))
-    now[0] += 3
-    await discovery.on_lease(lease("w2"))  # w2 renews, w1 does not
-    now[0] += 3
-    discovery.expire()
-    assert set(pool.workers) == {"w2"} and inbox.gone == ["w1"]
-    leaving = lease("w2")
-    leaving.status = "leaving"
-    await discovery.on_lease(leaving)
-    assert pool.live() == [] and "w2" in pool.workers  # its running requests go on
-    other = Lease("w3", "m", "card", "other-compat", "h:3")
-    await discovery.on_lease(other)
-    assert "w3" not in pool.workers  # a card that disagrees is refused
-
-
-async def test_no_live_worker_is_unavailable_and_counted() -> None:
-    pool = Pool(ModelCard("m"), FakeInbox(), RoundRobin())  # type: ignore[arg-type]
-    stream: Any = pool.generate(EngineRequest("r", "m", [1]))
-    with pytest.raises(EngineError, match="no live worker") as e:
-        await stream.__anext__()
-    assert e.value.kind == "unavailable" and pool.stats.no_worker == 1
 
 
 def test_embed_runs_keep_the_order_and_fit_the_limit() -> None:

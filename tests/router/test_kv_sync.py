@@ -1,6 +1,7 @@
-"""A lost KV event is seen as a gap and the frontend's index resyncs from the
-worker's snapshot, until it holds exactly what the worker's cache holds —
-over a real nats-server, with a worker service and a mocker in this process."""
+"""KV sync (router/kv_sync.py): a lost KV event is seen as a gap and the
+frontend's index resyncs from the worker's snapshot, until it holds exactly
+what the worker's cache holds — over a real nats-server, with a worker
+service and a mocker in this process."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ from rotor.pipeline.served import ServedModel
 from rotor.protocol.embeddings import EmbeddingRequest
 from rotor.protocol.engine import EngineError, EngineState
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
-from rotor.router.modes import Routed
+from rotor.protocol.routing import Routed
 from rotor.tracing import Span
 from rotor.tracing.generate import traced
 

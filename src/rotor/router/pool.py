@@ -46,10 +46,11 @@ from rotor.protocol.engine import (
     is_pushed,
 )
 from rotor.protocol.lease import Lease
+from rotor.protocol.routing import Routed
 from rotor.router import migration
 from rotor.router.disagg import Choice, DisaggPolicy
 from rotor.router.kv import KVRouter, KVStats
-from rotor.router.modes import Decision, LocalLoad, Routed, Router, WorkerState
+from rotor.router.modes import Decision, LocalLoad, Router, WorkerState
 from rotor.router.sessions import Sessions
 from rotor.router.stats import PoolStats
 from rotor.tracing import NO_SPAN, Span

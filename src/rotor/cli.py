@@ -14,7 +14,6 @@ from rotor.config import (
     DEFAULT_NATS,
     DEFAULT_REQUEST_LOG_BYTES,
     EngineConfig,
-    Flag,
     FrontendConfig,
     HTTPConfig,
     ModelConfig,
@@ -24,6 +23,7 @@ from rotor.config import (
     lora_spec,
 )
 from rotor.engines.registry import ENGINES, engine_flags, engine_names, engine_spec
+from rotor.flags import Flag
 from rotor.inputs.style import COLOR_MODES
 from rotor.logs import FORMATS
 from rotor.pipeline.preparer import DEFAULT_BUDGET_S

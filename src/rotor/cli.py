@@ -14,7 +14,6 @@ from rotor.config import (
     DEFAULT_NATS,
     DEFAULT_REQUEST_LOG_BYTES,
     EngineConfig,
-    Flag,
     FrontendConfig,
     HTTPConfig,
     ModelConfig,
@@ -24,6 +23,7 @@ from rotor.config import (
     lora_spec,
 )
 from rotor.engines.registry import ENGINES, engine_flags, engine_names, engine_spec
+from rotor.flags import Flag
 from rotor.inputs.style import COLOR_MODES
 from rotor.logs import FORMATS
 from rotor.pipeline.preparer import DEFAULT_BUDGET_S
@@ -461,7 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="kubernetes: the Deployment of a pool (agg, prefill, decode); repeatable",
     )
     planner_sub = planner.add_subparsers(dest="planner_command", parser_class=Parser)
-    from rotor.planner.profiling import add_arguments as add_profile_arguments
+    from rotor.bench.profiling import add_arguments as add_profile_arguments
 
     profile = planner_sub.add_parser(
         "profile", help="measure one worker (TTFT against prompt length, ITL against load)"
@@ -679,7 +679,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _planner(args: argparse.Namespace) -> int:
     if args.planner_command == "profile":
-        from rotor.planner.profiling import main as profile_main
+        from rotor.bench.profiling import main as profile_main
 
         return profile_main(args)
     if not args.model:

@@ -44,7 +44,7 @@ from rotor.protocol.embeddings import EmbeddingRequest
 from rotor.protocol.engine import EngineClient, EngineError
 from rotor.protocol.flow import Pulled
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
-from rotor.router.modes import Routed
+from rotor.protocol.routing import KVCounts, PoolCounts, Routed
 from rotor.tracing import Span
 from rotor.tracing.generate import traced
 
@@ -76,7 +76,7 @@ class AdapterEngine(Protocol):
 @runtime_checkable
 class RemoteEngine(Protocol):
     """An engine client over remote workers (a router's pool): which workers
-    are live, and where a request was routed."""
+    are live, where a request was routed, and what it counted (/metrics)."""
 
     def describe(self) -> list[dict[str, Any]]:
         """The live workers, for /health (none: the model cannot be served now)."""
@@ -89,6 +89,15 @@ class RemoteEngine(Protocol):
     def pools(self) -> dict[str, list[str]]:
         """The live workers by what they do ("decode": agg and decode
         workers, "prefill": prefill workers)."""
+        ...
+
+    @property
+    def stats(self) -> PoolCounts:
+        """What it counted: routing decisions, migrations, refusals, prefills."""
+        ...
+
+    def kv_stats(self) -> KVCounts | None:
+        """What its KV routing counted (None: it does not route by KV)."""
         ...
 
 

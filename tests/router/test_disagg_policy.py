@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rotor.router.disagg import BUSY_BUDGETS, FALLBACK_BUDGET, Placement, DisaggPolicy
+from rotor.router.disagg import BUSY_BUDGETS, FALLBACK_BUDGET, DisaggPolicy, Placement
 
 IDLE = [(0, 8192)]  # one prefill worker, nothing queued, a budget of 8192 tokens a step
 BUSY = [(4 * 8192 + 1, 8192)]

@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from rotor.planner import profiling
+from rotor.bench import profiling
 from rotor.planner.profile import Profile
 
 from support.llama import add_llama_weights

@@ -50,7 +50,6 @@ from rotor.api.responses import register_responses
 from rotor.api.sse import SERVER_SEND
 from rotor.api.tokens import register_tokens
 from rotor.frontend import Frontend
-from rotor.router.pool import Pool
 
 log = logging.getLogger("rotor.api")
 
@@ -107,9 +106,7 @@ def create_app(
     admission = Admission(max_queued)
     metrics = Metrics(
         lambda: [(e.model.name, e.engine.state()) for e in registry.entries()],
-        lambda: [
-            (e.model.name, e.engine) for e in registry.entries() if isinstance(e.engine, Pool)
-        ],
+        lambda: [(e.model.name, e.remote) for e in registry.entries() if e.remote is not None],
         admission,
         answers,
     )

@@ -12,7 +12,8 @@ from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
 from rotor.api.access_state import note_model
-from rotor.api.errors import APIError, describe_validation
+from rotor.api.errors import APIError
+from rotor.pipeline.errors import describe_validation
 from rotor.protocol.openai import MAX_SESSION_ID, ChatCompletionRequest
 
 DEFAULT_BODY_LIMIT = 32 * 1024 * 1024

@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import orjson
-from pydantic import ValidationError
 from starlette.responses import Response
 
 from rotor.api.admission import Overloaded
@@ -148,23 +147,3 @@ def client_error(failure: Failure, params: dict[str, str] | None = None) -> APIE
         return APIError(500, failure.message)
     log.error("response failed: %s", failure.message)
     return APIError(500, INTERNAL_ERROR)
-
-
-def describe_validation(error: ValidationError) -> tuple[str, str | None]:
-    """A message naming the offending field(s), and the first field as `param`."""
-    parts = []
-    param = None
-    for e in error.errors():
-        loc = ".".join(str(x) for x in e["loc"] if not (isinstance(x, str) and "[" in x))
-        if param is None:
-            param = loc or None
-        if e["type"] == "extra_forbidden":
-            parts.append(f"unknown field {loc!r}")
-        elif e["type"] == "missing":
-            parts.append(f"missing required field {loc!r}")
-        else:
-            msg = e["msg"].removeprefix("Value error, ")
-            # a message that begins with its own field (`messages[0]…`) needs no prefix
-            named = loc and msg.startswith(loc) and msg[len(loc) : len(loc) + 1] in ("[", ".", " ")
-            parts.append(f"{loc}: {msg}" if loc and not named else msg)
-    return "; ".join(parts) or "invalid request", param

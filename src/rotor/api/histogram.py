@@ -18,11 +18,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.samples import Sample
 
-from rotor.router.stats import Histogram
+from rotor.histogram import Histogram
 
 
 class HistogramChild(Histogram):
-    """One label set's buckets (router.stats.Histogram), and when it began."""
+    """One label set's buckets (rotor.histogram.Histogram), and when it began."""
 
     __slots__ = ("created",)
 

@@ -12,8 +12,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from rotor.api.admission import Admission
 from rotor.api.answers import Answers
 from rotor.api.histogram import FastHistogram
+from rotor.frontend import RemoteEngine
 from rotor.protocol.engine import EngineState
-from rotor.router.pool import Pool
 
 # How each EngineState field is exported: a gauge of what the engine holds
 # now, or a counter (exposed as `<name>_total`) of what only grows, in
@@ -69,7 +69,7 @@ class _EngineCollector:
             yield counter
 
 
-Pools = Callable[[], list[tuple[str, Pool]]]
+Pools = Callable[[], list[tuple[str, RemoteEngine]]]
 
 
 class _RouterCollector:

@@ -27,7 +27,7 @@ from rotor.api.metrics import Metrics
 from rotor.api.observe import Observation, flag, observed
 from rotor.api.sse import Framing, race_disconnect
 from rotor.api.sse_response import SSEResponse
-from rotor.api.streamed import Shaping, ShapedStream
+from rotor.api.streamed import ShapedStream, Shaping
 from rotor.frontend import Frontend, ModelEntry, ModelNotFound, ResponseFailed, StartedResponse
 from rotor.pipeline.collected import Collected, collect
 from rotor.pipeline.events import ChoiceEvent

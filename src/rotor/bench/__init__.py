@@ -8,6 +8,7 @@ reader per format) and `mooncake` (the Mooncake reader), `arrivals`
 (one request per API, timed), `loop` (closed and open loops), `stats`
 (percentiles, goodput, the per-level summary), `cpu` (server CPU from /proc),
 `results` (results.json), `table` (the terminal table), `svg` and `html`
-(report.html), `progress` (the live display), `main` (the command).
+(report.html), `progress` (the live display), `main` (the command);
+`profiling` measures one worker with them for `rotor planner profile`.
 Nothing heavy is imported here so that `rotor --help` stays fast.
 """

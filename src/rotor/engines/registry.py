@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rotor.config import Flag
 from rotor.engines.base import Engine
+from rotor.flags import Flag
 from rotor.model.card import ModelCard, echo_card
 from rotor.model.tokenizer import Tokenizer
 

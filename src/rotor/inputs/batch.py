@@ -21,11 +21,10 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from rotor.api.errors import describe_validation
 from rotor.frontend import ModelNotFound, ResponseFailed
 from rotor.inputs.interrupt import EXIT_INTERRUPTED, Interrupted, until_interrupted
 from rotor.inputs.session import Answer, System, stream_chat
-from rotor.pipeline.errors import RequestError
+from rotor.pipeline.errors import RequestError, describe_validation
 from rotor.protocol.openai import ChatCompletionRequest
 
 CONCURRENCY = 16

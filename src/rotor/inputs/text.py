@@ -19,13 +19,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from rotor import __version__
-from rotor.api.errors import describe_validation
 from rotor.frontend import ModelNotFound, ResponseFailed
 from rotor.inputs.interrupt import EXIT_INTERRUPTED, Interrupted, until_interrupted
 from rotor.inputs.render import Renderer
 from rotor.inputs.session import System, stream_chat
 from rotor.inputs.style import PLAIN, Style, choose
-from rotor.pipeline.errors import RequestError
+from rotor.pipeline.errors import RequestError, describe_validation
 from rotor.pipeline.served import ServedModel
 from rotor.protocol.openai import ChatCompletionRequest
 

@@ -30,17 +30,6 @@ class Pick:
 
 
 @dataclass
-class Routed:
-    """Where one request went, for its response and its request-log record:
-    its first route's headers (`x-rotor-worker`, …; the decision's own dict,
-    complete once the request has its first output) and each migration, as
-    (cause, the worker it moved to), as it happens."""
-
-    headers: dict[str, str]
-    migrations: list[tuple[str, str]] = field(default_factory=list)
-
-
-@dataclass
 class LocalLoad:
     """Per worker: requests this frontend has running on it, and prompt
     tokens it sent that have not produced output yet."""

@@ -27,9 +27,10 @@ from typing import Any, Protocol
 from rotor.model.card import ModelCard
 from rotor.protocol.engine import EngineError, EngineRequest, EngineState, EngineStream
 from rotor.protocol.lease import Lease
+from rotor.protocol.routing import Routed
 from rotor.router.disagg import DisaggPolicy
 from rotor.router.kv import KVRouter, KVStats
-from rotor.router.modes import LocalLoad, Pick, Routed, Router, WorkerState
+from rotor.router.modes import LocalLoad, Pick, Router, WorkerState
 from rotor.router.pool_stream import PoolStream
 from rotor.router.sessions import Sessions
 from rotor.router.spans import pick_attributes

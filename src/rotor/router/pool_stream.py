@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any
 from rotor import tracing
 from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineStream
 from rotor.protocol.flow import Sink, broken
+from rotor.protocol.routing import Routed
 from rotor.router import handover, migration
 from rotor.router.disagg import Placement
-from rotor.router.modes import Pick, Routed
+from rotor.router.modes import Pick
 from rotor.router.spans import attempt_span
 from rotor.tracing import Span
 

@@ -1,13 +1,15 @@
 """`rotor planner profile`: measure one worker and write its profile.json.
 
-The planner's throughput mode needs two curves of one worker (profile.py):
-the TTFT of a lone prompt by its length, and the inter-token latency of c
-streams decoding together by c and their context. This measures both against
-the OpenAI-compatible URL of a server in front of ONE worker, with rotor
-bench's own pieces: its HTTP pool and timed streaming client, its closed loop,
-and its prompts of random words sized by the server's count of their tokens
-(no tokenizer here; the server's usage is the truth): a measured tokens per
-word for a first guess, then per length a few 1-token requests to fit it.
+The planner's throughput mode needs two curves of one worker
+(planner/profile.py): the TTFT of a lone prompt by its length, and the
+inter-token latency of c streams decoding together by c and their context.
+This measures both against the OpenAI-compatible URL of a server in front of
+ONE worker, with rotor bench's own pieces (it is a load, so it lives here; the
+planner only reads the profile it writes): its HTTP pool and timed streaming
+client, its closed loop, and its prompts of random words sized by the
+server's count of their tokens (no tokenizer here; the server's usage is the
+truth): a measured tokens per word for a first guess, then per length a few
+1-token requests to fit it.
 
 - Prefill: per prompt length, `--requests` lone requests one after another,
   each answering 1 token → p50 TTFT.

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from rotor.bench.profiling import add_arguments, decode_contexts, main, parse_list, steady_itls
 from rotor.planner.profile import Profile
-from rotor.planner.profiling import add_arguments, decode_contexts, main, parse_list, steady_itls
 
 from support.server import Server, free_port, rotor_server
 

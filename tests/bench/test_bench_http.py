@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from rotor.bench.http import Endpoint, Pool
+from rotor.bench.http import Connections, Endpoint
 
 BODY = b'{"ok": true}'
 
@@ -36,20 +36,20 @@ async def test_stale_idle_connections_are_replaced_not_failed() -> None:
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    pool = Pool(Endpoint.parse(f"http://127.0.0.1:{port}/v1"), {})
+    connections = Connections(Endpoint.parse(f"http://127.0.0.1:{port}/v1"), {})
     got: list[bytes] = []
     try:
         # three requests at once: three connections, all idle afterwards
         statuses = await asyncio.gather(
-            *(pool.post("/x", b"{}", got.append, got.append) for _ in range(3))
+            *(connections.post("/x", b"{}", got.append, got.append) for _ in range(3))
         )
         assert statuses == [200, 200, 200] and len(open_conns) == 3
         for writer in open_conns:  # the server's keep-alive timeout closes them all
             writer.close()
         await asyncio.sleep(0)  # (the close reaches the client's side of each socket)
-        assert await pool.post("/x", b"{}", got.append, got.append) == 200
+        assert await connections.post("/x", b"{}", got.append, got.append) == 200
         assert served == 4 and got == [BODY] * 4
     finally:
-        pool.close()
+        connections.close()
         server.close()
         await server.wait_closed()

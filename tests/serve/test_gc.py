@@ -1,5 +1,5 @@
 """A started server process freezes what startup built and collects young
-garbage less often (rotor/heap.py)."""
+garbage less often (serve/gc.py)."""
 
 from __future__ import annotations
 

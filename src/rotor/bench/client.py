@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from rotor.bench.apis import PATHS
-from rotor.bench.http import HTTPError, Pool
+from rotor.bench.http import Connections, HTTPError
 
 
 def tool_specs(n: int) -> list[dict[str, Any]]:
@@ -279,12 +279,12 @@ def api_headers(api_key: str | None) -> dict[str, str]:
 
 
 class Client:
-    """Sends one API's requests through a pool and times them."""
+    """Sends one API's requests over keep-alive `Connections` to the server and times them."""
 
     def __init__(
         self,
         api: str,
-        pool: Pool,
+        connections: Connections,
         model: str,
         ignore_eos: bool,
         tools: list[dict[str, Any]],
@@ -292,7 +292,7 @@ class Client:
     ) -> None:
         self.api = api
         self.path = PATHS[api]
-        self.pool = pool
+        self.connections = connections
         self.model = model
         self.ignore_eos = ignore_eos
         self.tools = tools
@@ -310,7 +310,7 @@ class Client:
         error: dict[str, str] | None = None
         m.t0 = time.perf_counter()
         try:
-            post = self.pool.post(self.path, body, m.on_body, failure.append)
+            post = self.connections.post(self.path, body, m.on_body, failure.append)
             status = await asyncio.wait_for(post, self.timeout)
             if status != 200:
                 text = b"".join(failure).decode(errors="replace")

@@ -55,7 +55,7 @@ class _Conn:
         self.writer.close()
 
 
-class Pool:
+class Connections:
     """Idle keep-alive connections to one server, opened as needed."""
 
     def __init__(self, endpoint: Endpoint, headers: dict[str, str]) -> None:

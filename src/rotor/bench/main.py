@@ -23,7 +23,7 @@ from rotor.bench import trace as traces
 from rotor.bench.args import BenchConfig, config_from_args
 from rotor.bench.client import Client, api_headers, tool_specs
 from rotor.bench.cpu import check_pids, total_cpu_seconds
-from rotor.bench.http import Endpoint, HTTPError, Pool
+from rotor.bench.http import Connections, Endpoint, HTTPError
 from rotor.bench.loop import Budget, closed_loop, open_loop
 from rotor.bench.progress import Live, Quiet
 from rotor.bench.stats import summarize
@@ -41,9 +41,9 @@ def _rotor_version() -> str:
         return "unknown"
 
 
-async def resolve_model(pool: Pool) -> str:
+async def resolve_model(connections: Connections) -> str:
     try:
-        status, body = await pool.get("/models")
+        status, body = await connections.get("/models")
     except HTTPError as e:
         raise BenchError(f"cannot reach the server: {e}") from None
     if status != 200:
@@ -55,7 +55,7 @@ async def resolve_model(pool: Pool) -> str:
 
 
 async def probe(
-    cfg: BenchConfig, pool: Pool, model: str, tools: list[Any]
+    cfg: BenchConfig, connections: Connections, model: str, tools: list[Any]
 ) -> tuple[bool, dict[str, Any]]:
     """One short request: does the server take `ignore_eos`, and does it answer
     at all? Returns whether to send ignore_eos, and the answered request."""
@@ -63,7 +63,7 @@ async def probe(
     tries = {"auto": (True, False), "on": (True,), "off": (False,)}[cfg.ignore_eos]
     last: dict[str, str] | None = None
     for ignore_eos in tries:
-        client = Client(cfg.endpoint, pool, model, ignore_eos, tools, cfg.timeout)
+        client = Client(cfg.endpoint, connections, model, ignore_eos, tools, cfg.timeout)
         record, _ = await client.send(client.body(messages, 2), time.perf_counter())
         last = record["error"]
         if last is None:
@@ -97,12 +97,12 @@ async def run_levels(
     cfg: BenchConfig, console: Console, trace: traces.Trace | None = None
 ) -> dict[str, Any]:
     endpoint = Endpoint.parse(cfg.url)
-    pool = Pool(endpoint, api_headers(cfg.api_key))
+    connections = Connections(endpoint, api_headers(cfg.api_key))
     try:
-        model = cfg.model or await resolve_model(pool)
+        model = cfg.model or await resolve_model(connections)
         tools = tool_specs(cfg.tools)
-        ignore_eos, probed = await probe(cfg, pool, model, tools)
-        client = Client(cfg.endpoint, pool, model, ignore_eos, tools, cfg.timeout)
+        ignore_eos, probed = await probe(cfg, connections, model, tools)
+        client = Client(cfg.endpoint, connections, model, ignore_eos, tools, cfg.timeout)
         console.print(
             f"rotor bench: {cfg.endpoint} · {model} · {cfg.url} · "
             f"ignore_eos {'on' if ignore_eos else 'not accepted' if cfg.ignore_eos == 'auto' else 'off'}"
@@ -126,7 +126,7 @@ async def run_levels(
         finally:
             progress.close()
     finally:
-        pool.close()
+        connections.close()
     return {
         "schema": results.SCHEMA,
         "label": "",

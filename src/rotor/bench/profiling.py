@@ -5,8 +5,8 @@ The planner's throughput mode needs two curves of one worker
 inter-token latency of c streams decoding together by c and their context.
 This measures both against the OpenAI-compatible URL of a server in front of
 ONE worker, with rotor bench's own pieces (it is a load, so it lives here; the
-planner only reads the profile it writes): its HTTP pool and timed streaming
-client, its closed loop, and its prompts of random words sized by the
+planner only reads the profile it writes): its HTTP connections and timed
+streaming client, its closed loop, and its prompts of random words sized by the
 server's count of their tokens (no tokenizer here; the server's usage is the
 truth): a measured tokens per word for a first guess, then per length a few
 1-token requests to fit it.
@@ -40,7 +40,7 @@ import orjson
 
 from rotor import event_loop
 from rotor.bench.client import Client
-from rotor.bench.http import Endpoint, HTTPError, Pool
+from rotor.bench.http import Connections, Endpoint, HTTPError
 from rotor.bench.loop import Budget, Run, closed_loop
 from rotor.bench.progress import Quiet
 from rotor.bench.stats import percentile
@@ -167,10 +167,10 @@ class ServerInfo:
     workers: int | None = None  # a rotor frontend's live workers of the model
 
 
-async def server_info(pool: Pool, model: str | None) -> ServerInfo:
+async def server_info(connections: Connections, model: str | None) -> ServerInfo:
     """The model (the first listed unless given) and what the list tells of it."""
     try:
-        status, body = await pool.get("/models")
+        status, body = await connections.get("/models")
     except HTTPError as e:
         raise ProfileError(f"cannot reach the server: {e}") from None
     entries: list[Any] = []
@@ -215,12 +215,12 @@ def _failure(what: str, records: Sequence[dict[str, Any]]) -> None:
             )
 
 
-async def probe(pool: Pool, model: str, timeout: float) -> Client:
+async def probe(connections: Connections, model: str, timeout: float) -> Client:
     """One short request: does the server answer, and does it take ignore_eos
     (without it decode streams may end early)? The client to measure with."""
     messages = [{"role": "user", "content": "Say hello."}]
     for ignore_eos in (True, False):
-        client = Client("chat", pool, model, ignore_eos, [], timeout)
+        client = Client("chat", connections, model, ignore_eos, [], timeout)
         record, _ = await client.send(client.body(messages, 2), 0.0)
         err = record["error"]
         if err is None:
@@ -382,15 +382,15 @@ async def measure(s: Settings, say: Callable[[str], None] | None = None) -> Prof
     tokens the server counted, how many streams …). `say` gets one line per
     point as it is measured, and the warnings."""
     say = say or (lambda _line: None)
-    pool = Pool(Endpoint.parse(s.url), openai_headers(s.api_key))
+    connections = Connections(Endpoint.parse(s.url), openai_headers(s.api_key))
     try:
-        return await _measure(s, pool, say)
+        return await _measure(s, connections, say)
     finally:
-        pool.close()
+        connections.close()
 
 
-async def _measure(s: Settings, pool: Pool, say: Callable[[str], None]) -> Profile:
-    info = await server_info(pool, s.model)
+async def _measure(s: Settings, connections: Connections, say: Callable[[str], None]) -> Profile:
+    info = await server_info(connections, s.model)
     if info.max_model_len is not None and s.isls[-1] + s.osl > info.max_model_len:
         raise ProfileError(
             f"--isl {s.isls[-1]} + --osl {s.osl} tokens exceed the server's context of "
@@ -401,7 +401,7 @@ async def _measure(s: Settings, pool: Pool, say: Callable[[str], None]) -> Profi
             f"warning: {info.workers} workers serve {info.model} behind {s.url}; "
             "a profile is of one worker, so its figures will be too good"
         )
-    client = await probe(pool, info.model, s.timeout)
+    client = await probe(connections, info.model, s.timeout)
     if not client.ignore_eos:
         say("warning: the server refuses ignore_eos; decode streams may end early")
     nonce = secrets.token_hex(4)  # a second run's prompts are new to the server's cache too

@@ -101,8 +101,8 @@ class _Sandbox(ImmutableSandboxedEnvironment):
     `center` and `indent` filters, of the str methods `center`, `ljust`,
     `rjust`, `zfill` and `expandtabs`, and of `str.format` fields, and
     `lipsum`'s paragraphs. The total output is capped by `render(max_chars=)`;
-    the run time by the worker pool the frontend renders in
-    (pipeline/workers.py).
+    the run time by the time budget of the preparer's threads the frontend
+    renders in (pipeline/preparer.py).
     """
 
     code_generator_class = _CodeGenerator

@@ -1,7 +1,7 @@
 """`rotor planner`: sizing a model's worker pools to its load.
 
 Every `--interval` the planner reads what frontends and workers publish on
-NATS (observation.py, feed.py), predicts the next interval (predict.py),
+NATS (fleet.py, observation.py), predicts the next interval (predict.py),
 sizes each pool (load.py without a profile, throughput.py with one),
 checks the guard rails (guard.py) and asks a connector (connectors/) for
 the new worker counts: local processes, a Kubernetes Deployment's scale, or

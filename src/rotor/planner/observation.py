@@ -1,7 +1,7 @@
 """What the planner sees of one interval: the traffic all frontends served
 (their per-request figures, merged) and each pool's load (its workers'
-leases). Plain values; feed.py builds them from NATS, tests build them by
-hand."""
+leases). Plain values; fleet.py builds them from what the NATS feeds
+deliver, tests build them by hand."""
 
 from __future__ import annotations
 

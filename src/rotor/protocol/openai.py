@@ -1,8 +1,8 @@
 """OpenAI request models (chat completions, completions) and their validation.
 
 Unknown fields are rejected (a 400 naming them), never silently ignored.
-Responses are not modelled here: the serializers in pipeline/stream.py build
-them from an allow-list of fields.
+Responses are not modelled here: the shapers in api/openai/ build them from
+an allow-list of fields.
 """
 
 from __future__ import annotations

@@ -208,7 +208,7 @@ class MockerEngine:
             self._wake.set()
 
     async def embed(self, inputs: list[list[int]], dimensions: int | None) -> list[list[float]]:
-        """A unit vector per input (mocker/embed.py), after the simulated time
+        """A unit vector per input (engines/mocker/embed.py), after the simulated time
         of prefilling them all in one step."""
         dim = self.card.capabilities.embedding_dim
         if dim == 0:

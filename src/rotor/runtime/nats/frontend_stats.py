@@ -5,7 +5,7 @@ goes away needs no configuration anywhere.
 
 One msgpack message per second: `{"frontend", "at", "models": {model:
 {"requests", "prompt_tokens", "completion_tokens", "ttft", "tpot",
-"in_flight"}}}` (api/answers.py's period; the planner's feed.py reads it)."""
+"in_flight"}}}` (api/answers.py's period; `StatsFeed` reads it for planner/fleet.py)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ bucket name, so both sides always agree.
 - `rotor.steps.<frontend>`      a worker's stream messages for that frontend's
   requests, batched: all that one turn of its event loop (an engine step)
   produced, in one message (a request that names it in its `rotor-steps` header).
-- `rotor.stats.<frontend>`      a frontend's figures of the last second (planner/feed.py).
+- `rotor.stats.<frontend>`      a frontend's figures of the last second
+  (runtime/nats/frontend_stats.py).
 - KV bucket `rotor_workers`     the leases, for a frontend that starts later.
 - object store `rotor_cards`    model cards (with tokenizers) by content hash.
 - KV bucket `rotor_planner`     `rotor planner --connector virtual`: each pool's decision

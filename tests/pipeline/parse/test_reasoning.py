@@ -773,6 +773,63 @@ def test_nemotron3_starts_inside() -> None:
     assert every_way("nemotron3", "<think>\nplan\n</think>\nanswer") == ("\nplan\n", "\nanswer")
 
 
+# -- SGLang's own vectors (test/srt/test_reasoning_parser.py) --------------------------------
+
+# (parser, output, inside, reasoning, content): SGLang's detector tests, as
+# rotor reads them. SGLang's `force_reasoning=True` is rotor's start inside
+# (the prompt opened the block); its streamed cases are the same outputs,
+# split at any points below. Where SGLang only checks that content holds the
+# call marker, rotor's content is the whole section, as the model wrote it.
+SGLANG = [
+    # Glm45Detector(force_reasoning=True), test_forced_reasoning_mode
+    ("glm45", "This is reasoning", True, "This is reasoning", None),
+    ("glm45", "More reasoning<tool_call>tool call", True, "More reasoning", "<tool_call>tool call"),
+    # Glm45Detector(), the tool interrupt
+    (
+        "glm45",
+        "<think>I need to think<tool_call>tool call data",
+        False,
+        "I need to think",
+        "<tool_call>tool call data",
+    ),
+    (
+        "glm45",
+        "<think>thinking<tool_call>first tool<tool_call>second tool<tool_call>final tool",
+        False,
+        "thinking",
+        "<tool_call>first tool<tool_call>second tool<tool_call>final tool",
+    ),
+    ("glm45", "<think><tool_call>tool call", False, None, "<tool_call>tool call"),
+]
+
+
+@pytest.mark.parametrize("name,output,inside,thought,content", SGLANG)
+def test_sglang_vectors(name: str, output: str, inside: bool, thought: str, content: str) -> None:
+    assert every_way(name, output, inside) == (thought, content)
+    assert reference(name, output, inside) == (thought, content)
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), case=st.sampled_from(SGLANG))
+def test_sglang_vectors_any_split(data: st.DataObject, case: tuple) -> None:
+    name, output, inside, thought, content = case
+    assert parse(name, data.draw(splits(output)), inside) == (thought, content)
+
+
+def test_glm45_forced_reasoning_hands_the_call_to_the_tool_parser() -> None:
+    """The prompt opened the block (GLM-4.7's template ends with `<think>`): a
+    call the model starts before `</think>` ends the reasoning and is the
+    glm45 tool parser's; text there that is no call comes back as content."""
+    tools = Tools({"get_weather": {"type": "object", "properties": {"city": {"type": "string"}}}})
+    for output, content, calls in (
+        ("More reasoning<tool_call>tool call", "<tool_call>tool call", []),
+        ("More reasoning" + GLM_CALL, None, WEATHER),
+    ):
+        for chunks in ([output], list(output)):
+            msg = parse_chunks("glm45", chunks, tools, "glm45", inside=True)
+            assert (msg.reasoning, msg.content, msg.calls) == ("More reasoning", content, calls)
+
+
 # -- properties: generated outputs, random splits -------------------------------------------
 
 

@@ -43,7 +43,8 @@ FORMATS: dict[str, tuple[str, str, bool]] = {
 # content (Hunyuan): name → (more start tags, more end tags, label, drops).
 EXTRAS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str, tuple[str, ...]]] = {
     "granite": (("Here's my thought process:",), ("Here's my response:",), "", ()),
-    "hunyuan": ((), (), "", ("<answer>\n", "\n</answer>")),
+    # Hunyuan also writes plain `<think>…</think>` (SGLang's hunyuan detector).
+    "hunyuan": (("<think>",), ("</think>",), "", ("<answer>\n", "\n</answer>")),
     "gemma4": ((), (), "thought\n", ()),
 }
 # Where each family's tool calls begin, as its peers end reasoning there with no
@@ -232,9 +233,11 @@ def test_starting_inside_and_closing_at_once(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_unterminated_reasoning_stays_reasoning(name: str) -> None:
-    """Cut off while thinking: all of it is reasoning, including a partial end tag."""
+    """Cut off while thinking: all of it is reasoning, including a partial end tag
+    (the longest that holds no other spelling: Hunyuan's frame holds `</think>`)."""
     s, e, _ = FORMATS[name]
-    partial = e[:-1]
+    _, ends, _, _ = tags(name)
+    partial = next(e[:n] for n in range(len(e) - 1, 0, -1) if not any(t in e[:n] for t in ends))
     assert every_way(name, f"{s}step one, step two") == ("step one, step two", None)
     assert every_way(name, f"{s}step one{partial}") == ("step one" + partial, None)
     assert every_way(name, f"step one{partial}", inside=True) == ("step one" + partial, None)
@@ -250,9 +253,11 @@ def test_start_tag_alone_is_empty_reasoning(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_partial_start_tag_at_the_end_is_released(name: str) -> None:
-    """Held back while it could be a tag, then released: nothing is lost."""
+    """Held back while it could be a tag, then released: nothing is lost. (A
+    prefix that is a spelling of its own, Hunyuan's `<think>`, is a tag.)"""
     s, _, starts_inside = FORMATS[name]
-    for n in range(1, len(s)):
+    starts, _, _, _ = tags(name)
+    for n in (n for n in range(1, len(s)) if s[:n] not in starts):
         text = f"answer {s[:n]}"
         expected = (text, None) if starts_inside else (None, text)
         assert every_way(name, text) == expected
@@ -768,6 +773,39 @@ def test_hunyuan_answer_frame_is_dropped() -> None:
     assert every_way("hunyuan", fast) == (None, "Hi")
 
 
+def test_hunyuan_reads_both_spellings() -> None:
+    """A13B frames its answer (`<think>\\n…\\n</think>\\n<answer>\\n…`), SGLang's
+    vectors write plain `<think>…</think>`; the longer spelling wins where both fit."""
+    assert every_way("hunyuan", "<think>plain</think>answer") == ("plain", "answer")
+    assert every_way("hunyuan", "<think>\nplan\n</think>\nanswer") == ("plan\n", "\nanswer")
+    assert every_way("hunyuan", "<think>plan\n</think>\n<answer>\nHi\n</answer>") == (
+        "plan",
+        "Hi",
+    )
+    # SGLang's streamed chunks
+    assert parse("hunyuan", ["<think>", "reasoning content", "</think>answer"]) == (
+        "reasoning content",
+        "answer",
+    )
+    assert parse("hunyuan", ["<think>", "reasoning", "<tool_calls>", "<tool_call>func"]) == (
+        "reasoning",
+        "<tool_calls><tool_call>func",
+    )
+
+
+def test_hunyuan_holds_a_plain_tag_that_may_grow_into_the_frame() -> None:
+    """`<think>` may still be A13B's `<think>\\n`, `\\n</think>` its `\\n</think>\\n<answer>\\n`."""
+    parser = reasoning_parser("hunyuan")(False)
+    assert parser.feed("<think>") == []
+    assert parser.feed("\nplan\n</think>") == [Reasoning("plan")]
+    assert parser.feed("\n<answer>\nIt is 4.") == [Content("It is 4.")]
+    assert parser.feed("\n</answer>") == []
+    assert parser.finish() == []
+    parser = reasoning_parser("hunyuan")(False)
+    assert parser.feed("<think>") == []
+    assert parser.finish() == []  # the start tag alone: empty reasoning
+
+
 def test_nemotron3_starts_inside() -> None:
     assert every_way("nemotron3", "plan</think>answer") == ("plan", "answer")
     assert every_way("nemotron3", "<think>\nplan\n</think>\nanswer") == ("\nplan\n", "\nanswer")
@@ -800,6 +838,30 @@ SGLANG = [
         "<tool_call>first tool<tool_call>second tool<tool_call>final tool",
     ),
     ("glm45", "<think><tool_call>tool call", False, None, "<tool_call>tool call"),
+    # HunyuanDetector(): plain `<think>…</think>`, no answer frame
+    (
+        "hunyuan",
+        "<think>Let me think about this</think>The answer is 42.",
+        False,
+        "Let me think about this",
+        "The answer is 42.",
+    ),
+    ("hunyuan", "Direct answer without thinking.", False, None, "Direct answer without thinking."),
+    ("hunyuan", "<think>reasoning content</think>answer", False, "reasoning content", "answer"),
+    (
+        "hunyuan",
+        "<think>I need to check<tool_calls><tool_call>get_weather<tool_sep></tool_call></tool_calls>",
+        False,
+        "I need to check",
+        "<tool_calls><tool_call>get_weather<tool_sep></tool_call></tool_calls>",
+    ),
+    (
+        "hunyuan",
+        "<think>reasoning<tool_calls><tool_call>func",
+        False,
+        "reasoning",
+        "<tool_calls><tool_call>func",
+    ),
 ]
 
 

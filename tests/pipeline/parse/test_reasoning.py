@@ -34,7 +34,7 @@ FORMATS: dict[str, tuple[str, str, bool]] = {
     "mistral": ("[THINK]", "[/THINK]", False),
     "granite": ("Here is my thought process:", "Here is my response:", False),
     "kimi": ("◁think▷", "◁/think▷", False),
-    "nemotron3": ("<think>", "</think>", True),
+    "nemotron3": ("<think>", "</think>", False),
     "hunyuan": ("<think>\n", "\n</think>\n<answer>\n", False),
     "gemma4": ("<|channel>", "<channel|>", False),
 }
@@ -358,7 +358,7 @@ def test_deepseek_r1_starts_inside_by_default() -> None:
 
 def test_think_family_without_start_tag_is_content() -> None:
     """Only deepseek_r1 assumes an open block; the others need the prompt to say so."""
-    for name in ("think", "qwen3", "glm45", "kimi_k25"):
+    for name in ("think", "qwen3", "glm45", "kimi_k25", "nemotron3"):
         assert every_way(name, "abc</think>def") == (None, "abc</think>def")
         assert every_way(name, "abc</think>def", inside=True) == ("abc", "def")
 
@@ -654,7 +654,7 @@ ALONE = [
         "typo",
         "<|tool_call_section_begin|>x",
     ),
-    ("nemotron3", "plan\n" + qwen_call("f", a="1"), False, "plan\n", qwen_call("f", a="1")),
+    ("nemotron3", "plan\n" + qwen_call("f", a="1"), True, "plan\n", qwen_call("f", a="1")),
     (
         "mistral",
         '[THINK]2+2?[TOOL_CALLS]add[ARGS]{"a": 2}',
@@ -806,9 +806,14 @@ def test_hunyuan_holds_a_plain_tag_that_may_grow_into_the_frame() -> None:
     assert parser.finish() == []  # the start tag alone: empty reasoning
 
 
-def test_nemotron3_starts_inside() -> None:
-    assert every_way("nemotron3", "plan</think>answer") == ("plan", "answer")
+def test_nemotron3_starts_inside_only_where_the_prompt_opened_the_block() -> None:
+    """Nemotron 3's template ends the prompt with `<think>\\n` when thinking is on
+    (the prompt rule starts the parser inside) and `<think></think>` when off:
+    then a plain answer is content (tests/pipeline/test_preprocess_reasoning.py)."""
+    assert every_way("nemotron3", "plan</think>answer", inside=True) == ("plan", "answer")
+    assert every_way("nemotron3", "still thinking", inside=True) == ("still thinking", None)
     assert every_way("nemotron3", "<think>\nplan\n</think>\nanswer") == ("\nplan\n", "\nanswer")
+    assert every_way("nemotron3", "Just the answer.") == (None, "Just the answer.")
 
 
 # -- SGLang's own vectors (test/srt/test_reasoning_parser.py) --------------------------------
@@ -861,6 +866,28 @@ SGLANG = [
         False,
         "reasoning",
         "<tool_calls><tool_call>func",
+    ),
+    # Nemotron3Detector(): thinking is not forced (the template decides)
+    (
+        "nemotron3",
+        "<think>Let me think about this</think>The answer is 42.",
+        False,
+        "Let me think about this",
+        "The answer is 42.",
+    ),
+    (
+        "nemotron3",
+        "Direct answer without thinking.",
+        False,
+        None,
+        "Direct answer without thinking.",
+    ),
+    (
+        "nemotron3",
+        "<think>All reasoning, no answer</think>",
+        False,
+        "All reasoning, no answer",
+        None,
     ),
 ]
 

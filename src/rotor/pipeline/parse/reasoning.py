@@ -251,8 +251,10 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
             ("Here is my response:", "Here's my response:"),
         ),
         _family("kimi", "◁think▷", "◁/think▷"),
-        # Nemotron 3: the template opens the block (`<think>\n` ends the prompt).
-        _family("nemotron3", "<think>", "</think>", inside=True, call_starts=_TOOL_CALL),
+        # Nemotron 3: its template opens the block when thinking is on (the
+        # prompt ends with `<think>\n`: the prompt rule starts it inside) and
+        # closes it when off (`<think></think>`): a plain answer is content then.
+        _family("nemotron3", "<think>", "</think>", call_starts=_TOOL_CALL),
         # Hunyuan A13B: `<think>\n…\n</think>\n<answer>\n…\n</answer>`; the
         # newlines are part of its markers, the answer's frame is dropped.
         # Hunyuan's plain `<think>…</think>` (SGLang's hunyuan detector, later

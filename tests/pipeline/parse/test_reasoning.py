@@ -34,7 +34,7 @@ FORMATS: dict[str, tuple[str, str, bool]] = {
     "mistral": ("[THINK]", "[/THINK]", False),
     "granite": ("Here is my thought process:", "Here is my response:", False),
     "kimi": ("◁think▷", "◁/think▷", False),
-    "nemotron3": ("<think>", "</think>", True),
+    "nemotron3": ("<think>", "</think>", False),
     "hunyuan": ("<think>\n", "\n</think>\n<answer>\n", False),
     "gemma4": ("<|channel>", "<channel|>", False),
 }
@@ -43,7 +43,8 @@ FORMATS: dict[str, tuple[str, str, bool]] = {
 # content (Hunyuan): name → (more start tags, more end tags, label, drops).
 EXTRAS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str, tuple[str, ...]]] = {
     "granite": (("Here's my thought process:",), ("Here's my response:",), "", ()),
-    "hunyuan": ((), (), "", ("<answer>\n", "\n</answer>")),
+    # Hunyuan also writes plain `<think>…</think>` (SGLang's hunyuan detector).
+    "hunyuan": (("<think>",), ("</think>",), "", ("<answer>\n", "\n</answer>")),
     "gemma4": ((), (), "thought\n", ()),
 }
 # Where each family's tool calls begin, as its peers end reasoning there with no
@@ -232,9 +233,11 @@ def test_starting_inside_and_closing_at_once(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_unterminated_reasoning_stays_reasoning(name: str) -> None:
-    """Cut off while thinking: all of it is reasoning, including a partial end tag."""
+    """Cut off while thinking: all of it is reasoning, including a partial end tag
+    (the longest that holds no other spelling: Hunyuan's frame holds `</think>`)."""
     s, e, _ = FORMATS[name]
-    partial = e[:-1]
+    _, ends, _, _ = tags(name)
+    partial = next(e[:n] for n in range(len(e) - 1, 0, -1) if not any(t in e[:n] for t in ends))
     assert every_way(name, f"{s}step one, step two") == ("step one, step two", None)
     assert every_way(name, f"{s}step one{partial}") == ("step one" + partial, None)
     assert every_way(name, f"step one{partial}", inside=True) == ("step one" + partial, None)
@@ -250,9 +253,11 @@ def test_start_tag_alone_is_empty_reasoning(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_partial_start_tag_at_the_end_is_released(name: str) -> None:
-    """Held back while it could be a tag, then released: nothing is lost."""
+    """Held back while it could be a tag, then released: nothing is lost. (A
+    prefix that is a spelling of its own, Hunyuan's `<think>`, is a tag.)"""
     s, _, starts_inside = FORMATS[name]
-    for n in range(1, len(s)):
+    starts, _, _, _ = tags(name)
+    for n in (n for n in range(1, len(s)) if s[:n] not in starts):
         text = f"answer {s[:n]}"
         expected = (text, None) if starts_inside else (None, text)
         assert every_way(name, text) == expected
@@ -353,7 +358,7 @@ def test_deepseek_r1_starts_inside_by_default() -> None:
 
 def test_think_family_without_start_tag_is_content() -> None:
     """Only deepseek_r1 assumes an open block; the others need the prompt to say so."""
-    for name in ("think", "qwen3", "glm45", "kimi_k25"):
+    for name in ("think", "qwen3", "glm45", "kimi_k25", "nemotron3"):
         assert every_way(name, "abc</think>def") == (None, "abc</think>def")
         assert every_way(name, "abc</think>def", inside=True) == ("abc", "def")
 
@@ -649,7 +654,7 @@ ALONE = [
         "typo",
         "<|tool_call_section_begin|>x",
     ),
-    ("nemotron3", "plan\n" + qwen_call("f", a="1"), False, "plan\n", qwen_call("f", a="1")),
+    ("nemotron3", "plan\n" + qwen_call("f", a="1"), True, "plan\n", qwen_call("f", a="1")),
     (
         "mistral",
         '[THINK]2+2?[TOOL_CALLS]add[ARGS]{"a": 2}',
@@ -768,9 +773,150 @@ def test_hunyuan_answer_frame_is_dropped() -> None:
     assert every_way("hunyuan", fast) == (None, "Hi")
 
 
-def test_nemotron3_starts_inside() -> None:
-    assert every_way("nemotron3", "plan</think>answer") == ("plan", "answer")
+def test_hunyuan_reads_both_spellings() -> None:
+    """A13B frames its answer (`<think>\\n…\\n</think>\\n<answer>\\n…`), SGLang's
+    vectors write plain `<think>…</think>`; the longer spelling wins where both fit."""
+    assert every_way("hunyuan", "<think>plain</think>answer") == ("plain", "answer")
+    assert every_way("hunyuan", "<think>\nplan\n</think>\nanswer") == ("plan\n", "\nanswer")
+    assert every_way("hunyuan", "<think>plan\n</think>\n<answer>\nHi\n</answer>") == (
+        "plan",
+        "Hi",
+    )
+    # SGLang's streamed chunks
+    assert parse("hunyuan", ["<think>", "reasoning content", "</think>answer"]) == (
+        "reasoning content",
+        "answer",
+    )
+    assert parse("hunyuan", ["<think>", "reasoning", "<tool_calls>", "<tool_call>func"]) == (
+        "reasoning",
+        "<tool_calls><tool_call>func",
+    )
+
+
+def test_hunyuan_holds_a_plain_tag_that_may_grow_into_the_frame() -> None:
+    """`<think>` may still be A13B's `<think>\\n`, `\\n</think>` its `\\n</think>\\n<answer>\\n`."""
+    parser = reasoning_parser("hunyuan")(False)
+    assert parser.feed("<think>") == []
+    assert parser.feed("\nplan\n</think>") == [Reasoning("plan")]
+    assert parser.feed("\n<answer>\nIt is 4.") == [Content("It is 4.")]
+    assert parser.feed("\n</answer>") == []
+    assert parser.finish() == []
+    parser = reasoning_parser("hunyuan")(False)
+    assert parser.feed("<think>") == []
+    assert parser.finish() == []  # the start tag alone: empty reasoning
+
+
+def test_nemotron3_starts_inside_only_where_the_prompt_opened_the_block() -> None:
+    """Nemotron 3's template ends the prompt with `<think>\\n` when thinking is on
+    (the prompt rule starts the parser inside) and `<think></think>` when off:
+    then a plain answer is content (tests/pipeline/test_preprocess_reasoning.py)."""
+    assert every_way("nemotron3", "plan</think>answer", inside=True) == ("plan", "answer")
+    assert every_way("nemotron3", "still thinking", inside=True) == ("still thinking", None)
     assert every_way("nemotron3", "<think>\nplan\n</think>\nanswer") == ("\nplan\n", "\nanswer")
+    assert every_way("nemotron3", "Just the answer.") == (None, "Just the answer.")
+
+
+# -- SGLang's own vectors (test/srt/test_reasoning_parser.py) --------------------------------
+
+# (parser, output, inside, reasoning, content): SGLang's detector tests, as
+# rotor reads them. SGLang's `force_reasoning=True` is rotor's start inside
+# (the prompt opened the block); its streamed cases are the same outputs,
+# split at any points below. Where SGLang only checks that content holds the
+# call marker, rotor's content is the whole section, as the model wrote it.
+SGLANG = [
+    # Glm45Detector(force_reasoning=True), test_forced_reasoning_mode
+    ("glm45", "This is reasoning", True, "This is reasoning", None),
+    ("glm45", "More reasoning<tool_call>tool call", True, "More reasoning", "<tool_call>tool call"),
+    # Glm45Detector(), the tool interrupt
+    (
+        "glm45",
+        "<think>I need to think<tool_call>tool call data",
+        False,
+        "I need to think",
+        "<tool_call>tool call data",
+    ),
+    (
+        "glm45",
+        "<think>thinking<tool_call>first tool<tool_call>second tool<tool_call>final tool",
+        False,
+        "thinking",
+        "<tool_call>first tool<tool_call>second tool<tool_call>final tool",
+    ),
+    ("glm45", "<think><tool_call>tool call", False, None, "<tool_call>tool call"),
+    # HunyuanDetector(): plain `<think>…</think>`, no answer frame
+    (
+        "hunyuan",
+        "<think>Let me think about this</think>The answer is 42.",
+        False,
+        "Let me think about this",
+        "The answer is 42.",
+    ),
+    ("hunyuan", "Direct answer without thinking.", False, None, "Direct answer without thinking."),
+    ("hunyuan", "<think>reasoning content</think>answer", False, "reasoning content", "answer"),
+    (
+        "hunyuan",
+        "<think>I need to check<tool_calls><tool_call>get_weather<tool_sep></tool_call></tool_calls>",
+        False,
+        "I need to check",
+        "<tool_calls><tool_call>get_weather<tool_sep></tool_call></tool_calls>",
+    ),
+    (
+        "hunyuan",
+        "<think>reasoning<tool_calls><tool_call>func",
+        False,
+        "reasoning",
+        "<tool_calls><tool_call>func",
+    ),
+    # Nemotron3Detector(): thinking is not forced (the template decides)
+    (
+        "nemotron3",
+        "<think>Let me think about this</think>The answer is 42.",
+        False,
+        "Let me think about this",
+        "The answer is 42.",
+    ),
+    (
+        "nemotron3",
+        "Direct answer without thinking.",
+        False,
+        None,
+        "Direct answer without thinking.",
+    ),
+    (
+        "nemotron3",
+        "<think>All reasoning, no answer</think>",
+        False,
+        "All reasoning, no answer",
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize("name,output,inside,thought,content", SGLANG)
+def test_sglang_vectors(name: str, output: str, inside: bool, thought: str, content: str) -> None:
+    assert every_way(name, output, inside) == (thought, content)
+    assert reference(name, output, inside) == (thought, content)
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), case=st.sampled_from(SGLANG))
+def test_sglang_vectors_any_split(data: st.DataObject, case: tuple) -> None:
+    name, output, inside, thought, content = case
+    assert parse(name, data.draw(splits(output)), inside) == (thought, content)
+
+
+def test_glm45_forced_reasoning_hands_the_call_to_the_tool_parser() -> None:
+    """The prompt opened the block (GLM-4.7's template ends with `<think>`): a
+    call the model starts before `</think>` ends the reasoning and is the
+    glm45 tool parser's; text there that is no call comes back as content."""
+    tools = Tools({"get_weather": {"type": "object", "properties": {"city": {"type": "string"}}}})
+    for output, content, calls in (
+        ("More reasoning<tool_call>tool call", "<tool_call>tool call", []),
+        ("More reasoning" + GLM_CALL, None, WEATHER),
+    ):
+        for chunks in ([output], list(output)):
+            msg = parse_chunks("glm45", chunks, tools, "glm45", inside=True)
+            assert (msg.reasoning, msg.content, msg.calls) == ("More reasoning", content, calls)
 
 
 # -- properties: generated outputs, random splits -------------------------------------------

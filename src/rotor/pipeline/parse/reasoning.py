@@ -72,11 +72,16 @@ class TagReasoningParser(ReasoningParser):
         self._set_tags()
 
     def _set_tags(self) -> None:
-        self._inside_tags = (*self.end_tags, *self._exits)
-        self._outside_tags = (*self.start_tags, *self.content_drops)
+        # Longest first: of two tags at the same place the longer is read.
+        self._inside_tags = _longest_first((*self.end_tags, *self._exits))
+        self._outside_tags = _longest_first((*self.start_tags, *self.content_drops))
+        self._starts, self._ends = _longest_first(self.start_tags), _longest_first(self.end_tags)
         self._inside_firsts = frozenset(t[0] for t in self._inside_tags)
         self._outside_firsts = frozenset(t[0] for t in self._outside_tags)
         self._end_tail = max(len(t) for t in self.end_tags) - 1
+        self._inside_around = _around(self._inside_tags)
+        self._outside_around = _around(self._outside_tags)
+        self._ends_around = _around(self._ends)
 
     def feed(self, text: str) -> list[Piece]:
         if not self._buf and not self._at_start and not self._label_pending:
@@ -89,18 +94,33 @@ class TagReasoningParser(ReasoningParser):
         self._buf += text
         return self._drain()
 
-    def _drain(self) -> list[Piece]:
+    @staticmethod
+    def _growing(around: _Around, buf: str, i: int, tag: str) -> int:
+        """The earliest place where a longer tag that holds `tag` (found at `i`)
+        may still be completed, `buf` ending inside it (Hunyuan's `<think>` may
+        begin `<think>\\n`); -1 where none can."""
+        first = -1
+        for longer, at in around.get(tag, ()):
+            j = i - at
+            if j >= 0 and len(buf) - j < len(longer) and longer.startswith(buf[j:]):
+                first = j if first < 0 else min(first, j)
+        return first
+
+    def _drain(self, final: bool = False) -> list[Piece]:
+        """`final`: no text follows, a tag that could still grow is read as it is."""
         out: list[Piece] = []
         while self._buf:
             buf = self._buf
             if self._at_start:
                 stripped = buf.lstrip()
-                tag = next((t for t in self.start_tags if stripped.startswith(t)), None)
+                if not final and any(
+                    len(t) > len(stripped) and t.startswith(stripped) for t in self.start_tags
+                ):
+                    return out  # could still be the opening tag (or a longer one)
+                tag = next((t for t in self._starts if stripped.startswith(t)), None)
                 if tag is not None:
                     self._buf = stripped[len(tag) :]
                     self._open()
-                elif any(t.startswith(stripped) for t in self.start_tags):
-                    return out  # could still be the opening tag
                 self._at_start = False
                 continue
             if self._label_pending:
@@ -111,21 +131,32 @@ class TagReasoningParser(ReasoningParser):
                 self._label_pending = False
                 continue
             if self._exited:
-                i, tag = earliest(buf, self.end_tags, self._scan)
+                i, tag = earliest(buf, self._ends, self._scan)
                 if tag is None:
                     self._scan = max(0, len(buf) - self._end_tail)
+                    return out
+                if not final and (j := self._growing(self._ends_around, buf, i, tag)) >= 0:
+                    self._scan = j
                     return out
                 out.append(Reasoning(buf[:i]))
                 self._buf = buf[i + len(tag) :]
                 self._exited, self.inside, self._scan = False, False, 0
                 continue
-            tags = self._inside_tags if self.inside else self._outside_tags
+            if self.inside:
+                tags, around = self._inside_tags, self._inside_around
+            else:
+                tags, around = self._outside_tags, self._outside_around
             i, tag = earliest(buf, tags)
             if tag is None:
                 keep = partial_marker_len(buf, tags)
                 if len(buf) > keep:
                     out.append(self._piece(buf[: len(buf) - keep]))
                     self._buf = buf[len(buf) - keep :]
+                return out
+            if not final and (j := self._growing(around, buf, i, tag)) >= 0:
+                if j:
+                    out.append(self._piece(buf[:j]))
+                    self._buf = buf[j:]
                 return out
             if i:
                 out.append(self._piece(buf[:i]))
@@ -149,7 +180,7 @@ class TagReasoningParser(ReasoningParser):
         return Reasoning(text) if self.inside else Content(text)
 
     def finish(self) -> list[Piece]:
-        out = self._drain()
+        out = self._drain(final=True)
         if self._buf:
             # Past an exit and never closed: the rest is content (a tool
             # parser behind reads its call there).
@@ -157,6 +188,28 @@ class TagReasoningParser(ReasoningParser):
             self._buf = ""
         self._exited = False
         return out
+
+
+def _longest_first(tags: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(sorted(tags, key=len, reverse=True))
+
+
+# tag → the longer tags it sits in, and where in them.
+_Around = dict[str, tuple[tuple[str, int], ...]]
+
+
+def _around(tags: tuple[str, ...]) -> _Around:
+    """Where each tag sits in a longer one: only a family whose spellings nest
+    (Hunyuan's `</think>` in `\\n</think>\\n<answer>\\n`) has any."""
+    found: dict[str, list[tuple[str, int]]] = {}
+    for tag in tags:
+        for longer in tags:
+            if len(longer) > len(tag):
+                at = longer.find(tag)
+                while at >= 0:
+                    found.setdefault(tag, []).append((longer, at))
+                    at = longer.find(tag, at + 1)
+    return {tag: tuple(where) for tag, where in found.items()}
 
 
 def _family(
@@ -198,14 +251,18 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
             ("Here is my response:", "Here's my response:"),
         ),
         _family("kimi", "◁think▷", "◁/think▷"),
-        # Nemotron 3: the template opens the block (`<think>\n` ends the prompt).
-        _family("nemotron3", "<think>", "</think>", inside=True, call_starts=_TOOL_CALL),
+        # Nemotron 3: its template opens the block when thinking is on (the
+        # prompt ends with `<think>\n`: the prompt rule starts it inside) and
+        # closes it when off (`<think></think>`): a plain answer is content then.
+        _family("nemotron3", "<think>", "</think>", call_starts=_TOOL_CALL),
         # Hunyuan A13B: `<think>\n…\n</think>\n<answer>\n…\n</answer>`; the
         # newlines are part of its markers, the answer's frame is dropped.
+        # Hunyuan's plain `<think>…</think>` (SGLang's hunyuan detector, later
+        # Hunyuan models) too; where both fit, A13B's longer tag is read.
         _family(
             "hunyuan",
-            "<think>\n",
-            "\n</think>\n<answer>\n",
+            ("<think>\n", "<think>"),
+            ("\n</think>\n<answer>\n", "</think>"),
             content_drops=("<answer>\n", "\n</answer>"),
             call_starts=("<tool_calls>",),
         ),

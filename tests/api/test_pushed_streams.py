@@ -1,8 +1,8 @@
 """Streams pushed by the engine (the mocker hands each step's outputs to the
 response, which writes them in the engine's turn) against the same streams
-pulled (the engine wrapped so that it cannot push): byte for byte the same
-for any answer, API, stop and limit, in slices or a step at a time; and the
-push path's own cases — a client that reads slowly holds the engine until
+made by a generator engine (the mocker wrapped as one, pumped as echo's and
+vLLM's streams are): byte for byte the same for any answer, API, stop and
+limit, in slices or a step at a time; and the push path's own cases — a client that reads slowly holds the engine until
 it catches up, a client that leaves stops it, a bug while shaping ends the
 stream with its failure event."""
 
@@ -20,8 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rotor.engines.mocker import MockerConfig, MockerEngine
+from rotor.engines.mocker.stream import MockerStream
 from rotor.model.builtin import builtin_test_model
-from rotor.protocol.engine import EngineOutput, EngineRequest, Pushed, is_pushed
+from rotor.protocol.engine import EngineOutput, EngineRequest, pulled
+from rotor.protocol.flow import Pump
 
 from support.app import app_over
 from support.shaping import break_chat_shaping
@@ -31,21 +33,26 @@ CARD, TOK = builtin_test_model()
 TIMEOUT_S = 10
 
 
-class Pulled:
-    """The mocker, its streams plain async generators: a reader must pull."""
+class Generated:
+    """The mocker as an engine that is a generator (as echo and vLLM are):
+    its streams are pulled one output at a time and pumped into a source,
+    a task hop per output, where the mocker's own push in its own turn."""
 
     def __init__(self, engine: MockerEngine) -> None:
         self.engine = engine
         self.card = engine.card
         self.tokenizer = engine.tokenizer
 
-    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
-        stream = self.engine.generate(request)
+    def generate(self, request: EngineRequest) -> Pump[EngineOutput]:
+        return Pump(self._outputs(request))
+
+    async def _outputs(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        outputs = pulled(self.engine.generate(request))
         try:
-            async for out in stream:
+            async for out in outputs:
                 yield out
         finally:
-            await stream.aclose()
+            await outputs.aclose()
 
     def abort(self, request_id: str) -> None:
         self.engine.abort(request_id)
@@ -144,7 +151,9 @@ async def both(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Any, Any, 
     mocker = MockerEngine(CARD, TOK, MockerConfig(speedup_ratio=0, step_slice_ms=request.param))
     async with (
         app_over(mocker) as pushed,
-        app_over(Pulled(mocker), engines=[mocker]) as pulled,  # the mocker starts, not its wrapper
+        app_over(
+            Generated(mocker), engines=[mocker]
+        ) as pulled,  # the mocker starts, not its wrapper
     ):
         yield pushed, pulled, mocker
 
@@ -265,11 +274,8 @@ def test_the_mocker_pushes_and_the_wrapper_does_not() -> None:
     """The two apps above really take the two paths."""
     mocker = MockerEngine(CARD, TOK)
     request = EngineRequest("r", CARD.name, TOK.encode("hi"))
-    assert isinstance(mocker.generate(request), Pushed)
-    assert not isinstance(Pulled(mocker).generate(request), Pushed)
-    # the cheap check the per-request path makes says the same
-    assert is_pushed(mocker.generate(request))
-    assert not is_pushed(Pulled(mocker).generate(request))
+    assert isinstance(mocker.generate(request), MockerStream)
+    assert isinstance(Generated(mocker).generate(request), Pump)
 
 
 async def test_a_slow_client_holds_the_engine_until_it_catches_up(

@@ -1,5 +1,9 @@
-"""SSEResponse driven by a tiny ASGI harness: a body that raises mid-stream is
-a bug to log, not a client that left, and the stream still ends cleanly."""
+"""SSEResponse driven by a tiny ASGI harness: a source that fails mid-stream
+is a bug to log, not a client that left, and the stream still ends cleanly;
+the first bytes leave from the response's own task, the middle ones skip
+the middleware, a slow client holds the source and resumes it, a stream the
+server ends counts as cut short. The bodies here are generators pumped into
+sources (protocol/flow.Pump), as echo's and vLLM's streams are."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from rotor.frontend import StartedResponse
 from rotor.model.card import ModelCard
 from rotor.pipeline.events import ChoiceEvent, Usage
 from rotor.pipeline.served import ServedModel
+from rotor.protocol.flow import Pulled, Pump
 
 TIMEOUT_S = 5
 
@@ -75,7 +80,8 @@ async def test_a_raising_body_is_logged_and_not_a_disconnect(
     gone, on_disconnect = counter()
     client = Client()
     with caplog.at_level(logging.ERROR):
-        await serve(SSEResponse(failing_body(), {"x-request-id": "r-1"}, on_disconnect), client)
+        response = SSEResponse(Pump(failing_body()), {"x-request-id": "r-1"}, on_disconnect)
+        await serve(response, client)
     assert gone == []
     assert client.sent[0]["type"] == "http.response.start"
     assert client.bodies[-1]["more_body"] is False
@@ -90,7 +96,7 @@ async def test_the_framings_failure_event_ends_a_broken_stream() -> None:
     gone, on_disconnect = counter()
     client = Client()
     response = SSEResponse(
-        failing_body(),
+        Pump(failing_body()),
         None,
         on_disconnect,
         failure=lambda: OPENAI.tail([error_body(500, INTERNAL_ERROR)]),
@@ -118,9 +124,9 @@ async def test_a_client_that_leaves_is_still_counted() -> None:
         finally:
             closed.set()
 
-    await serve(SSEResponse(slow_body(), None, on_disconnect), client)
+    await serve(SSEResponse(Pump(slow_body()), None, on_disconnect), client)
     assert gone == [1]
-    assert closed.is_set()
+    await asyncio.wait_for(closed.wait(), TIMEOUT_S)  # the source was stopped
     assert client.text == b"data: 1\n\n"
 
 
@@ -136,7 +142,7 @@ async def test_a_failed_write_is_a_disconnect() -> None:
     async def body() -> AsyncIterator[bytes]:
         yield b"data: 1\n\n"
 
-    response = SSEResponse(body(), None, on_disconnect)
+    response = SSEResponse(Pump(body()), None, on_disconnect)
     await asyncio.wait_for(response({"type": "http"}, client.receive, broken_send), TIMEOUT_S)
     assert gone == [1]
 
@@ -148,7 +154,9 @@ async def test_observed_counts_a_raising_stream_as_a_500_not_cancelled() -> None
         yield ChoiceEvent(0, [])
         raise RuntimeError("boom")
 
-    resp = StartedResponse("chatcmpl-x", ServedModel(ModelCard("m")), "m", 0, 1, Usage(), events())
+    resp = StartedResponse(
+        "chatcmpl-x", ServedModel(ModelCard("m")), "m", 0, 1, Usage(), Pulled(Pump(events()))
+    )
     stream = observed(resp, metrics, "chat", True, 0.0)
     with pytest.raises(RuntimeError):
         async for _ in stream:
@@ -157,9 +165,29 @@ async def test_observed_counts_a_raising_stream_as_a_500_not_cancelled() -> None
     assert metrics.requests.labels("m", "chat", "true", "cancelled")._value.get() == 0
 
 
-async def test_the_ready_first_events_leave_in_one_write_from_the_calling_task() -> None:
+class Ready:
+    """A source whose first items are ready when it is subscribed (a
+    response's opening and its first event, which came before the response
+    began), put in that very call; the rest come from a generator, pumped."""
+
+    def __init__(self, first: list[bytes], rest: AsyncIterator[bytes]) -> None:
+        self.first, self.rest = first, Pump(rest)
+
+    def subscribe(self, sink: Any) -> None:
+        for data in self.first:
+            sink.put(data)
+        self.rest.subscribe(sink)
+
+    def resume(self) -> None:
+        self.rest.resume()
+
+    def stop(self) -> None:
+        self.rest.stop()
+
+
+async def test_the_ready_first_events_leave_from_the_calling_task() -> None:
     """No task (no turn of the event loop) stands between the response and
-    its first write: the first token waits for nothing."""
+    its first writes: the first token waits for nothing."""
     client = Client()
     more = asyncio.Event()
     writers: list[asyncio.Task[Any] | None] = []
@@ -168,27 +196,26 @@ async def test_the_ready_first_events_leave_in_one_write_from_the_calling_task()
         writers.append(asyncio.current_task())
         client.sent.append(message)
 
-    async def body() -> AsyncIterator[bytes]:
-        yield b"data: role\n\n"
-        yield b"data: first\n\n"
+    async def rest() -> AsyncIterator[bytes]:
         await more.wait()
         yield b"data: second\n\n"
 
     async def call() -> None:
-        response = SSEResponse(body(), None)
+        response = SSEResponse(Ready([b"data: role\n\n", b"data: first\n\n"], rest()), None)
         await asyncio.wait_for(response({"type": "http"}, client.receive, send), TIMEOUT_S)
 
     task = asyncio.create_task(call())
     while not client.bodies:
         await asyncio.sleep(0)
-    assert [m["body"] for m in client.bodies] == [b"data: role\n\ndata: first\n\n"]
+    assert [m["body"] for m in client.bodies] == [b"data: role\n\n", b"data: first\n\n"]
     more.set()
     await task
     assert client.text == b"data: role\n\ndata: first\n\ndata: second\n\n"
     assert client.bodies[-1]["more_body"] is False
-    start, first, *rest = writers
-    assert start is first  # headers and the first batch: the same task
-    assert rest and all(w is not first for w in rest)  # the rest: the watched pump
+    start, role, first, second, end = writers
+    assert start is role is first  # headers and the ready events: the same task
+    assert second is not first  # a later event: written from the source's own turn (the pump's)
+    assert end is first  # the end: the response's task, through every layer
 
 
 async def test_shutdown_ends_an_open_stream_with_its_tail_and_closes_the_body() -> None:
@@ -211,18 +238,21 @@ async def test_shutdown_ends_an_open_stream_with_its_tail_and_closes_the_body() 
         assert streams.count == 1
         streams.end_all(0)
 
-    response = SSEResponse(endless(), None, on_disconnect, None, streams, lambda: b"data: bye\n\n")
+    response = SSEResponse(
+        Pump(endless()), None, on_disconnect, None, streams, lambda: b"data: bye\n\n"
+    )
     await asyncio.gather(serve(response, client), stop_when_open())
     assert client.text == b"data: 1\n\ndata: bye\n\n"
     assert client.bodies[-1]["more_body"] is False
-    assert closed.is_set() and streams.count == 0
+    assert streams.count == 0
+    await asyncio.wait_for(closed.wait(), TIMEOUT_S)  # the source was stopped
     assert gone == []  # the server ended it: not a client that left
 
 
 async def test_middle_writes_go_to_the_servers_send_and_the_ends_through_the_layers() -> None:
     """With the server's own send in the scope (api/app.py puts it there), a
-    stream's middle writes skip the middleware layers; its start and its last
-    write still pass through every layer."""
+    stream's writes skip the middleware layers; its start and its end (the
+    last write) still pass through every layer."""
     client = Client()
     through: list[dict[str, Any]] = []
 
@@ -240,44 +270,40 @@ async def test_middle_writes_go_to_the_servers_send_and_the_ends_through_the_lay
             yield f"data: {i}\n\n".encode()
 
     scope = {"type": "http", SERVER_SEND: client.send}
-    await asyncio.wait_for(SSEResponse(body())(scope, client.receive, layered), TIMEOUT_S)
+    await asyncio.wait_for(SSEResponse(Pump(body()))(scope, client.receive, layered), TIMEOUT_S)
     assert client.text == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
     assert [m["type"] for m in through] == ["http.response.start", "http.response.body"]
     assert through[-1]["more_body"] is False
-    assert len(client.bodies) == 3  # the middle ones went to the server directly
+    direct = [m for m in client.bodies if m not in through]
+    assert [m["body"] for m in direct] == [b"data: 0\n\n", b"data: 1\n\n", b"data: 2\n\n"]
 
 
-class PushedSource:
-    """A source that pushes through the response's writer (api/sse_response's
-    PushSource): `opening` at start; `on_resume` runs inside `resume`, as a
-    remote stream's held outputs and end are handed on right there."""
+class Pushing:
+    """A source that puts `opening` when subscribed; `on_resume` runs inside
+    `resume`, as a remote stream's held outputs and end are handed on right
+    there."""
 
     def __init__(self, opening: list[bytes], on_resume: Callable[[Any], None] | None = None):
         self.opening, self.on_resume = opening, on_resume
-        self.writer: Any = None
-        self.finished: list[bool] = []
+        self.sink: Any = None
         self.stops = 0
 
-    def start(self, writer: Any) -> bool:
-        self.writer = writer
+    def subscribe(self, sink: Any) -> None:
+        self.sink = sink
         for data in self.opening:
-            writer.write(data)
-        return True
+            sink.put(data)
 
     def resume(self) -> None:
         if self.on_resume is not None:
-            self.on_resume(self.writer)
+            self.on_resume(self.sink)
 
     def stop(self) -> None:
         self.stops += 1
 
-    def finish(self, complete: bool) -> None:
-        self.finished.append(complete)
 
-
-async def no_body() -> AsyncIterator[bytes]:
-    return
-    yield b""
+def ends(sink: Any) -> None:
+    sink.put(b"END")
+    sink.end(None)
 
 
 async def test_a_pushed_end_handed_on_inside_resume_is_sent() -> None:
@@ -293,8 +319,9 @@ async def test_a_pushed_end_handed_on_inside_resume_is_sent() -> None:
         await plain_send(message)
 
     client.send = send  # type: ignore[method-assign]
-    source = PushedSource([b"a", b"b"], on_resume=lambda writer: writer.close(b"END"))
-    task = asyncio.ensure_future(serve(SSEResponse(no_body(), {}, pushed=source), client))
+    source = Pushing([b"a", b"b"], on_resume=ends)
+    finished: list[bool] = []
+    task = asyncio.ensure_future(serve(SSEResponse(source, {}, finished=finished.append), client))
     for _ in range(100):
         await asyncio.sleep(0)
         if len(client.sent) == 2:
@@ -302,14 +329,17 @@ async def test_a_pushed_end_handed_on_inside_resume_is_sent() -> None:
     full.set()
     await task  # (within serve's timeout: before, the end waited for a client that never left)
     assert client.text == b"abEND" and client.bodies[-1]["more_body"] is False
-    assert source.finished == [True]
+    assert finished == [True]
 
 
 async def test_a_pushed_stream_the_server_ends_counts_as_cut_short() -> None:
     client = Client()
     streams = OpenStreams()
-    source = PushedSource([b"a"])
-    response = SSEResponse(no_body(), {}, streams=streams, shutdown=lambda: b"BYE", pushed=source)
+    source = Pushing([b"a"])
+    finished: list[bool] = []
+    response = SSEResponse(
+        source, {}, streams=streams, shutdown=lambda: b"BYE", finished=finished.append
+    )
     task = asyncio.ensure_future(serve(response, client))
     for _ in range(100):
         await asyncio.sleep(0)
@@ -319,4 +349,4 @@ async def test_a_pushed_stream_the_server_ends_counts_as_cut_short() -> None:
     await task
     assert client.text == b"aBYE" and client.bodies[-1]["more_body"] is False
     assert source.stops >= 1
-    assert source.finished == [False]  # as a pulled stream the server ended: not a "200"
+    assert finished == [False]  # a stream the server ended: not a "200"

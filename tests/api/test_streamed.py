@@ -1,12 +1,11 @@
-"""A streamed response's two drivers (api/streamed.py) make the same bytes
-from the same events: `body` pulling them, `PushedBody` having them pushed
-(as the mocker pushes through the choice pipeline), for any events of every
-API, ending, failing, or breaking on a bug, and they count the response's
-outcome alike."""
+"""A streamed response's driver (api/streamed.py's ShapedStream) makes the
+shaping's bytes from the events put to it, in order, nothing lost, with the
+failure's or the closing's tail last, for any events of every API; a bug
+while shaping stops the events and ends the bytes with the failure; the
+response's outcome is counted once."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
 
@@ -20,7 +19,7 @@ from rotor.api.observe import Observation
 from rotor.api.openai.chat import ChatShaper
 from rotor.api.openai.completions import CompletionShaper
 from rotor.api.sse import OPENAI
-from rotor.api.streamed import PushedBody, Shaping, body
+from rotor.api.streamed import ShapedStream, Shaping
 from rotor.pipeline.events import ChoiceEvent, Failure, ResponseFailed
 
 from support.shaper_events import events, started
@@ -28,38 +27,20 @@ from support.shaping import break_chat_shaping
 
 
 class Events:
-    """A response's events, pullable and pushable, failing after them when told."""
+    """A response's events as a source: all of them put when subscribed,
+    then the end (failing when told)."""
 
     def __init__(self, evs: list[ChoiceEvent], failure: ResponseFailed | None) -> None:
         self.evs, self.failure = evs, failure
         self.stopped = False
 
-    # pulled
-    def __aiter__(self) -> AsyncIterator[ChoiceEvent]:
-        return self._pull()
-
-    async def _pull(self) -> AsyncIterator[ChoiceEvent]:
-        for ev in self.evs:
-            yield ev
-        if self.failure is not None:
-            raise self.failure
-
-    async def aclose(self) -> None:
-        pass
-
-    # pushed (rotor.pipeline.generate.Pushable)
-    pushable = True
-
-    def deliver(self, sink: Any) -> bool:
+    def subscribe(self, sink: Any) -> None:
         for ev in self.evs:
             if self.stopped:
-                return True
-            sink.event(ev)
-        if self.failure is not None:
-            sink.failed(self.failure)
-        else:
-            sink.ended()
-        return True
+                return
+            sink.put(ev)
+        if not self.stopped:
+            sink.end(self.failure)
 
     def resume(self) -> None:
         pass
@@ -69,21 +50,21 @@ class Events:
 
 
 class Writer:
+    """The SSE response's side: the bytes put, and how they ended."""
+
     def __init__(self) -> None:
         self.parts: list[bytes] = []
         self.closed = self.failed = False
 
-    def write(self, data: bytes) -> bool:
-        self.parts.append(data)
+    def put(self, item: bytes) -> bool:
+        self.parts.append(item)
         return True
 
-    def close(self, data: bytes) -> None:
-        self.parts.append(data)
+    def end(self, error: Exception | None) -> None:
+        if error is not None:
+            self.parts.append(b"<failure>")
+            self.failed = True
         self.closed = True
-
-    def fail(self) -> None:
-        self.parts.append(b"<failure>")
-        self.closed = self.failed = True
 
 
 SHAPERS = {
@@ -94,26 +75,25 @@ SHAPERS = {
 
 
 def run_both(api: str, evs: list[ChoiceEvent], failure: ResponseFailed | None) -> tuple:
-    import asyncio
-
+    """The bytes (and the outcome count) of the events driven through a
+    ShapedStream, and of the same shaping folded by hand: opening, each
+    event, the failure's or the closing's tail."""
     make, framing = SHAPERS[api]
     metrics = Metrics()
     outcomes = []
-    for way in ("pulled", "pushed"):
+    for way in ("folded", "shaped"):
         resp = started(n=3)
-        resp.events = Events(evs, failure)  # type: ignore[assignment]
         shaping = Shaping(partial(Observation, resp, metrics, way, True, 0.0), make(resp), framing)
-        if way == "pulled":
-
-            async def pull() -> bytes:
-                return b"".join([chunk async for chunk in body(shaping, resp)])  # noqa: B023
-
-            data = asyncio.run(pull())
+        if way == "folded":
+            data = shaping.opening() + b"".join(shaping.event(ev) for ev in evs)
+            data += shaping.failed(failure) if failure is not None else shaping.closing()
+            shaping.end(True)
         else:
             writer = Writer()
-            pushed = PushedBody(shaping, resp)
-            assert pushed.start(writer)
-            pushed.finish(writer.closed)
+            shaped = ShapedStream(shaping, Events(evs, failure))
+            shaped.subscribe(writer)
+            assert writer.closed and not writer.failed
+            shaped.finish(writer.closed)
             data = b"".join(writer.parts)
         status = "500" if failure is not None else "200"
         outcomes.append((data, metrics.outcome("m", way, "true", status)._value.get()))
@@ -122,15 +102,15 @@ def run_both(api: str, evs: list[ChoiceEvent], failure: ResponseFailed | None) -
 
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(sorted(SHAPERS)), events(2), st.booleans())
-def test_pulled_and_pushed_make_the_same_bytes(
+def test_a_shaped_stream_makes_the_shapings_bytes(
     api: str, evs: list[ChoiceEvent], fails: bool
 ) -> None:
     if api == "messages":
         evs = [ChoiceEvent(0, e.pieces, e.logprobs, e.finished) for e in evs]
     failure = ResponseFailed(Failure("internal", "engine broke")) if fails else None
-    (pulled, pulled_count), (pushed, pushed_count) = run_both(api, evs, failure)
-    assert pulled == pushed
-    assert pulled_count == pushed_count == 1
+    (folded, folded_count), (shaped, shaped_count) = run_both(api, evs, failure)
+    assert folded == shaped
+    assert folded_count == shaped_count == 1
 
 
 def test_a_bug_while_shaping_stops_the_events_and_ends_with_the_failure(
@@ -141,30 +121,28 @@ def test_a_bug_while_shaping_stops_the_events_and_ends_with_the_failure(
     evs = [ChoiceEvent(0, [Content(f"t{i}")]) for i in range(5)]
     resp = started()
     events_ = Events(evs, None)
-    resp.events = events_  # type: ignore[assignment]
     break_chat_shaping(monkeypatch, on_call=3)
     shaper = ChatShaper(resp)
     metrics = Metrics()
     shaping = Shaping(partial(Observation, resp, metrics, "chat", True, 0.0), shaper, OPENAI)
     writer = Writer()
-    pushed = PushedBody(shaping, resp)
-    assert pushed.start(writer)
+    shaped = ShapedStream(shaping, events_)
+    shaped.subscribe(writer)
     assert writer.failed and events_.stopped
     assert writer.parts[-1] == b"<failure>" and len(writer.parts) == 4  # opening, t0, t1
-    pushed.finish(writer.closed)
+    shaped.finish(writer.closed)
     assert metrics.outcome("m", "chat", "true", "500")._value.get() == 1
 
 
 def test_a_bug_while_opening_a_pushed_stream_ends_it_with_the_failure(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """As a pulled body that raised at its start: the failure written, the
-    events stopped, the response counted as failed (nothing left open)."""
+    """The failure written, the events never started, the response counted
+    as failed (nothing left open)."""
     from rotor.pipeline.parse.base import Content
 
     resp = started()
     events_ = Events([ChoiceEvent(0, [Content("t")])], None)
-    resp.events = events_  # type: ignore[assignment]
 
     def broken_start(self: ChatShaper) -> Any:
         raise RuntimeError("a bug in the opening")
@@ -175,8 +153,8 @@ def test_a_bug_while_opening_a_pushed_stream_ends_it_with_the_failure(
         partial(Observation, resp, metrics, "chat", True, 0.0), ChatShaper(resp), OPENAI
     )
     writer = Writer()
-    pushed = PushedBody(shaping, resp)
-    assert pushed.start(writer)
+    shaped = ShapedStream(shaping, events_)
+    shaped.subscribe(writer)
     assert writer.parts == [b"<failure>"] and writer.failed and events_.stopped
-    pushed.finish(writer.closed)
+    shaped.finish(writer.closed)
     assert metrics.outcome("m", "chat", "true", "500")._value.get() == 1

@@ -1,8 +1,10 @@
 """A choice pulled and the same choice pushed (pipeline/generate.py's
-ChoiceRun): for any engine outputs, cut into any batches the engine might
-push them in, the same events in the same order, the same failure, and one
-abort when the frontend ends the choice itself — and the real mocker's
-push gives what its pull gives."""
+ChoiceRun): over an engine that is a generator or one that pushes, for any
+engine outputs cut into any batches it might push them in, read to its end
+or switched to a sink after its first event (as the frontend does), the
+same events in the same order, the same failure, and one abort when the
+frontend ends the choice itself — and the real mocker's push gives what its
+pull gives."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from rotor.pipeline.events import ChoiceEvent, ResponseFailed, Usage
 from rotor.pipeline.generate import ChoiceRun
 from rotor.pipeline.parse.message import MessageParser
 from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, StopParams
+from rotor.protocol.flow import Pulled, Pump
 
 from support.mocker import CARD, TOK, request
 from support.wait import wait_for_async
@@ -30,18 +33,19 @@ EOS = CARD.eos_token_ids[0]
 
 
 class Scripted:
-    """An engine whose one stream gives `outputs` (then `error`, if any):
-    pulled, or pushed in `batches` after the first output."""
+    """An engine whose one stream gives `outputs` (then `error`, if any): a
+    generator (pumped, as echo's and vLLM's are), or a source that pushes
+    them in `batches`, a batch a turn of the event loop."""
 
     def __init__(
         self, outputs: list[EngineOutput], batches: list[int], error: EngineError | None, push: bool
     ) -> None:
         self.outputs, self.batches, self.error, self.push = outputs, batches, error, push
         self.stops = 0
-        self.delivered = 0
+        self.subscribed = 0
 
     def generate(self, request: EngineRequest) -> Any:
-        return _PushStream(self) if self.push else self._pull()
+        return _PushStream(self) if self.push else Pump(self._pull())
 
     async def _pull(self) -> AsyncIterator[EngineOutput]:
         for out in self.outputs:
@@ -54,31 +58,29 @@ class _PushStream:
     def __init__(self, engine: Scripted) -> None:
         self.engine = engine
         self.left = list(engine.outputs)
+        self.sizes = iter(engine.batches)
+        self.sink: Any = None
         self.stopped = False
 
-    async def __anext__(self) -> EngineOutput:
-        if not self.left:
-            if self.engine.error is not None:
-                raise self.engine.error
-            raise StopAsyncIteration
-        return self.left.pop(0)
+    def subscribe(self, sink: Any) -> None:
+        self.engine.subscribed += 1
+        self.sink = sink
+        asyncio.get_running_loop().call_soon(self._step)
 
-    async def aclose(self) -> None:
-        pass
-
-    @property
-    def pushable(self) -> bool:
-        return not self.stopped
-
-    def deliver(self, delivery: Any) -> None:
-        self.engine.delivered += 1
-        sizes = iter(self.engine.batches)
-        while self.left and not self.stopped:
-            size = max(1, next(sizes, 1))
-            batch, self.left = self.left[:size], self.left[size:]
-            delivery.outputs(batch)
-        if not self.stopped:
-            delivery.ended(self.engine.error)
+    def _step(self) -> None:
+        """A delivery point: the next batch, then the next turn's."""
+        if self.stopped:
+            return
+        size = max(1, next(self.sizes, 1))
+        batch, self.left = self.left[:size], self.left[size:]
+        for out in batch:
+            self.sink.put(out)
+            if self.stopped:
+                return
+        if self.left:
+            asyncio.get_running_loop().call_soon(self._step)
+        else:
+            self.sink.end(self.engine.error)
 
     def resume(self) -> None:
         pass
@@ -91,17 +93,18 @@ class _PushStream:
 class Sink:
     def __init__(self) -> None:
         self.events: list[ChoiceEvent] = []
-        self.end: Any = None
+        self.end_: Any = None
 
-    def event(self, event: ChoiceEvent) -> bool:
-        self.events.append(event)
+    def put(self, item: ChoiceEvent) -> bool:
+        self.events.append(item)
         return True
 
-    def ended(self) -> None:
-        self.end = "ended"
-
-    def failed(self, error: ResponseFailed) -> None:
-        self.end = ("failed", error.failure.message)
+    def end(self, error: Exception | None) -> None:
+        if error is None:
+            self.end_ = "ended"
+        else:
+            assert isinstance(error, ResponseFailed)
+            self.end_ = ("failed", error.failure.message)
 
 
 def _choice(max_tokens: int, stops: list[str]) -> tuple[ChoicePipeline, Usage]:
@@ -126,18 +129,22 @@ def _key(e: ChoiceEvent) -> tuple:
     return (e.index, [(type(p).__name__, getattr(p, "text", None)) for p in e.pieces], finished)
 
 
-async def _run(engine: Scripted, max_tokens: int, stops: list[str]) -> tuple[list[tuple], Any]:
+async def _run(engine: Scripted, max_tokens: int, stops: list[str], push: bool) -> tuple:
+    """The choice's events and its end: its first event pulled (as the
+    frontend waits for it), then the rest pulled too, or (`push`) pushed to
+    a sink subscribed in its place (the switch)."""
     pipe, usage = _choice(max_tokens, stops)
-    run = ChoiceRun(engine, EngineRequest("r", CARD.name, [1]), pipe, 0, usage, True)
+    run = Pulled(ChoiceRun(engine, EngineRequest("r", CARD.name, [1]), pipe, 0, usage, True))
     events: list[ChoiceEvent] = []
     try:
-        events.append(await run.__anext__())  # the first, as the frontend primes it
+        events.append(await run.__anext__())  # the first, as the frontend waits for it
     except (StopAsyncIteration, ResponseFailed) as e:
         return [], repr(e)
-    if engine.push and run.pushable:
+    if push:
         sink = Sink()
-        assert run.deliver(sink)
-        return [_key(e) for e in events + sink.events], sink.end
+        run.subscribe(sink)
+        await wait_for_async("the choice's end", lambda: sink.end_ is not None, 10, pause=0)
+        return [_key(e) for e in events + sink.events], sink.end_
     try:
         async for event in run:
             events.append(event)
@@ -166,78 +173,86 @@ def test_pushed_choices_make_the_pulled_events(
     stops: list[str],
     broken: bool,
 ) -> None:
-    outs = _outputs(chunks, finish)
+    """Over a generator engine or a pushing one, read to the end or switched
+    to a sink after the first event: the same events, the same end."""
     error = EngineError("the engine broke", "internal") if broken and finish is None else None
-    pulled = asyncio.run(_run(Scripted(outs, batches, error, False), max_tokens, stops))
-    outs = _outputs(chunks, finish)
-    pushed_engine = Scripted(outs, batches, error, True)
-    pushed = asyncio.run(_run(pushed_engine, max_tokens, stops))
-    assert pushed == pulled
+    results = []
+    engines = []
+    for push_engine in (False, True):
+        for push_events in (False, True):
+            engine = Scripted(_outputs(chunks, finish), batches, error, push_engine)
+            engines.append(engine)
+            results.append(asyncio.run(_run(engine, max_tokens, stops, push_events)))
+    assert all(r == results[0] for r in results[1:])
+    pulled = results[0]
     if pulled[1] == "ended" and pulled[0]:
         assert pulled[0][-1][2] is not None  # every choice ends in an event with its finish
-    assert pushed_engine.stops <= 1  # the frontend ends it once, or the engine did
-    assert pushed_engine.delivered <= 1
+    for engine in engines:
+        assert engine.stops <= 1  # the frontend ends it once, or the engine did
+    assert all(engine.subscribed == 1 for engine in engines if engine.push)
 
 
 def test_the_scripted_stream_is_really_pushed() -> None:
-    """(The property above compares two paths only if the pushed one is taken.)"""
-    engine = Scripted(_outputs([[3], [4], [5]], "length"), [2], None, True)
-    events, end = asyncio.run(_run(engine, 10, []))
-    assert engine.delivered == 1 and end == "ended" and len(events) == 3
+    """(The property above compares two paths only if the pushed one is taken:
+    the events after the switch reach the sink from the engine's own turns.)"""
+    engine = Scripted(_outputs([[3], [4], [5]], "length"), [1], None, True)
+    events, end = asyncio.run(_run(engine, 10, [], True))
+    assert engine.subscribed == 1 and end == "ended" and len(events) == 3
 
 
 def test_a_sink_that_stops_the_choice_mid_batch_gets_no_more_of_it() -> None:
     """(A reader whose own work broke stops the choice: the rest of the batch
     the engine pushed is not turned into events for it.)"""
-    engine = Scripted(_outputs([[3], [4], [5], [6], [7], [8], [9]], "length"), [6], None, True)
+    engine = Scripted(_outputs([[3], [4], [5], [6], [7], [8], [9]], "length"), [7], None, True)
     pipe, usage = _choice(10, [])
     run = ChoiceRun(engine, EngineRequest("r", CARD.name, [1]), pipe, 0, usage, True)
 
     class Stopping(Sink):
-        def event(self, event: ChoiceEvent) -> bool:
-            super().event(event)
+        def put(self, item: ChoiceEvent) -> bool:
+            super().put(item)
             if len(self.events) == 2:
                 run.stop()
                 return False
             return True
 
     async def go() -> Stopping:
-        await run.__anext__()
         sink = Stopping()
-        assert run.deliver(sink)
+        run.subscribe(sink)
+        for _ in range(5):
+            await asyncio.sleep(0)
         return sink
 
     sink = asyncio.run(go())
-    assert len(sink.events) == 2 and sink.end is None and engine.stops == 1
+    assert len(sink.events) == 2 and sink.end_ is None and engine.stops == 1
 
 
 @pytest.mark.parametrize("slice_ms", [0.0, 1.0])
 async def test_a_bug_in_a_pushed_choices_pipeline_ends_it_as_internal(
     slice_ms: float, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """As the pulled choice's response ends (a bug: an internal failure,
-    logged), never a stream left waiting."""
+    """A bug in a choice's pipeline ends it as an internal failure, logged;
+    never a stream left waiting."""
     engine = MockerEngine(CARD, TOK, MockerConfig(speedup_ratio=0, step_slice_ms=slice_ms))
     await engine.start()
     try:
         pipe, usage = _choice(400, [])
         job = request(stop=StopParams(max_tokens=400, ignore_eos=True))
-        run = ChoiceRun(engine, job, pipe, 0, usage, True)
-        await run.__anext__()  # the first event, as the frontend primes it
-        real, calls = ChoicePipeline.push, [0]
+        run = Pulled(ChoiceRun(engine, job, pipe, 0, usage, True))
+        await run.__anext__()  # the first event, as the frontend waits for it
+        real, calls = ChoicePipeline.feed, [0]
 
         def broken(self: ChoicePipeline, out: EngineOutput) -> Any:
             calls[0] += 1
-            if calls[0] == 2:  # the second push after the first event
+            if calls[0] == 2:  # the second output after the first event
                 raise KeyError("a pipeline bug")
             return real(self, out)
 
-        monkeypatch.setattr(ChoicePipeline, "push", broken)
+        monkeypatch.setattr(ChoicePipeline, "feed", broken)
         sink = Sink()
         with caplog.at_level(logging.ERROR, "rotor.pipeline"):
-            assert run.deliver(sink)
-            await wait_for_async("the choice's end", lambda: sink.end is not None, 10, pause=0)
-        assert sink.end == ("failed", "KeyError: 'a pipeline bug'")  # (an internal failure's)
+            run.subscribe(sink)
+            await wait_for_async("the choice's end", lambda: sink.end_ is not None, 10, pause=0)
+        assert sink.end_ == ("failed", "KeyError: 'a pipeline bug'")  # (an internal failure's)
         assert len(sink.events) == 1  # what came before the bug, nothing after
         assert any(r.exc_info for r in caplog.records)
         await wait_for_async("the request gone", lambda: engine.state().running == 0, 10, pause=0)
@@ -255,12 +270,12 @@ async def test_the_mockers_pushed_choice_is_its_pulled_one(slice_ms: float) -> N
             pipe, usage = _choice(500, [])
             job = request(stop=StopParams(max_tokens=500, ignore_eos=True))
             job.sampling.seed = 11
-            run = ChoiceRun(engine, job, pipe, 0, usage, True)
+            run = Pulled(ChoiceRun(engine, job, pipe, 0, usage, True))
             events = [await run.__anext__()]
             if push:
                 sink = Sink()
-                assert run.deliver(sink)
-                ended = lambda sink=sink: sink.end is not None  # noqa: E731
+                run.subscribe(sink)
+                ended = lambda sink=sink: sink.end_ is not None  # noqa: E731
                 await wait_for_async("the pushed choice to end", ended, pause=0)
                 events += sink.events
             else:

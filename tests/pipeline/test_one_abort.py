@@ -1,5 +1,5 @@
 """One abort per ended choice: a choice the frontend ends itself (a stop
-string) stops its engine request once — by closing the engine's
+string) stops its engine request once — by stopping the engine's
 stream — and a choice the engine ended sends none."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from rotor.pipeline.events import Usage
 from rotor.pipeline.generate import ChoiceRun
 from rotor.pipeline.parse.message import MessageParser
 from rotor.protocol.engine import StopParams
+from rotor.protocol.flow import Pulled
 
 from support.mocker import CARD, TOK, request
 
@@ -42,7 +43,7 @@ async def run(engine: CountingMocker, stop_strings: list[str] | None, **stop: An
     req = request({"output": "one two three four five six"}, stop=params)
     pipe = choice(params, stop_strings)
     usage = Usage(0, [pipe.decoder])
-    events = [e async for e in ChoiceRun(engine, req, pipe, 0, usage, True)]
+    events = [e async for e in Pulled(ChoiceRun(engine, req, pipe, 0, usage, True))]
     assert events[-1].finished is not None
     return events[-1].finished.finish_reason
 

@@ -68,7 +68,7 @@ def answer(model: ServedModel, output: str, **fields: Any) -> tuple[str | None, 
         out = EngineOutput(index=choice.index, token_ids=[token])
         if at == len(ids) - 1:
             out.finish, out.matched = "eos", eos
-        pieces.extend(choice.push(out))
+        pieces.extend(choice.feed(out))
     assert choice.finished is not None
     msg = fold(pieces)
     return msg.reasoning, msg.content

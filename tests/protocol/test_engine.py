@@ -1,13 +1,13 @@
 """protocol/engine.py's merge_outputs: outputs piled up for a consumer that
-fell behind (the socket client, the NATS inbox) merge into one per run of
-one choice."""
+fell behind (a transport's stream, a pulled reader) merge into one per
+choice, up to its finish."""
 
 from __future__ import annotations
 
 from rotor.protocol.engine import EngineOutput, merge_outputs
 
 
-def test_piled_up_outputs_merge_per_run_of_one_choice() -> None:
+def test_piled_up_outputs_merge_per_choice() -> None:
     outs = [
         EngineOutput(0, [1], cached_tokens=5),
         EngineOutput(0, [2, 3]),

@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from rotor.model.card import ModelCard
-from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest
+from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, pulled
+from rotor.protocol.flow import Pump
 from rotor.router.modes import RoundRobin
 from rotor.router.pool import Pool
 from rotor.router.sessions import Sessions
@@ -62,9 +63,12 @@ class Link:
         self.sent: list[str] = []
         self.down: set[str] = set()
 
-    async def generate(
+    def generate(
         self, worker_id: str, request: EngineRequest, timeout: float, headers: object = None
-    ) -> AsyncIterator[EngineOutput]:
+    ) -> Pump[EngineOutput]:
+        return Pump(self._answer(worker_id))
+
+    async def _answer(self, worker_id: str) -> AsyncIterator[EngineOutput]:
         self.sent.append(worker_id)
         if worker_id in self.down:
             raise EngineError(f"{worker_id} is down", "unavailable", cause="worker_gone")
@@ -79,7 +83,7 @@ class Link:
 
 async def turn(pool: Pool, session: str | None) -> None:
     request = EngineRequest("r", "m", [1, 2, 3], session_id=session)
-    async for _ in pool.generate(request):
+    async for _ in pulled(pool.generate(request)):
         pass
 
 
@@ -132,14 +136,14 @@ async def test_an_adapter_goes_only_to_its_holders_and_is_a_503_when_none_is_liv
     held.loras = {"sql": "/a/sql"}
     pool.upsert(held)
     for _ in range(3):
-        async for _ in pool.generate(EngineRequest("r", "m", [1, 2, 3], lora="sql")):
+        async for _ in pulled(pool.generate(EngineRequest("r", "m", [1, 2, 3], lora="sql"))):
             pass
     assert link.sent == ["b", "b", "b"]
     assert pool.adapters() == {"sql": "/a/sql"}
     pool.remove("b")
     assert pool.adapters() == {"sql": "/a/sql"}  # still known: its requests are 503s
     with pytest.raises(EngineError, match="no live worker serves the LoRA adapter 'sql'") as e:
-        async for _ in pool.generate(EngineRequest("r", "m", [1, 2, 3], lora="sql")):
+        async for _ in pulled(pool.generate(EngineRequest("r", "m", [1, 2, 3], lora="sql"))):
             pass
     assert e.value.kind == "unavailable"
     pool.upsert(held)

@@ -23,6 +23,7 @@ from rotor.protocol.engine import (
     EngineOutput,
     EngineRequest,
     StopParams,
+    pulled,
 )
 from rotor.runtime.nats import subjects
 from rotor.runtime.nats.request_plane import RequestPlane
@@ -75,7 +76,7 @@ async def pair(nats: Nats, make_engine: MakeEngine) -> AsyncIterator[Pair]:
 
 
 async def remote(plane: RequestPlane, worker: str, job: EngineRequest) -> list[EngineOutput]:
-    return [out async for out in plane.generate(worker, job, 30)]
+    return [out async for out in pulled(plane.generate(worker, job, 30))]
 
 
 async def prefill_over_nats(pair: Pair, prompt: str = LONG) -> tuple[EngineOutput, EngineRequest]:

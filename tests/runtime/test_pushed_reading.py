@@ -1,7 +1,8 @@
-"""A transport's stream read by push (runtime/stream.py's Reading.deliver):
-what a pushed reader gets is what a pulled one gets — every token of every
-choice and the same end — whatever messages come (gaps, repeats, errors) in
-whatever turns; and the silence limit still holds without a waiting reader.
+"""A transport's stream (runtime/stream.py's OutputStream) read by push —
+its first output pulled, then a sink subscribed in the reader's place —
+gets what a reader that pulls it all gets: every token of every choice and
+the same end, whatever messages come (gaps, repeats, errors) in whatever
+turns; and the silence limit holds without a waiting reader.
 (A pool's pushed stream, migrated under its reader, is tests/router/test_pool.py's.)"""
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rotor.protocol.engine import EngineError, EngineOutput
+from rotor.protocol.engine import EngineError, EngineOutput, pulled
 from rotor.runtime.stream import OutputStream
 
 from support.clock import FakeClock
-from support.delivery import Delivery
+from support.sinks import Outputs
 
 
 async def _nothing() -> None:
@@ -55,8 +56,8 @@ def _feed(stream: OutputStream, plan: list[tuple]) -> list[tuple]:
 
 
 async def _pulled(plan: list[tuple]) -> tuple[dict[int, list[int]], Any]:
-    stream = OutputStream(2, "w", abort=lambda: None)
-    reading = stream.read(_nothing)
+    stream = OutputStream(2, "w", _nothing, abort=lambda: None)
+    reading = pulled(stream)
     got: dict[int, list[int]] = {0: [], 1: []}
     for seq, kind, payload in _feed(stream, plan):
         stream.put(seq, kind, payload)
@@ -70,16 +71,17 @@ async def _pulled(plan: list[tuple]) -> tuple[dict[int, list[int]], Any]:
 
 
 async def _pushed(plan: list[tuple]) -> tuple[dict[int, list[int]], Any]:
-    stream = OutputStream(2, "w", abort=lambda: None)
-    reading = stream.read(_nothing)
+    stream = OutputStream(2, "w", _nothing, abort=lambda: None)
+    reading = pulled(stream)
     fed = _feed(stream, plan) + [(10_000, "done", None)]
     turns = [step[4] for step in plan] + [True]
     got: dict[int, list[int]] = {0: [], 1: []}
     first = asyncio.ensure_future(reading.__anext__())  # pulled until its first output
     i = 0
     while not first.done():
-        stream.put(*fed[i])
-        i += 1
+        if i < len(fed):
+            stream.put(*fed[i])
+            i += 1
         await asyncio.sleep(0)
     try:
         out = first.result()
@@ -88,18 +90,18 @@ async def _pushed(plan: list[tuple]) -> tuple[dict[int, list[int]], Any]:
     except EngineError as e:
         return got, e.message
     got[out.index] += out.token_ids
-    delivery = Delivery()
-    reading.deliver(delivery)
+    sink = Outputs()
+    reading.subscribe(sink)  # the switch: the rest pushed
     for item, turn_ends in zip(fed[i:], turns[i:], strict=True):
         stream.put(*item)
         if turn_ends:
             await asyncio.sleep(0)
     for _ in range(3):
         await asyncio.sleep(0)
-    for out in delivery.outputs_:
+    for out in sink.outputs_:
         got[out.index] += out.token_ids
-    assert delivery.end != "open"
-    return got, delivery.end
+    assert sink.ending != "open"
+    return got, sink.ending
 
 
 @settings(max_examples=300, deadline=None)
@@ -110,16 +112,16 @@ def test_a_pushed_reading_gets_what_a_pulled_one_gets(plan: list[tuple]) -> None
 
 async def test_the_silence_limit_holds_without_a_waiting_reader() -> None:
     clock = FakeClock(100.0)
-    stream = OutputStream(1, "worker w", abort=lambda: None, silence=4.0, clock=clock)
-    reading = stream.read(_nothing)
+    stream = OutputStream(1, "worker w", _nothing, abort=lambda: None, silence=4.0, clock=clock)
+    reading = pulled(stream)
     stream.put(0, "outputs", [EngineOutput(token_ids=[1])])
     assert (await reading.__anext__()).token_ids == [1]
-    delivery = Delivery()
-    reading.deliver(delivery)
+    sink = Outputs()
+    reading.subscribe(sink)
     clock.now += 3
-    reading._check()  # the reading's own timer, fired by hand on the injected clock
-    assert delivery.end == "open"
+    stream._check()  # the stream's own timer, fired by hand on the injected clock
+    assert sink.ending == "open"
     clock.now += 2
-    reading._check()
-    await asyncio.sleep(0)  # the failure reaches the reader at the turn's end
-    assert delivery.end == "worker w stopped answering"
+    stream._check()
+    await asyncio.sleep(0)  # the failure reaches the sink at the turn's end
+    assert sink.ending == "worker w stopped answering"

@@ -9,7 +9,7 @@ import contextlib
 
 import pytest
 
-from rotor.protocol.engine import EngineError, EngineOutput
+from rotor.protocol.engine import EngineError, EngineOutput, pulled
 from rotor.runtime.nats import messages as wire
 from rotor.runtime.nats.request_plane import embed_runs
 from rotor.runtime.stream import OutputStream
@@ -23,14 +23,14 @@ def test_stream_messages_round_trip_and_reject_junk() -> None:
             wire.parse(bad)
 
 
+async def nothing() -> None:
+    pass
+
+
 def stream_of(n: int = 1) -> tuple[OutputStream, list[int]]:
     """A stream and the list its aborts are counted in."""
     aborts: list[int] = []
-    return OutputStream(n, "worker w", abort=lambda: aborts.append(1)), aborts
-
-
-async def nothing() -> None:
-    pass
+    return OutputStream(n, "worker w", nothing, abort=lambda: aborts.append(1)), aborts
 
 
 async def test_sequence_numbers_catch_gaps_and_drop_repeats() -> None:
@@ -41,7 +41,7 @@ async def test_sequence_numbers_catch_gaps_and_drop_repeats() -> None:
     stream.put(4, "outputs", [EngineOutput(0, [5])])
     got: list[int] = []
     with pytest.raises(EngineError, match="lost stream messages 2..3") as e:
-        async for out in stream.read(nothing):
+        async for out in pulled(stream):
             got.extend(out.token_ids)
     assert got == [1, 2]  # what came in order went on; the gap ended the stream
     assert e.value.kind == "unavailable"
@@ -53,7 +53,7 @@ async def test_a_stream_whose_choices_all_finished_is_not_aborted() -> None:
     end message: nothing is left to stop, so no abort is sent."""
     stream, aborts = stream_of(n=2)
     stream.put(0, "outputs", [EngineOutput(0, [1], finish="eos"), EngineOutput(1, [2])])
-    reader = stream.read(nothing)
+    reader = pulled(stream)
     assert (await reader.__anext__()).finish == "eos"
     stream.put(1, "outputs", [EngineOutput(1, [3], finish="length")])
     await reader.__anext__()
@@ -62,7 +62,7 @@ async def test_a_stream_whose_choices_all_finished_is_not_aborted() -> None:
     assert aborts == []
     early, early_aborts = stream_of(n=2)
     early.put(0, "outputs", [EngineOutput(0, [1], finish="eos")])
-    reader = early.read(nothing)
+    reader = pulled(early)
     await reader.__anext__()
     await reader.aclose()  # choice 1 still runs: it is stopped, once
     assert early_aborts == [1]
@@ -73,26 +73,29 @@ def test_a_waiting_stream_stays_cancelled_when_a_message_lands_in_the_same_turn(
     turn a worker message arrives: the cancel must win, or the frontend goes
     on streaming to nobody and the worker never hears of an abort."""
 
-    async def main() -> tuple[bool, bool]:
-        stream = OutputStream(1, "worker w", abort=lambda: None, silence=30)
-        reader = asyncio.ensure_future(stream._take())
-        await asyncio.sleep(0)  # the reader waits
-        stream.put(0, "heartbeat", None)
-        reader.cancel()
+    async def main() -> tuple[bool, list[int]]:
+        stream, aborts = stream_of()
+        reader = pulled(stream)
+        first = asyncio.ensure_future(reader.__anext__())
+        await asyncio.sleep(0)  # the reader subscribes, the request is sent
+        await asyncio.sleep(0)  # and it waits
+        stream.put(0, "outputs", [EngineOutput(0, [1])])
+        await asyncio.sleep(0)  # the message reaches the reader's inbox, and wakes it
+        first.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await reader
-        return reader.cancelled(), bool(await stream._take())
+            await first
+        return first.cancelled(), aborts
 
-    cancelled, kept = asyncio.run(main())
+    cancelled, aborts = asyncio.run(main())
     assert cancelled
-    assert kept  # the message stays for whoever reads next (nothing is lost)
+    assert aborts == [1]  # the worker hears of it
 
 
 def test_a_silent_stream_times_out() -> None:
     async def main() -> None:
-        stream = OutputStream(1, "worker w", abort=lambda: None, silence=0.01)
+        stream = OutputStream(1, "worker w", nothing, abort=lambda: None, silence=0.01)
         with pytest.raises(EngineError, match="worker w stopped answering") as e:
-            await stream._take()
+            await pulled(stream).__anext__()
         assert e.value.cause == "timeout"
 
     asyncio.run(main())
@@ -104,8 +107,10 @@ async def test_a_queued_request_may_wait_but_a_stalled_answer_times_out() -> Non
     after its first token, heartbeats without output past the limit are a
     stuck engine (a timeout, so the request migrates)."""
     now = [0.0]
-    stream = OutputStream(1, "worker w", abort=lambda: None, stall=30, clock=lambda: now[0])
-    reader = stream.read(nothing)
+    stream = OutputStream(
+        1, "worker w", nothing, abort=lambda: None, stall=30, clock=lambda: now[0]
+    )
+    reader = pulled(stream)
     seq = 0
 
     async def beat(seconds: float) -> None:

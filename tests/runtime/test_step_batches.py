@@ -15,7 +15,7 @@ import nats as nats_py
 import pytest
 
 from rotor.protocol import codec
-from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, StopParams
+from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, StopParams, pulled
 from rotor.protocol.kv import BlocksStored, KVEvent
 from rotor.runtime.nats import messages as wire
 from rotor.runtime.nats import subjects
@@ -74,7 +74,7 @@ async def test_a_step_of_many_streams_is_one_message(served: tuple) -> None:
     jobs = [request({"output": STORY, "end": "length"}) for _ in range(8)]
 
     async def run(job: EngineRequest) -> list[EngineOutput]:
-        return [out async for out in plane.generate(worker.worker_id, job, 30)]
+        return [out async for out in pulled(plane.generate(worker.worker_id, job, 30))]
 
     answers = await asyncio.gather(*(run(job) for job in jobs))
     whole = await collect(engine, request({"output": STORY, "end": "length"}))
@@ -134,7 +134,7 @@ async def test_a_steps_kv_events_are_one_message(served: tuple) -> None:
     ]
 
     async def run(job: EngineRequest) -> list[EngineOutput]:
-        return [out async for out in plane.generate(worker.worker_id, job, 30)]
+        return [out async for out in pulled(plane.generate(worker.worker_id, job, 30))]
 
     assert all(await asyncio.gather(*(run(job) for job in jobs)))
     subject = subjects.kv_events(worker.worker_id)
@@ -163,8 +163,11 @@ def test_kv_events_encode_alone_as_before_and_several_as_an_array() -> None:
 
 
 async def test_a_batch_fails_only_the_streams_it_names_badly() -> None:
+    async def send() -> None:
+        pass
+
     def stream() -> OutputStream:
-        return OutputStream(1, "w", abort=lambda: None)
+        return OutputStream(1, "w", send, abort=lambda: None)
 
     good, bad, other = stream(), stream(), stream()
     streams = {"good": good, "bad": bad, "other": other}
@@ -182,10 +185,7 @@ async def test_a_batch_fails_only_the_streams_it_names_badly() -> None:
     wire.put_batch(b"\xc1junk", streams)  # unreadable: nothing named, nothing failed
 
     async def read(s: OutputStream) -> list[EngineOutput]:
-        async def send() -> None:
-            pass
-
-        return [o async for o in s.read(send)]
+        return [o async for o in pulled(s)]
 
     assert ids_of(await read(good)) == [1, 2]
     with pytest.raises(EngineError, match="not a stream message"):

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from rotor.protocol.engine import EngineOutput, EngineRequest
+from rotor.protocol.engine import EngineOutput, EngineRequest, pulled
 from rotor.runtime.nats.connect import connect
 from rotor.runtime.nats.request_plane import RequestPlane
 
@@ -29,7 +29,7 @@ class Plane:
         """Every output of `request` on `worker` (EngineError when it fails)."""
 
         async def go() -> list[EngineOutput]:
-            return [out async for out in self.plane.generate(worker, request, timeout)]
+            return [out async for out in pulled(self.plane.generate(worker, request, timeout))]
 
         return asyncio.run_coroutine_threadsafe(go(), self.loop).result(timeout + 30)
 

@@ -8,6 +8,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from rotor.protocol.engine import EngineOutput
+
 T = TypeVar("T")
 
 
@@ -34,3 +36,19 @@ class Recorder(Generic[T]):
         self.ends += 1
         if not self.ended.done():
             self.ended.set_result(error)
+
+
+class Outputs:
+    """A sink of engine outputs that records them (`outputs_`) and how they
+    ended (`ending`: "open" until the end, then None, or the error's message)."""
+
+    def __init__(self) -> None:
+        self.outputs_: list[EngineOutput] = []
+        self.ending: Any = "open"
+
+    def put(self, item: EngineOutput) -> bool:
+        self.outputs_.append(item)
+        return True
+
+    def end(self, error: Exception | None) -> None:
+        self.ending = str(error) if error is not None else None

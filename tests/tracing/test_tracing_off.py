@@ -4,13 +4,14 @@ the shared no-op span and no layer is put over an engine's stream."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
+from collections.abc import AsyncIterator
 
 import pytest
 
 from rotor import tracing
-from rotor.protocol.engine import EngineOutput, EngineRequest
+from rotor.protocol.engine import EngineOutput, EngineRequest, EngineState
+from rotor.protocol.flow import Pump
 from rotor.tracing.generate import follow, traced
 
 
@@ -53,15 +54,20 @@ def test_off_every_span_is_the_no_op_one() -> None:
 def test_off_an_engine_stream_gets_no_layer() -> None:
     """The per-token path, tracing off: the engine's own stream, the engine itself."""
 
+    async def outputs() -> AsyncIterator[EngineOutput]:
+        yield EngineOutput(token_ids=[1], finish="eos")
+
     class Engine:
-        async def generate(self, request: EngineRequest):  # noqa: ANN201
-            yield EngineOutput(token_ids=[1], finish="eos")
+        def generate(self, request: EngineRequest) -> Pump[EngineOutput]:
+            return Pump(outputs())
+
+        def state(self) -> EngineState:
+            return EngineState()
 
     engine = Engine()
     stream = engine.generate(EngineRequest("r", "m", [1]))
     assert follow(tracing.NO_SPAN, stream) is stream
     assert traced(engine) is engine
-    asyncio.run(stream.aclose())
 
 
 def test_off_opentelemetry_is_not_imported_by_importing_rotor() -> None:

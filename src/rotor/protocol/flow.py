@@ -229,7 +229,7 @@ class Pulled(Generic[T]):
         if self._ready:
             return None
         try:
-            self._ready.append(await self._next())
+            item = await self._next()
         except StopAsyncIteration:
             return None
         except Exception as e:
@@ -237,6 +237,7 @@ class Pulled(Generic[T]):
             self._inbox = None
             self._failure = e
             return e
+        self._ready.appendleft(item)  # (before what came with it)
         return None
 
     async def aclose(self) -> None:

@@ -163,12 +163,18 @@ class OutputStream:
         self._sending = None
         self._sent = True
         self._arm()
+        if self._backlog.listed:  # messages that came meanwhile
+            _due(self)
 
     def deliver(self) -> None:
-        """What the transport put since the last push, to the sink (at the end
-        of the turn it came in)."""
+        """What the transport put since the last delivery, to the sink (at the
+        end of the turn it came in)."""
+        if self._sink is None or not self._sent:
+            if self._closed:  # nobody reads it any more
+                self._backlog.take()
+            return  # (not sent yet: kept until it is)
         items = self._backlog.take()
-        if self._sink is None:
+        if not items:
             return
         self._last_heard = self._now()
         self._pending.extend(self._take(items))

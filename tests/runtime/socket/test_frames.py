@@ -54,10 +54,9 @@ def test_merge_joins_token_outputs_of_a_choice_and_keeps_the_finish() -> None:
         EngineOutput(index=0, token_ids=[4], finish="length"),
     ]
     got = merge(outs)
-    assert [(o.index, o.token_ids, o.finish) for o in got] == [
-        (0, [1, 2, 3], None),
+    assert [(o.index, o.token_ids, o.finish) for o in got] == [  # one output per choice
+        (0, [1, 2, 3, 4], "length"),
         (1, [7, 8], "eos"),
-        (0, [4], "length"),
     ]
     assert got[0].cached_tokens == 4 and got[1].matched == 8
 

@@ -176,6 +176,12 @@ class SamplingFields(_CommonIgnored):
     def _stop(cls, v: str | list[str] | None) -> list[str] | None:
         return stop_list(v)
 
+    @property
+    def stop_strings(self) -> list[str] | None:
+        """`stop` as its validator leaves it: a list (the field's type is what a client sends)."""
+        stop = self.stop
+        return [stop] if isinstance(stop, str) else stop
+
     @field_validator("logit_bias")
     @classmethod
     def _logit_bias(cls, v: dict[str, float] | None) -> dict[str, float] | None:

@@ -8,10 +8,11 @@ cancelled at once (which closes the pipeline and aborts the engine's work).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable
 from typing import Any, Protocol, TypeVar
 
 import orjson
+from starlette.types import Receive
 
 DONE = b"data: [DONE]\n\n"
 
@@ -30,7 +31,8 @@ def sse_event(data: Any) -> bytes:
 
 def named_event(event: dict[str, Any]) -> bytes:
     """One named SSE event, as Anthropic and the Responses API send them."""
-    return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+    kind: str = event["type"]  # every named event has its type
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
 # Where a template's variable parts go: strings no event can otherwise hold
@@ -114,7 +116,7 @@ class NamedFraming:
 NAMED = NamedFraming()
 
 
-async def wait_disconnect(receive: Callable) -> None:
+async def wait_disconnect(receive: Receive) -> None:
     """Returns when the client has gone away (after the body has been read)."""
     while True:
         message = await receive()
@@ -123,7 +125,7 @@ async def wait_disconnect(receive: Callable) -> None:
 
 
 async def race_disconnect(
-    work: Coroutine[Any, Any, T], receive: Callable, stop: asyncio.Event | None = None
+    work: Awaitable[T], receive: Receive, stop: asyncio.Event | None = None
 ) -> asyncio.Future[T] | None:
     """Run `work` while watching the connection (and `stop`, when given). The
     finished work (its result or exception inside), or None when the client

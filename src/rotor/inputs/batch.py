@@ -22,10 +22,11 @@ import orjson
 from pydantic import ValidationError
 
 from rotor.api.errors import describe_validation
-from rotor.frontend import ModelNotFound, ResponseFailed
+from rotor.frontend import ModelNotFound
 from rotor.inputs.interrupt import EXIT_INTERRUPTED, Interrupted, until_interrupted
 from rotor.inputs.session import Answer, System, stream_chat
 from rotor.pipeline.errors import RequestError
+from rotor.pipeline.events import ResponseFailed
 from rotor.protocol.openai import ChatCompletionRequest
 
 CONCURRENCY = 16

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rotor.protocol.lease import Role
 from rotor.router.disagg import DisaggPolicy
 
 
@@ -90,7 +91,7 @@ class WorkerConfig:
     system_port: int | None = None  # /live, /health and /metrics of the worker
     system_host: str = "127.0.0.1"  # the address the system port binds
     grace_period: float = 30.0  # seconds to finish running requests on SIGTERM
-    role: str = "agg"  # --disaggregation-mode: agg | prefill | decode (protocol/lease.Role)
+    role: Role = "agg"  # --disaggregation-mode (its choices are the roles)
     otlp_endpoint: str | None = None  # tracing: the OTLP/HTTP collector (rotor.tracing)
     log_level: str = "warning"
     log_format: str = "text"  # text | json (rotor.logs)

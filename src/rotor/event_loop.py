@@ -6,6 +6,7 @@ tokens spends a quarter less per token on it."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -19,7 +20,8 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         import uvloop
     except ImportError:  # pragma: no cover - a platform without uvloop
         return asyncio.run(coro)
-    if not hasattr(asyncio, "Runner"):  # pragma: no cover - Python 3.10: asyncio's own
+    if sys.version_info >= (3, 11):
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(coro)
+    else:  # pragma: no cover - Python 3.10: asyncio's own
         return asyncio.run(coro)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(coro)

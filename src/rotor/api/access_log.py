@@ -27,6 +27,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rotor import tracing
 from rotor.api.access_state import KEY, Access, StreamTiming
@@ -46,11 +47,11 @@ class AccessLog:
     straight to the server's send (no frame of ours); only the start and the
     last write are looked at."""
 
-    def __init__(self, app: Any, request_log: RequestLog | None = None) -> None:
+    def __init__(self, app: ASGIApp, request_log: RequestLog | None = None) -> None:
         self.app = app
         self.request_log = request_log
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -67,7 +68,7 @@ class AccessLog:
         status = 0
         complete = False
 
-        async def edge(message: dict) -> None:  # the start, the last write, anything else
+        async def edge(message: Message) -> None:  # the start, the last write, anything else
             nonlocal status, complete
             kind = message["type"]
             if kind == "http.response.start":
@@ -82,7 +83,7 @@ class AccessLog:
             else:
                 await send(message)
 
-        def tracked(message: dict) -> Awaitable[None]:
+        def tracked(message: Message) -> Awaitable[None]:
             if message.get("more_body") and message["type"] == "http.response.body":
                 return send(message)  # a stream's write: straight to the server's send
             return edge(message)
@@ -127,7 +128,7 @@ def _submit(
 
 
 def _write(
-    level: int, scope: dict, status: int, access: Access, rid: str, t0: float, gone: bool
+    level: int, scope: Scope, status: int, access: Access, rid: str, t0: float, gone: bool
 ) -> None:
     """The line: `POST /v1/chat/completions 200 model=m prompt_tokens=5
     completion_tokens=7 duration_ms=12.3 request_id=abc` (+ `client disconnected`)."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterable
-from typing import Any
+
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rotor.api.errors import APIError, error_response, is_anthropic
 
@@ -26,13 +27,13 @@ def guarded(path: str) -> bool:
 class APIKeyMiddleware:
     """Plain ASGI, so streaming responses pass through untouched."""
 
-    def __init__(self, app: Any, api_key: str) -> None:
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
         if not api_key:
             raise ValueError("the API key must not be empty")
         self.app = app
         self.api_key = api_key.encode()
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and guarded(scope["path"]):
             error = check_key(scope["headers"], self.api_key)
             if error is not None:

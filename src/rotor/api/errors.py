@@ -10,16 +10,16 @@ directly.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
 from starlette.responses import Response
 
 from rotor.api.admission import Overloaded
-from rotor.frontend import ModelNotFound, ResponseFailed
+from rotor.frontend import ModelNotFound
 from rotor.pipeline.errors import RequestError
-from rotor.pipeline.events import Failure
+from rotor.pipeline.events import Failure, ResponseFailed
 
 log = logging.getLogger("rotor.api")
 
@@ -92,7 +92,7 @@ def error_response(
     status: int,
     message: str,
     param: str | None = None,
-    headers: dict[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
     anthropic: bool = False,
 ) -> Response:
     body = (

@@ -20,7 +20,7 @@ def register_ops(app: FastAPI, frontend: Frontend, metrics: Metrics) -> None:
         """200 when ready and every model it has served has something to serve it."""
         entries = frontend.registry.entries()
         down = [e.model.name for e in entries if not e.live()]
-        body: dict = {
+        body: dict[str, object] = {
             "status": "ok"
             if frontend.ready and not down
             else ("starting" if not frontend.ready else "degraded"),

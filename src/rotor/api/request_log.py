@@ -22,15 +22,17 @@ closed whole (a complete gzip file) before it moves.
 
 from __future__ import annotations
 
+import enum
 import errno
 import gzip
+import io
 import logging
 import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import IO, Protocol
+from typing import Final, Protocol
 
 from prometheus_client.core import CounterMetricFamily
 
@@ -48,7 +50,13 @@ class Entry(Protocol):
     def encode(self) -> bytes: ...
 
 
-_STOP = object()
+class _Stop(enum.Enum):
+    STOP = enum.auto()
+
+
+_STOP: Final = _Stop.STOP  # what close() queues: the writer ends
+# what the writer reads: a record, a sync's event, or the stop
+_Item = Entry | threading.Event | _Stop
 
 
 class RequestLog:
@@ -74,7 +82,7 @@ class RequestLog:
         self.retry_s = retry_s
         self._clock = clock
         self._gz = path.endswith(".gz")
-        self._queue: queue.Queue[object] = queue.Queue(queue_size)
+        self._queue: queue.Queue[_Item] = queue.Queue(queue_size)
         self._thread: threading.Thread | None = None
         self._closed = False
         # dropped on the loop (queue full) and on the writer's thread: one writer each
@@ -82,7 +90,7 @@ class RequestLog:
         self._dropped_write = 0
         self._warned_full = False
         # the writer thread's own
-        self._file: IO[bytes] | None = None
+        self._file: gzip.GzipFile | io.FileIO | None = None
         self._size = 0  # bytes of lines in the current file, the batch's included
         self._pending: list[bytes] = []  # lines not written yet: the next write
         self._flushed_at = 0.0
@@ -167,7 +175,7 @@ class RequestLog:
                 item.set()
                 continue
             try:
-                self._add(item)  # type: ignore[arg-type]
+                self._add(item)
                 if self._pending and self._clock() - self._flushed_at >= self.flush_s:
                     self._flush()
             except Exception:  # a bug here must not stop the writer: what it held is lost
@@ -278,7 +286,7 @@ class RequestLog:
                 pass  # a full disk: what it held is counted lost already
 
 
-def _write_all(f: IO[bytes], data: bytes) -> None:
+def _write_all(f: gzip.GzipFile | io.FileIO, data: bytes) -> None:
     """All of `data` (an unbuffered file may take part of it per write)."""
     view = memoryview(data)
     while view:

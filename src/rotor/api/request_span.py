@@ -10,7 +10,9 @@ first token is set by observe.py when it comes.
 
 from __future__ import annotations
 
+from starlette.applications import Starlette
 from starlette.routing import Match
+from starlette.types import Scope
 
 from rotor import tracing
 from rotor.api.access_state import Access
@@ -19,7 +21,7 @@ from rotor.tracing import NO_SPAN, Span
 _CONTEXT_HEADERS = (b"traceparent", b"tracestate")
 
 
-def open_request_span(scope: dict, request_id: str, probe: bool) -> Span:
+def open_request_span(scope: Scope, request_id: str, probe: bool) -> Span:
     """The request's span (NO_SPAN when tracing is off, or for a probe)."""
     if probe or not tracing.enabled():
         return NO_SPAN
@@ -38,18 +40,23 @@ def open_request_span(scope: dict, request_id: str, probe: bool) -> Span:
     return tracing.remote(name, headers, attributes, request_id=request_id)
 
 
-def route_template(scope: dict) -> str | None:
+def route_template(scope: Scope) -> str | None:
     """The template of the route the request will match (`/v1/models/{model_id:path}`),
     from the app's own routes (Starlette puts the app in the scope); None when
     none matches (a 404)."""
-    router = getattr(scope.get("app"), "router", None)
+    app = scope.get("app")
+    if not isinstance(app, Starlette):
+        return None
     partial = None
-    for route in getattr(router, "routes", ()):
+    for route in app.router.routes:
+        path = getattr(route, "path", None)  # every route but a Host's has its template
+        if not isinstance(path, str):
+            continue
         match, _ = route.matches(scope)
         if match is Match.FULL:
-            return route.path
+            return path
         if match is Match.PARTIAL and partial is None:  # the path, with another method: a 405
-            partial = route.path
+            partial = path
     return partial
 
 
@@ -57,7 +64,7 @@ def end_request_span(span: Span, status: int, access: Access, gone: bool) -> Non
     """What the response came to, and the span's end."""
     if not span.recording:
         return
-    attributes: dict = {"http.response.status_code": status}
+    attributes: dict[str, str | int | bool | None] = {"http.response.status_code": status}
     resp = access.response
     if resp is not None:
         usage = resp.usage

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import types
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any, Protocol, TypeVar
 
 import orjson
+from starlette.types import Receive
 
 DONE = b"data: [DONE]\n\n"
 
@@ -31,7 +32,8 @@ def sse_event(data: Any) -> bytes:
 
 def named_event(event: dict[str, Any]) -> bytes:
     """One named SSE event, as Anthropic and the Responses API send them."""
-    return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+    kind: str = event["type"]  # every named event has its type
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
 # Where a template's variable parts go: strings no event can otherwise hold
@@ -115,7 +117,7 @@ class NamedFraming:
 NAMED = NamedFraming()
 
 
-async def wait_disconnect(receive: Callable) -> None:
+async def wait_disconnect(receive: Receive) -> None:
     """Returns when the client has gone away (after the body has been read)."""
     while True:
         message = await receive()
@@ -124,7 +126,7 @@ async def wait_disconnect(receive: Callable) -> None:
 
 
 async def race_disconnect(
-    work: Coroutine[Any, Any, T], receive: Callable, stop: asyncio.Event | None = None
+    work: Awaitable[T], receive: Receive, stop: asyncio.Event | None = None
 ) -> asyncio.Future[T] | None:
     """Run `work` while watching the connection (and `stop`, when given). The
     finished work (its result or exception inside), or None when the client

@@ -8,6 +8,7 @@ import argparse
 import math
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
@@ -49,9 +50,12 @@ async def resolve_model(connections: Connections) -> str:
     if status != 200:
         raise BenchError(f"GET /models answered {status}; give --model")
     try:
-        return orjson.loads(body)["data"][0]["id"]
+        model = orjson.loads(body)["data"][0]["id"]
     except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
-        raise BenchError("GET /models listed no model; give --model") from None
+        model = None
+    if not isinstance(model, str):
+        raise BenchError("GET /models listed no model; give --model")
+    return model
 
 
 async def probe(
@@ -163,7 +167,7 @@ async def _level(
     if cfg.mode == "closed":
         run = await closed_loop(client, convs, int(level), budget, progress)
     elif trace is not None:
-        times = traces.send_offsets(trace.timestamps_ms, level)
+        times: Iterable[float] = traces.send_offsets(trace.timestamps_ms, level)
         run = await open_loop(client, convs, times, budget, progress, cfg.max_concurrency)
     else:
         rng = arrivals.seeded(cfg.seed * 1000 + i)

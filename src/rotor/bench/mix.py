@@ -59,12 +59,11 @@ def parse_mix(text: str) -> tuple[MixClass, ...]:
         raise ValueError(f"--mix: a class name twice ({', '.join(names)})")
     given = sum(s for *_, s in items if s is not None)
     open_ = [i for i in items if i[3] is None]
-    if open_:
-        if given >= 1:
-            raise ValueError(f"--mix: the shares given sum to {given:g}; nothing left for the rest")
-        rest = (1 - given) / len(open_)
-        return tuple(MixClass(n, lo, hi, rest if s is None else s) for n, lo, hi, s in items)
-    return tuple(MixClass(n, lo, hi, s / given) for n, lo, hi, s in items)  # type: ignore[operator]
+    if open_ and given >= 1:
+        raise ValueError(f"--mix: the shares given sum to {given:g}; nothing left for the rest")
+    rest = (1 - given) / len(open_) if open_ else 0.0  # the classes with no share split it
+    scale = 1.0 if open_ else given  # every share given: they are made to sum to 1
+    return tuple(MixClass(n, lo, hi, rest if s is None else s / scale) for n, lo, hi, s in items)
 
 
 def mixed(

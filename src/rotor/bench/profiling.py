@@ -185,7 +185,7 @@ async def server_info(connections: Connections, model: str | None) -> ServerInfo
         if not entries or not isinstance(entries[0].get("id"), str):
             raise ProfileError("GET /models listed no model; give --model")
         model = entries[0]["id"]
-    entry = next((e for e in entries if e.get("id") == model), {})
+    entry: dict[str, Any] = next((e for e in entries if e.get("id") == model), {})
     length = entry.get("max_model_len", entry.get("max_input_tokens"))
     pools = entry.get("pools")
     workers = None
@@ -225,9 +225,9 @@ async def probe(connections: Connections, model: str, timeout: float) -> Client:
         err = record["error"]
         if err is None:
             return client
-        if not (ignore_eos and err["kind"] == "http_400" and "ignore_eos" in err["message"]):
-            break
-    _failure("a probe request", [record])
+        if ignore_eos and err["kind"] == "http_400" and "ignore_eos" in err["message"]:
+            continue  # the server refuses ignore_eos: again without it
+        _failure("a probe request", [record])
     raise AssertionError("unreachable")  # pragma: no cover
 
 

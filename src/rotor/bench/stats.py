@@ -46,9 +46,10 @@ def describe(values: Sequence[float], scale: float = 1.0) -> dict[str, float] | 
 def tpot(rec: dict[str, Any]) -> float | None:
     """Time per output token after the first: (e2e - ttft) / (output_tokens - 1)."""
     n = rec.get("output_tokens")
-    if rec.get("error") or rec.get("ttft_s") is None or not n or n < 2:
+    if rec.get("error") or rec.get("ttft_s") is None or not isinstance(n, int) or n < 2:
         return None
-    return (rec["e2e_s"] - rec["ttft_s"]) / (n - 1)
+    after_first: float = rec["e2e_s"] - rec["ttft_s"]
+    return after_first / (n - 1)
 
 
 def meets_slo(rec: dict[str, Any], slo: dict[str, float]) -> bool:

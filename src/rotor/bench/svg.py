@@ -6,7 +6,7 @@ its value through SVG <title>.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 
@@ -91,7 +91,8 @@ def _frame(title: str, x_title: str, y_title: str, series: Sequence[Series]) -> 
         f'<text transform="translate(14 {(TOP + H - BOTTOM) / 2}) rotate(-90)" class="ax">'
         f"{escape(y_title)}</text>",
     ]
-    x, y = LEFT, 30
+    x: float = LEFT
+    y: float = 30
     for s in series:  # the legend, wrapped under the title
         width = 26 + 6.2 * len(s.name)
         if x + width > W - RIGHT:
@@ -106,7 +107,7 @@ def _frame(title: str, x_title: str, y_title: str, series: Sequence[Series]) -> 
     return out
 
 
-def _y_axis(out: list[str], ticks: list[float], ys: callable) -> None:  # type: ignore[valid-type]
+def _y_axis(out: list[str], ticks: list[float], ys: Callable[[float], float]) -> None:
     for t in ticks:
         y = ys(t)
         out.append(
@@ -185,13 +186,13 @@ def histogram(title: str, series: Sequence[Series], x_title: str, bins: int = 40
             return 0.0
         return ((math.log10(v) if log else v) - a) / (b - a)
 
-    counts = []
+    counts: list[list[float]] = []
     for s in series:
-        c = [0] * bins
+        hits = [0] * bins
         vs = [v for v in s.values if v is not None and math.isfinite(v)]
         for v in vs:
-            c[min(bins - 1, max(0, int(pos(v) * bins)))] += 1
-        counts.append([100 * k / len(vs) if vs else 0 for k in c])
+            hits[min(bins - 1, max(0, int(pos(v) * bins)))] += 1
+        counts.append([100 * k / len(vs) if vs else 0 for k in hits])
     ticks = nice_ticks(0.0, max(max(c) for c in counts) or 1.0)
     top = ticks[-1] or 1.0
     span = W - LEFT - RIGHT

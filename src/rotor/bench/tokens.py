@@ -51,7 +51,7 @@ def tokens_per_word_from(short: dict[str, Any], long: dict[str, Any], extra_word
                 "measuring tokens per word: the server reported no prompt tokens; "
                 "give --tokens-per-word"
             )
-    diff = long["prompt_tokens"] - short["prompt_tokens"]
+    diff: int = long["prompt_tokens"] - short["prompt_tokens"]
     if diff <= 0:
         raise ValueError(
             f"measuring tokens per word: {extra_words} more words cost {diff} more tokens; "

@@ -28,8 +28,13 @@ class Trace(Protocol):
     requests themselves, made lazily (a long trace's prompts would not fit in
     memory at once)."""
 
-    timestamps_ms: Sequence[float]
-    in_tokens: bool  # its lengths are tokens: the server's tokens per word is needed
+    @property
+    def timestamps_ms(self) -> Sequence[float]: ...
+
+    @property
+    def in_tokens(self) -> bool:
+        """Its lengths are tokens: the server's tokens per word is needed."""
+        ...
 
     def conversations(self, tokens_per_word: float | None, seed: str) -> Iterator[Conversation]:
         """The requests in send order; `seed` makes their text (a level's own)."""

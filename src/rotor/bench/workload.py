@@ -94,7 +94,9 @@ def make_prefixes(rng: random.Random, num: int, length: int) -> list[str]:
 def synthetic(spec: WorkloadSpec, rng: random.Random) -> Iterator[Conversation]:
     """Random-word conversations without end; the first `spec.turns` × k
     requests are the same for the same seed."""
-    prefixes = make_prefixes(rng, *spec.shared_prefix) if spec.shared_prefix else []
+    shared = spec.shared_prefix
+    prefixes = make_prefixes(rng, *shared) if shared else []
+    prefix_len = shared[1] if shared else 0
     for i in count():
         turns = []
         for t in range(spec.turns):
@@ -102,7 +104,7 @@ def synthetic(spec: WorkloadSpec, rng: random.Random) -> Iterator[Conversation]:
             n_out = sample_len(rng, spec.output_len, spec.output_len_std)
             if prefixes and t == 0:
                 prefix = rng.choice(prefixes)
-                n_own = max(1, n_in - spec.shared_prefix[1])  # type: ignore[index]
+                n_own = max(1, n_in - prefix_len)
                 text = prefix + " " + words(rng, n_own)
             else:
                 text = words(rng, n_in)

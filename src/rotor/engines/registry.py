@@ -14,6 +14,7 @@ from rotor.engines.base import Engine
 from rotor.flags import Flag
 from rotor.model.card import ModelCard, echo_card
 from rotor.model.tokenizer import Tokenizer
+from rotor.protocol.lease import Role
 
 Builtin = Callable[[str | None], tuple[ModelCard, Tokenizer | None, str]]
 Build = Callable[[ModelCard, Tokenizer | None, dict[str, Any]], Engine]
@@ -81,8 +82,9 @@ DEFAULT_EMBEDDING_DIM = 64  # a pooling mocker's, without --embedding-dim or a c
 
 def embedding_dim(model_dir: str | None, options: dict[str, Any]) -> int:
     """A pooling mocker's dimension: --embedding-dim, else the model's hidden_size."""
-    if options["embedding_dim"]:
-        return options["embedding_dim"]
+    given = options["embedding_dim"]
+    if isinstance(given, int) and given > 0:
+        return given
     top = _config_json(model_dir)
     config = top.get("text_config") or top
     hidden = config.get("hidden_size") if isinstance(config, dict) else None
@@ -136,10 +138,16 @@ def _vllm_builtin(name: str | None) -> tuple[ModelCard, Tokenizer | None, str]:
     raise ModelLoadError("out=vllm has no built-in model: give --model-path DIR")
 
 
+_ROLES: dict[str, Role] = {"agg": "agg", "prefill": "prefill", "decode": "decode"}
+
+
 def _build_vllm(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any]) -> Engine:
     from rotor.engines.vllm.engine import VLLMEngine
 
-    mode = options.get("disaggregation_mode") or "agg"
+    name = options.get("disaggregation_mode") or "agg"
+    mode = _ROLES.get(name)
+    if mode is None:
+        raise ValueError(f"disaggregation mode {name!r}: one of {', '.join(_ROLES)}")
     hold = options.get("kv_hold_timeout")
     return VLLMEngine(
         card,

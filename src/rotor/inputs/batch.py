@@ -21,10 +21,11 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from rotor.frontend import ModelNotFound, ResponseFailed
+from rotor.frontend import ModelNotFound
 from rotor.inputs.interrupt import EXIT_INTERRUPTED, Interrupted, until_interrupted
 from rotor.inputs.session import Answer, System, stream_chat
 from rotor.pipeline.errors import RequestError, describe_validation
+from rotor.pipeline.events import ResponseFailed
 from rotor.protocol.openai import ChatCompletionRequest
 
 CONCURRENCY = 16

@@ -67,16 +67,15 @@ class Renderer:
             self.out.write(style.answer)
 
     def piece(self, piece: Piece) -> None:
-        kind = type(piece)
-        if kind is Content:
+        if isinstance(piece, Content):
             if self._run is not Content:
                 self._open_run(Content)
             self._write(self.out, piece.text)
-        elif kind is Reasoning:
+        elif isinstance(piece, Reasoning):
             if self._run is not Reasoning:
                 self._open_run(Reasoning)
             self._write(self.reasoning_out, piece.text)
-        elif kind is ToolCall:
+        elif isinstance(piece, ToolCall):
             self._close_run()
             self._new_line(self.out)
             self._write(self.out, self.style.paint(self.style.tool, tool_call_line(piece)) + "\n")

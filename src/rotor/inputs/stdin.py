@@ -13,12 +13,13 @@ import sys
 
 from pydantic import ValidationError
 
-from rotor.frontend import ModelNotFound, ResponseFailed
+from rotor.frontend import ModelNotFound
 from rotor.inputs.interrupt import EXIT_INTERRUPTED, Interrupted, until_interrupted
 from rotor.inputs.render import Renderer
 from rotor.inputs.session import System, stream_chat
 from rotor.inputs.style import choose, reasoning_only
 from rotor.pipeline.errors import RequestError, describe_validation
+from rotor.pipeline.events import ResponseFailed
 from rotor.protocol.openai import ChatCompletionRequest
 
 

@@ -14,19 +14,23 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from rotor import __version__
-from rotor.frontend import ModelNotFound, ResponseFailed
+from rotor.frontend import ModelNotFound
 from rotor.inputs.interrupt import EXIT_INTERRUPTED, Interrupted, until_interrupted
 from rotor.inputs.render import Renderer
 from rotor.inputs.session import System, stream_chat
 from rotor.inputs.style import PLAIN, Style, choose
 from rotor.pipeline.errors import RequestError, describe_validation
+from rotor.pipeline.events import ResponseFailed
 from rotor.pipeline.served import ServedModel
 from rotor.protocol.openai import ChatCompletionRequest
+
+if TYPE_CHECKING:
+    from prompt_toolkit import PromptSession
 
 PROMPT = "> "
 
@@ -77,7 +81,7 @@ class LineReader:
     Raises EOFError on Ctrl-D / end of input, KeyboardInterrupt on Ctrl-C."""
 
     def __init__(self, style: Style = PLAIN) -> None:
-        self._session: Any = None
+        self._session: PromptSession[str] | None = None
         if sys.stdin.isatty() and sys.stdout.isatty():
             from prompt_toolkit import PromptSession
             from prompt_toolkit.styles import Style as ToolkitStyle

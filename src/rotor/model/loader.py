@@ -34,7 +34,6 @@ _CONTEXT_KEYS = (
 _NO_LIMIT = 10**9
 _FLOAT_DEFAULTS = ("temperature", "top_p", "min_p", "repetition_penalty")
 _INT_DEFAULTS = ("top_k", "max_new_tokens")
-_SPECIAL_TOKEN_FIELDS = ("bos_token", "eos_token", "unk_token", "pad_token")
 
 
 class ModelLoadError(Exception):
@@ -64,16 +63,17 @@ def load_model(
     _add_declared_tokens(raw, tokenizer_config, root / "tokenizer_config.json")
     tokenizer = Tokenizer(raw)
 
-    special = {
-        name: _token_text(tokenizer_config, name, root / "tokenizer_config.json")
-        for name in _SPECIAL_TOKEN_FIELDS
-    }
+    config_file = root / "tokenizer_config.json"
+    bos_token = _token_text(tokenizer_config, "bos_token", config_file)
+    eos_token = _token_text(tokenizer_config, "eos_token", config_file)
+    unk_token = _token_text(tokenizer_config, "unk_token", config_file)
+    pad_token = _token_text(tokenizer_config, "pad_token", config_file)
     context_length, context_source = _context_length(root, config, tokenizer_config)
     card = ModelCard(
         name=model_name or root.name,
         path=str(root),
         context_length=context_length,
-        eos_token_ids=_eos_token_ids(root, generation_config, tokenizer, special["eos_token"]),
+        eos_token_ids=_eos_token_ids(root, generation_config, tokenizer, eos_token),
         # The user's --chat-template replaces them all: the model's are not even read.
         chat_templates={}
         if chat_template_file is not None
@@ -84,7 +84,10 @@ def load_model(
             generation_config, root / "generation_config.json"
         ),
         created=int(time.time()),
-        **special,
+        bos_token=bos_token,
+        eos_token=eos_token,
+        unk_token=unk_token,
+        pad_token=pad_token,
     )
     apply_overrides(card, max_model_len, chat_template_file, context_source)
     return card, tokenizer
@@ -211,8 +214,9 @@ def _token_text(tokenizer_config: dict[str, Any], name: str, file: Path) -> str 
     value = tokenizer_config.get(name)
     if value is None or isinstance(value, str):
         return value
-    if isinstance(value, dict) and isinstance(value.get("content"), str):
-        return value["content"]
+    content = value.get("content") if isinstance(value, dict) else None
+    if isinstance(content, str):
+        return content
     raise ModelLoadError(
         f"{file}: {name} must be a string or an AddedToken object with a string content, "
         f"got {_kind(value)}"

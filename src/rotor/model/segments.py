@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import re
 import threading
+from typing import Any
 
 import tokenizers
 
@@ -37,7 +38,7 @@ DEFAULT_MAX_TOKENS = 1_000_000
 DEFAULT_MAX_CHARS = 8_000_000
 
 
-def _piecewise(pre_tokenizer: dict | None) -> bool:
+def _piecewise(pre_tokenizer: dict[str, Any] | None) -> bool:
     if pre_tokenizer is None:
         return True
     kind = pre_tokenizer.get("type")
@@ -142,12 +143,12 @@ class SegmentCache:
         """Each piece's ids: ASCII ones word by word (WordEncoder), the
         others by the tokenizer, all of those in one call."""
         words = self._words
-        out = [words.encode(p) if words is not None else None for p in pieces]
-        rest = [p for p, ids in zip(pieces, out, strict=True) if ids is None]
-        if rest:
-            encoded = iter(self._tok.encode_batch_fast(rest, add_special_tokens=False))
-            out = [next(encoded).ids if ids is None else ids for ids in out]
-        return out  # type: ignore[return-value]
+        found = [words.encode(p) if words is not None else None for p in pieces]
+        rest = [p for p, ids in zip(pieces, found, strict=True) if ids is None]
+        if not rest:
+            return [ids for ids in found if ids is not None]  # every one
+        encoded = iter(self._tok.encode_batch_fast(rest, add_special_tokens=False))
+        return [next(encoded).ids if ids is None else ids for ids in found]
 
     @property
     def held(self) -> tuple[int, int]:

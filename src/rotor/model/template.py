@@ -22,6 +22,7 @@ import jinja2.ext
 import jinja2.filters
 import jinja2.nodes
 import jinja2.utils
+import markupsafe
 from jinja2.compiler import CodeGenerator, Frame
 from jinja2.exceptions import SecurityError
 from jinja2.parser import Parser
@@ -199,8 +200,9 @@ def _check_format_fields(fmt: str) -> None:
                 _check_width(int(number))
 
 
-def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:  # noqa: A002
-    """jinja2's `lipsum`, with at most a few paragraphs of a bounded length."""
+def _lipsum(n: object = 5, html: bool = True, min: int = 20, max: object = 100) -> str:  # noqa: A002
+    """jinja2's `lipsum`, with at most a few paragraphs of a bounded length (the
+    template's arguments are whatever it passes: the bounds are checked)."""
     if not isinstance(n, int) or n > _MAX_LIPSUM or not isinstance(max, int) or max > 1000:
         raise SecurityError("lipsum: too much text for a template")
     return str(jinja2.utils.generate_lorem_ipsum(n, html, min, max))
@@ -215,12 +217,12 @@ def _center(value: Any, width: int = 80) -> str:
 
 
 def _format(value: Any, *args: Any, **kwargs: Any) -> str:
-    _check_printf(jinja2.filters.soft_str(value), kwargs or args)
+    _check_printf(markupsafe.soft_str(value), kwargs or args)
     return jinja2.filters.do_format(value, *args, **kwargs)
 
 
 def _indent(value: Any, width: int | str = 4, first: bool = False, blank: bool = False) -> str:
-    text = jinja2.filters.soft_str(value)
+    text = markupsafe.soft_str(value)
     size = len(width) if isinstance(width, str) else width
     if isinstance(size, int):
         _check_size(len(text) + size * (text.count("\n") + 1))
@@ -249,12 +251,12 @@ def _tojson(
     jinja2's built-in filter escapes `<>&'` and sorts keys, which would change
     the prompt the model was trained on.
     """
+    pair = None
+    if separators is not None:
+        item, key = separators  # two of them, else a ValueError (as json.dumps raises)
+        pair = (item, key)
     return json.dumps(
-        value,
-        ensure_ascii=ensure_ascii,
-        indent=indent,
-        separators=tuple(separators) if separators is not None else None,
-        sort_keys=sort_keys,
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=pair, sort_keys=sort_keys
     )
 
 
@@ -306,12 +308,12 @@ class ChatTemplate:
 
     def render(
         self,
-        messages: list[dict],
+        messages: list[dict[str, Any]],
         *,
-        tools: list[dict] | None = None,
+        tools: list[dict[str, Any]] | None = None,
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
-        documents: list[dict] | None = None,
+        documents: list[dict[str, Any]] | None = None,
         max_chars: int | None = None,
         **kwargs: Any,
     ) -> str:

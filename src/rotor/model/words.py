@@ -135,9 +135,10 @@ def ascii_pattern(pattern: str) -> str | None:
                     out.append(f"[{members}]" if members else _NEVER)
             elif e in _SETS:
                 inside, outside = _SETS[e]
-                if in_class and inside is None:
+                member = inside if in_class else outside
+                if member is None:  # a negated set inside a class: not translated
                     return None
-                out.append(inside if in_class else outside)  # type: ignore[arg-type]
+                out.append(member)
             elif e in _LITERAL_ESCAPES or not e.isalnum() and e.isascii():
                 out.append("\\" + e)
             else:

@@ -15,26 +15,30 @@ from rotor.pipeline.events import ChoiceEvent, Finished
 from rotor.pipeline.parse.base import Content, Piece, Reasoning, ToolCall
 from rotor.protocol.engine import TokenLogprob
 
+# a run of text: its kind and its texts, joined when asked for
+_Run = tuple[type[Content] | type[Reasoning], list[str]]
+
 
 class Collected:
     __slots__ = ("_runs", "logprobs", "finished")
 
     def __init__(self) -> None:
-        # a run of text is [kind, texts]; a tool call is [ToolCall, call]
-        self._runs: list[list] = []
+        # runs of text, and tool calls in their place among them
+        self._runs: list[_Run | ToolCall] = []
         self.logprobs: list[TokenLogprob] = []
         self.finished: Finished | None = None
 
     def add(self, event: ChoiceEvent) -> None:
         runs = self._runs
         for piece in event.pieces:
-            kind = type(piece)
-            if kind is ToolCall:
-                runs.append([ToolCall, piece])
-            elif runs and runs[-1][0] is kind:
-                runs[-1][1].append(piece.text)
+            if isinstance(piece, ToolCall):
+                runs.append(piece)
+                continue
+            last = runs[-1] if runs else None
+            if isinstance(last, tuple) and last[0] is type(piece):
+                last[1].append(piece.text)
             else:
-                runs.append([kind, [piece.text]])  # type: ignore[union-attr]
+                runs.append((type(piece), [piece.text]))
         if event.logprobs:
             self.logprobs.extend(event.logprobs)
         if event.finished is not None:
@@ -42,18 +46,21 @@ class Collected:
 
     def pieces(self) -> list[Piece]:
         """The answer in order, consecutive text of one kind joined."""
-        return [run[1] if run[0] is ToolCall else run[0]("".join(run[1])) for run in self._runs]
+        return [run if isinstance(run, ToolCall) else run[0]("".join(run[1])) for run in self._runs]
+
+    def _texts(self, kind: type[Content] | type[Reasoning]) -> list[str]:
+        return ["".join(run[1]) for run in self._runs if isinstance(run, tuple) and run[0] is kind]
 
     def text(self) -> str:
-        return "".join("".join(run[1]) for run in self._runs if run[0] is Content)
+        return "".join(self._texts(Content))
 
     def reasoning(self) -> str | None:
         """All the reasoning; None when there was none."""
-        parts = ["".join(run[1]) for run in self._runs if run[0] is Reasoning]
+        parts = self._texts(Reasoning)
         return "".join(parts) if parts else None
 
     def tool_calls(self) -> list[ToolCall]:
-        return [run[1] for run in self._runs if run[0] is ToolCall]
+        return [run for run in self._runs if isinstance(run, ToolCall)]
 
     @property
     def finish_reason(self) -> str | None:

@@ -8,7 +8,9 @@ import ctypes
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
 
 
 class BudgetExceeded(BaseException):
@@ -22,19 +24,19 @@ def _raise_in(ident: int, exc: type[BaseException] | None) -> None:
     )
 
 
-class Job:
+class Job(Generic[T]):
     """One call, and the state that decides whether it may still be interrupted."""
 
     __slots__ = ("fn", "args", "kwargs", "lock", "state", "ident", "started")
 
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict) -> None:
+    def __init__(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.fn, self.args, self.kwargs = fn, args, kwargs
         self.lock = threading.Lock()
         self.state = "queued"  # queued → running → done, or → abandoned
         self.ident = 0
         self.started: float | None = None
 
-    def __call__(self) -> Any:
+    def __call__(self) -> T:
         with self.lock:
             if self.state == "abandoned":
                 raise BudgetExceeded

@@ -106,7 +106,13 @@ def prepare_chat(model: ServedModel, req: ChatCompletionRequest, request_id: str
             parallel_tool_calls=req.parallel_tool_calls,
         )
         decoder = _decoder(
-            tok, stop, req.stop, req.include_stop_str_in_output, skip_special, retain, keep_special
+            tok,
+            stop,
+            req.stop_strings,
+            req.include_stop_str_in_output,
+            skip_special,
+            retain,
+            keep_special,
         )
         choices.append(
             ChoicePipeline(
@@ -253,7 +259,9 @@ def prepare_completion(
         choices = [
             ChoicePipeline(
                 i,
-                _decoder(tok, stop, req.stop, req.include_stop_str_in_output, skip_special, False),
+                _decoder(
+                    tok, stop, req.stop_strings, req.include_stop_str_in_output, skip_special, False
+                ),
                 MessageParser(),
             )
             for i in range(req.n)

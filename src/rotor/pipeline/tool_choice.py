@@ -11,6 +11,8 @@ from rotor.pipeline.errors import RequestError
 from rotor.pipeline.parse.base import Tools
 
 Mode = Literal["none", "auto", "required", "named"]
+# the modes a request names as a string
+_NAMED_MODES: dict[str, Mode] = {"none": "none", "auto": "auto", "required": "required"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,17 +34,18 @@ def check_tool_choice(raw: str | dict[str, Any] | None, tools: Tools) -> ToolCho
     if raw is None:
         return ToolChoice("auto" if tools else "none")
     if isinstance(raw, str):
-        if raw not in ("none", "auto", "required"):
+        mode = _NAMED_MODES.get(raw)
+        if mode is None:
             raise RequestError(
                 f"tool_choice {raw!r} must be 'none', 'auto', 'required' or a named function",
                 "tool_choice",
             )
-        if raw == "required" and not tools:
+        if mode == "required" and not tools:
             raise RequestError("tool_choice 'required' needs tools", "tool_choice")
-        if raw == "auto" and not tools:
+        if mode == "auto" and not tools:
             return ToolChoice("none")
-        return ToolChoice(raw, forbids_calls=raw == "none")  # type: ignore[arg-type]
-    fn = raw.get("function") if isinstance(raw, dict) else None
+        return ToolChoice(mode, forbids_calls=mode == "none")
+    fn = raw.get("function")
     name = fn.get("name") if isinstance(fn, dict) else None
     if raw.get("type") != "function" or not isinstance(name, str):
         raise RequestError(

@@ -135,11 +135,11 @@ def size_pool(
     for total, mem in loads:  # nearing a limit a miss set: up before latency shows it
         limit = mem.limit()
         if mem.missed_last and limit is not None and total / n >= limit:
-            want = max(n + 1, *(math.ceil(t / m.limit()) for t, m in loads if m.limit()))
+            want = max(n + 1, *(math.ceil(t / lim) for t, m in loads if (lim := m.limit())))
             return Proposal(pool, want, f"{seen}: near where the SLA broke")
     if n > 1:
         latency_ok = r is None or r * n / (n - 1) < HEADROOM
-        loads_ok = all(m.limit() is None or t / (n - 1) < m.limit() for t, m in loads)
+        loads_ok = all((lim := m.limit()) is None or t / (n - 1) < lim for t, m in loads)
         if latency_ok and loads_ok:
             return Proposal(pool, n - 1, f"headroom: {what}, {seen}")
     return Proposal(pool, n, f"holds: {what}, {seen}")

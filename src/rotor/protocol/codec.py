@@ -16,9 +16,9 @@ decoders check types, never values: `n = 0` decodes, and the engine refuses it.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, fields
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 import msgpack
 import tokenizers
@@ -26,7 +26,7 @@ import tokenizers
 from rotor.model.card import Capabilities, ModelCard, content_hash
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol.engine import (
-    CAUSES,
+    Cause,
     EngineError,
     EngineOutput,
     EngineRequest,
@@ -39,14 +39,21 @@ from rotor.protocol.engine import (
 )
 from rotor.protocol.kv import AllCleared, BlocksRemoved, BlocksStored, KVEvent, KVSnapshot
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    D = TypeVar("D", bound=DataclassInstance)
+
 
 class CodecError(ValueError):
     """A payload that is not a valid encoding of what the decoder expects."""
 
 
 _packb = msgpack.packb
-_FINISHES = frozenset(get_args(Finish))
-_ERROR_KINDS = frozenset(get_args(ErrorKind))
+# each literal by its name: a decoded string looked up is that literal, or unknown
+_FINISHES: dict[str, Finish] = {name: name for name in get_args(Finish)}
+_ERROR_KINDS: dict[str, ErrorKind] = {name: name for name in get_args(ErrorKind)}
+_CAUSES: dict[str, Cause] = {name: name for name in get_args(Cause)}
 
 # -- field checks: (value, field name) -> the value, or CodecError --------------
 
@@ -125,11 +132,11 @@ _hashes = _ints_in("Q", "block hashes (u64)")
 
 
 def _str_map(value: Any, name: str) -> dict[str, str]:
-    _map(value, name)
-    for key, item in value.items():
+    m = _map(value, name)
+    for key, item in m.items():
         if type(key) is not str or type(item) is not str:
             raise CodecError(f"{name}: expected a map of strings to strings")
-    return value
+    return m
 
 
 def _strs(value: Any, name: str) -> list[str]:
@@ -145,7 +152,7 @@ def _optional(check: Check) -> Check:
     return optional
 
 
-def _build(cls: type, schema: dict[str, Check], value: Any, name: str) -> Any:
+def _build(cls: type[D], schema: Mapping[str, Check], value: Any, name: str) -> D:
     """`cls` from a map: known fields checked, unknown ones ignored, missing ones defaulted."""
     data = _map(value, name)
     kwargs = {
@@ -314,8 +321,11 @@ def _output(value: Any, name: str) -> EngineOutput:
         raise _wrong(f"{name}.text", "a string", text)
     if logprobs is not None:
         logprobs = _logprobs(logprobs, f"{name}.logprobs")
-    if finish is not None and (type(finish) is not str or finish not in _FINISHES):
-        raise CodecError(f"{name}.finish: expected one of {sorted(_FINISHES)}, got {finish!r}")
+    if finish is not None:
+        known = _FINISHES.get(finish) if type(finish) is str else None
+        if known is None:
+            raise CodecError(f"{name}.finish: expected one of {sorted(_FINISHES)}, got {finish!r}")
+        finish = known
     if matched is not None and type(matched) is not int and type(matched) is not str:
         raise _wrong(f"{name}.matched", "a token id or a string", matched)
     if cached is not None and type(cached) is not int:
@@ -455,21 +465,20 @@ def decode_error(data: bytes) -> EngineError:
     m = _map(_unpack(data), "error")
     if "message" not in m:
         raise CodecError("error: the message is missing")
-    kind = _str(m.get("kind", "internal"), "error.kind")
-    cause = _optional(_str)(m.get("cause"), "error.cause")
-    if cause is not None and cause not in CAUSES:
-        cause = "unavailable"
+    kind = _ERROR_KINDS.get(_str(m.get("kind", "internal"), "error.kind"), "internal")
+    cause_name = _optional(_str)(m.get("cause"), "error.cause")
+    cause = None if cause_name is None else _CAUSES.get(cause_name, "unavailable")
     return EngineError(
         _str(m["message"], "error.message"),
-        kind if kind in _ERROR_KINDS else "internal",  # type: ignore[arg-type]
+        kind,
         _optional(_str)(m.get("param"), "error.param"),
-        cause if kind == "unavailable" else None,  # type: ignore[arg-type]
+        cause if kind == "unavailable" else None,
     )
 
 
 # -- KV events -----------------------------------------------------------------
 
-_KV_EVENTS: dict[str, tuple[type, dict[str, Check]]] = {
+_KV_EVENTS: dict[str, tuple[type[KVEvent], dict[str, Check]]] = {
     "stored": (
         BlocksStored,
         {
@@ -561,7 +570,12 @@ def _capability_checks() -> dict[str, Check]:
     by_type: dict[type, Check] = {bool: _bool, int: _int, float: _float, str: _str}
     checks: dict[str, Check] = {}
     for f in fields(Capabilities):
-        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        if f.default is not MISSING:
+            default = f.default
+        elif f.default_factory is not MISSING:
+            default = f.default_factory()
+        else:  # a required field (Capabilities has none): unchecked, like one of no known type
+            default = None
         checks[f.name] = by_type.get(type(default), lambda v, n: v)
     return checks
 

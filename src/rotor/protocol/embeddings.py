@@ -7,13 +7,21 @@ own. Unknown fields are a 400 naming them, like every other request.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 MAX_INPUTS = 2048  # inputs in one request (OpenAI's own limit)
 
 Inputs = str | list[str] | list[int] | list[list[int]]
+
+
+def _one_of_token_ids(v: list[str] | list[int] | list[list[int]]) -> TypeIs[list[int]]:
+    """A list of token ids is one input; a validated list holds one type of item."""
+    return bool(v) and isinstance(v[0], int)
 
 
 class EmbeddingRequest(BaseModel):
@@ -45,6 +53,6 @@ class EmbeddingRequest(BaseModel):
         v = self.input
         if isinstance(v, str):
             return [v]
-        if v and isinstance(v[0], int):
-            return [v]  # type: ignore[list-item]  # one input of token ids
-        return list(v)  # type: ignore[arg-type]
+        if _one_of_token_ids(v):
+            return [v]
+        return list(v)

@@ -7,7 +7,7 @@ an allow-list of fields.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from jsonschema import Draft202012Validator
@@ -27,6 +27,9 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from rotor.protocol import ignored
 from rotor.protocol.mock import MockField
 from rotor.protocol.parts import check_chat_content
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 MAX_N = 16
 MAX_SESSION_ID = 256  # characters of a session id
@@ -119,8 +122,14 @@ def _ignored_fields(name: str, names: dict[str, str]) -> type[BaseModel]:
     return create_model(name, __base__=BaseModel, **fields)
 
 
-_CommonIgnored = _ignored_fields("_CommonIgnored", ignored.COMMON)
-_ChatIgnored = _ignored_fields("_ChatIgnored", ignored.CHAT)
+if TYPE_CHECKING:
+    # Made at run time from the ignored.py tables, so the checker cannot see their fields:
+    # to it they are bare models, and code that reads an ignored field is an error.
+    _CommonIgnored = BaseModel
+    _ChatIgnored = BaseModel
+else:
+    _CommonIgnored = _ignored_fields("_CommonIgnored", ignored.COMMON)
+    _ChatIgnored = _ignored_fields("_ChatIgnored", ignored.CHAT)
 
 LOGIT_BIAS_LIMIT = 100.0
 
@@ -166,6 +175,12 @@ class SamplingFields(_CommonIgnored):
     @classmethod
     def _stop(cls, v: str | list[str] | None) -> list[str] | None:
         return stop_list(v)
+
+    @property
+    def stop_strings(self) -> list[str] | None:
+        """`stop` as its validator leaves it: a list (the field's type is what a client sends)."""
+        stop = self.stop
+        return [stop] if isinstance(stop, str) else stop
 
     @field_validator("logit_bias")
     @classmethod
@@ -330,6 +345,11 @@ class ChatCompletionRequest(SamplingFields, _ChatIgnored):
         return self.max_completion_tokens or self.max_tokens
 
 
+def _token_ids(prompt: list[str] | list[int] | list[list[int]]) -> TypeIs[list[int]]:
+    """Token ids are one prompt; a validated list holds one type of item."""
+    return all(isinstance(x, int) for x in prompt)
+
+
 class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
     logprobs: int | None = Field(default=None, ge=0, le=20)
@@ -381,6 +401,6 @@ class CompletionRequest(SamplingFields):
         p = self.prompt
         if isinstance(p, str):
             return [p]
-        if all(isinstance(x, int) for x in p):
-            return [list(p)]  # type: ignore[arg-type]
-        return list(p)  # type: ignore[arg-type]
+        if _token_ids(p):
+            return [list(p)]
+        return list(p)

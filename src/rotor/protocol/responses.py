@@ -114,8 +114,9 @@ class ReasoningItem(_Strict):
     status: str | None = None
 
 
-def _item_type(value: Any) -> str:
-    """Easy input messages (`{"role", "content"}`) carry no type: they are messages."""
+def _item_type(value: Any) -> object:
+    """Easy input messages (`{"role", "content"}`) carry no type: they are messages.
+    Whatever a client sent as the type is the tag: pydantic refuses one that is no tag."""
     if isinstance(value, dict):
         return value.get("type", "message")
     return getattr(value, "type", "message")

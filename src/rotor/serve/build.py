@@ -31,6 +31,7 @@ def load(config: ModelConfig, spec: EngineSpec) -> tuple[ModelCard, Tokenizer | 
     from rotor.model.loader import ModelLoadError, apply_overrides, load_model
 
     name, aliases = served_names(config)
+    tok: Tokenizer | None
     try:
         if config.model_path:
             card, tok = load_model(
@@ -64,7 +65,9 @@ def served_names(config: ModelConfig) -> tuple[str | None, list[str]]:
     return names[0], names[1:]
 
 
-def build_engine(spec: EngineSpec, card: ModelCard, tok: Tokenizer | None, options: dict) -> Engine:
+def build_engine(
+    spec: EngineSpec, card: ModelCard, tok: Tokenizer | None, options: dict[str, Any]
+) -> Engine:
     try:
         return spec.build(card, tok, options)
     except ValueError as e:

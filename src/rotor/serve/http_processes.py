@@ -90,7 +90,8 @@ def _http_process(
     from rotor.pipeline.preparer import Preparer
     from rotor.serve.http import http_server
 
-    engine = SocketEngine(entry.engine.card, path, dict(parent.adapters))
+    # the registry's engine is the parent's one engine (the registry types it as a client)
+    engine = SocketEngine(parent.engines[0].card, path, dict(parent.adapters))
     system = System.local(
         engine,
         entry.model,

@@ -140,7 +140,10 @@ async def _serve(config: PlannerConfig) -> int:
     sizer = _sizer(config, metrics)
     nc = await connect(config.nats, "planner")
     fleet = Fleet()
-    feeds = [LeaseFeed(nc, fleet.on_lease), StatsFeed(nc, fleet.on_stats)]
+    feeds: list[LeaseFeed | StatsFeed] = [
+        LeaseFeed(nc, fleet.on_lease),
+        StatsFeed(nc, fleet.on_stats),
+    ]
     connector: Connector | None = None
     status: EmbeddedServer | None = None
     status_task: asyncio.Task[None] | None = None

@@ -20,7 +20,7 @@ from rotor.serve.http import EmbeddedServer
 Health = Callable[[], tuple[dict[str, Any], int]]  # the body and its status code
 
 
-def status_app(title: str, health: Health, render_metrics: Callable[[], str]) -> FastAPI:
+def status_app(title: str, health: Health, render_metrics: Callable[[], bytes]) -> FastAPI:
     app = FastAPI(title=title)
 
     @app.get("/live")

@@ -6,13 +6,18 @@ start)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rotor.config import HTTPConfig
 from rotor.engines.base import Adapters, AdapterSource, Engine, Lifecycle
 from rotor.frontend import Frontend
 from rotor.pipeline.preparer import Preparer
 from rotor.pipeline.served import ServedModel
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from rotor.api.lora import LoraControl
 
 
 @dataclass
@@ -51,7 +56,7 @@ class System:
         while self._started:
             await self._started.pop().stop()
 
-    def app(self, http: HTTPConfig) -> Any:
+    def app(self, http: HTTPConfig) -> FastAPI:
         """The HTTP API over this system: its engines start and stop with the
         server, and the garbage collector settles once they have started.
         Tracing (when asked for) starts first and sends its last spans last."""
@@ -75,18 +80,19 @@ class System:
         )
 
 
-def lora_control(frontend: Frontend, engine: Engine | None) -> Any:
+def lora_control(frontend: Frontend, engine: Engine | None) -> LoraControl | None:
     """What `/v1/loras` acts on: the one model's engine, if it loads adapters."""
     from rotor.api.lora import LoraControl
 
     entries = frontend.registry.entries()
     if len(entries) != 1:
         return None
-    loader = engine if isinstance(engine, Adapters) else None
+    # (`engine is not None` first: mypy cannot narrow an Optional to a protocol at once)
+    loader = engine if engine is not None and isinstance(engine, Adapters) else None
     why = (
         "this server loads LoRA adapters only at start (--lora NAME=DIR; with"
         " --http-workers the engine runs in a process of its own)"
-        if isinstance(engine, AdapterSource)
+        if engine is not None and isinstance(engine, AdapterSource)
         else f"the {entries[0].model.name!r} engine cannot load LoRA adapters"
     )
     return LoraControl(entries[0].model.name, loader, why)

@@ -125,7 +125,7 @@ class _Worker:
             self.engine_started = True
         for name, path in config.model.loras:  # before the first lease, which lists them
             await load_startup_adapter(engine, name, path)
-        service = WorkerService(self.nc, engine, self.tok, role=self.config.role)  # type: ignore[arg-type]
+        service = WorkerService(self.nc, engine, self.tok, role=self.config.role)
         await service.start()
         self.service = service
         settle()

@@ -21,7 +21,7 @@ from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -85,7 +85,8 @@ class OtelTracer:
         resource = Resource.create(
             {"service.name": service, "service.version": __version__, "process.pid": os.getpid()}
         )
-        self._exporter = OTLPSpanExporter(endpoint=url)
+        # as the SDK's interface, which is typed (the OTLP exporter's own methods are not)
+        self._exporter: SpanExporter = OTLPSpanExporter(endpoint=url)
         self._provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         self._provider.add_span_processor(BatchSpanProcessor(self._exporter))
         self._tracer = self._provider.get_tracer("rotor", __version__)

@@ -90,6 +90,8 @@ class MessageStream:
         if len(pieces) != 1 or event.finished is not None:
             return None
         piece = pieces[0]
+        if isinstance(piece, ToolCall):
+            return None
         kind = _DELTA_KINDS.get(type(piece))
         if kind is None or kind != self._open:
             return None
@@ -102,7 +104,7 @@ class MessageStream:
             parts = templates[key] = template(framed)
         if parts is None:
             return None
-        return parts[0] + orjson.dumps(piece.text) + parts[1]  # type: ignore[union-attr]
+        return parts[0] + orjson.dumps(piece.text) + parts[1]
 
     def finish(self) -> list[dict[str, Any]]:
         stop_reason, stop_sequence = self._stop_reason()

@@ -12,6 +12,7 @@ refused with the very message HTTP's 400 gives.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,7 +82,7 @@ def _prompt(tensor: Tensor | None) -> str | list[str]:
 
 def _tensor_value(tensor: Tensor) -> Any:
     """A field's value from its tensor: the element, or the list of them."""
-    values: list[Value] = tensor.values
+    values: Sequence[Value] = tensor.values
     if tensor.datatype == "BYTES":
         values = [_text(tensor.name, v) for v in values]
     if len(values) == 1 and tensor.name not in _LISTS:

@@ -11,6 +11,7 @@ with it every answer under way (their engine work stops)."""
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 from rotor.api.drain import SHUTTING_DOWN, OpenStreams
@@ -20,8 +21,10 @@ from rotor.api.kserve.answer import Put
 
 Answer = Callable[[pb.ModelInferRequest, Put], Awaitable[None]]
 
-_END = object()  # every request answered
-_STOP = object()  # the grace is over
+
+class _Signal(enum.Enum):
+    END = enum.auto()  # every request answered
+    STOP = enum.auto()  # the grace is over
 
 
 async def stream_responses(
@@ -29,7 +32,7 @@ async def stream_responses(
 ) -> AsyncGenerator[pb.ModelStreamInferResponse, None]:
     """The call's responses; APIError(503) when the server's grace ends it.
     `answer(request, put)` puts a request's responses and never raises."""
-    out: asyncio.Queue[object] = asyncio.Queue()
+    out: asyncio.Queue[pb.ModelStreamInferResponse | _Signal] = asyncio.Queue()
     running: set[asyncio.Task[None]] = set()
 
     async def read() -> None:
@@ -41,22 +44,22 @@ async def stream_responses(
             while running:
                 await asyncio.wait(set(running))
         finally:
-            out.put_nowait(_END)
+            out.put_nowait(_Signal.END)
 
     async def watch() -> None:
         await streams.stopping.wait()
-        out.put_nowait(_STOP)
+        out.put_nowait(_Signal.STOP)
 
     helpers = [asyncio.ensure_future(read()), asyncio.ensure_future(watch())]
     streams.count += 1
     try:
         while True:
             item = await out.get()
-            if item is _END:
+            if item is _Signal.END:
                 return
-            if item is _STOP:
+            if item is _Signal.STOP:
                 raise APIError(503, SHUTTING_DOWN)
-            yield item  # type: ignore[misc]
+            yield item
     finally:
         streams.count -= 1
         tasks = [*helpers, *running]

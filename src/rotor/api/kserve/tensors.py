@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from rotor.api.errors import APIError
 from rotor.api.kserve import kserve_pb2 as pb
@@ -70,7 +70,7 @@ def decode_bytes(raw: bytes) -> list[bytes]:
 class Tensor:
     name: str
     datatype: str
-    values: list[Value]  # row-major, the shape's element count
+    values: Sequence[Value]  # row-major, the shape's element count
 
 
 def input_tensors(request: pb.ModelInferRequest) -> dict[str, Tensor]:
@@ -92,7 +92,9 @@ def input_tensors(request: pb.ModelInferRequest) -> dict[str, Tensor]:
     return out
 
 
-def tensor_values(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes | None) -> list[Value]:
+def tensor_values(
+    tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes | None
+) -> Sequence[Value]:
     """A tensor's elements, from `raw` when given, else from its contents;
     their count must be the shape's."""
     name, datatype = tensor.name, tensor.datatype
@@ -103,7 +105,7 @@ def tensor_values(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes | No
     if any(d < 0 for d in tensor.shape):
         raise bad(f"input {name!r}: shape {list(tensor.shape)} has a negative dimension")
     field, element = _CONTENTS[datatype]
-    values: list[Any]
+    values: Sequence[Value]
     if raw is None:
         values = list(getattr(tensor.contents, field))
     elif datatype == "BYTES":
@@ -133,7 +135,10 @@ def parameter_value(name: str, param: pb.InferParameter) -> Value:
     choice = param.WhichOneof("parameter_choice")
     if choice is None:
         raise bad(f"parameter {name!r} holds no value")
-    return getattr(param, choice)
+    value = getattr(param, choice)
+    if not isinstance(value, (bool, int, float, str, bytes)):  # a oneof member of a newer proto
+        raise bad(f"parameter {name!r} holds a {type(value).__name__}, not a value")
+    return value
 
 
 def bytes_output(

@@ -24,7 +24,7 @@ class OpenAIShaper:
         self._include_usage = include_usage
         self._continuous = continuous_usage
         # a text chunk's SSE bytes before and after its text, per key (`_text_frame`)
-        self._templates: dict[Any, tuple[bytes, bytes] | None] = {}
+        self._templates: dict[Any, tuple[bytes, ...] | None] = {}
 
     def _chunk(self, choice: dict[str, Any]) -> dict[str, Any]:
         out = {**self._head, "choices": [choice]}

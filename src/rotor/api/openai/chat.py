@@ -53,11 +53,10 @@ class ChatShaper(OpenAIShaper):
         if event.logprobs and self._resp.token_text is not None:
             return None
         piece = pieces[0]
-        kind = type(piece)
-        if kind is Content:
-            return self._text_frame((event.index, "content"), piece.text)  # type: ignore[union-attr]
-        if kind is Reasoning:
-            return self._text_frame((event.index, self._reasoning_field), piece.text)  # type: ignore[union-attr]
+        if type(piece) is Content:
+            return self._text_frame((event.index, "content"), piece.text)
+        if type(piece) is Reasoning:
+            return self._text_frame((event.index, self._reasoning_field), piece.text)
         return None
 
     def _text_choice(self, key: tuple[int, str], text: str) -> dict[str, Any]:

@@ -39,7 +39,7 @@ class CompletionShaper(OpenAIShaper):
             return None
         if self._echo is not None and event.index in self._echo:
             return None
-        text = "".join([p.text for p in event.pieces if type(p) is Content])  # type: ignore[union-attr]
+        text = "".join([p.text for p in event.pieces if type(p) is Content])
         if not text:
             return None
         return self._text_frame(event.index, text)

@@ -18,6 +18,7 @@ from rotor.protocol.responses import (
     ReasoningItem,
     Refusal,
     ResponsesRequest,
+    UnsupportedInput,
 )
 
 # RequestError params in chat terms → the Responses field the client sent.
@@ -134,4 +135,12 @@ def _content(content: str | list[Part]) -> str:
     """Parts joined into one string: every template can render a string."""
     if isinstance(content, str):
         return content
-    return "\n".join(p.refusal if isinstance(p, Refusal) else p.text for p in content)
+    return "\n".join(_part_text(p) for p in content)
+
+
+def _part_text(part: Part) -> str:
+    if isinstance(part, Refusal):
+        return part.refusal
+    if isinstance(part, UnsupportedInput):  # its validation refuses it: never here
+        raise AssertionError(f"unsupported input {part!r} was accepted")
+    return part.text

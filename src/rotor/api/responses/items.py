@@ -125,8 +125,8 @@ def response_body(
         if type(piece) is ToolCall:
             output.append(call_item(piece, rid, i, piece.arguments, "completed"))
             continue
+        assert isinstance(piece, (Content, Reasoning))
         kind = "message" if type(piece) is Content else "reasoning"
-        assert type(piece) in (Content, Reasoning)
         last = i == len(pieces) - 1
         status = "incomplete" if incomplete and last else "completed"
         output.append(text_item(kind, rid, i, status, piece.text))

@@ -70,17 +70,19 @@ class ResponseStream:
         if len(pieces) != 1 or event.finished is not None:
             return None
         piece = pieces[0]
+        if isinstance(piece, ToolCall):
+            return None
         kind = _ITEM_KINDS.get(type(piece))
         item = self._open
         if kind is None or item is None or item["type"] != kind:
             return None
         parts = self._template
         if parts is None:
-            framed = named_event(self._delta_event(kind, HOLE, NUMBER_HOLE))  # type: ignore[arg-type]
+            framed = named_event(self._delta_event(kind, HOLE, NUMBER_HOLE))
             parts = self._template = template(framed, NUMBER_HOLE, HOLE)
             if parts is None:
                 return None
-        text = piece.text  # type: ignore[union-attr]
+        text = piece.text
         self._text.append(text)
         seq = self._seq
         self._seq = seq + 1
@@ -123,8 +125,8 @@ class ResponseStream:
         self._seq += 1
         return out
 
-    def _delta_event(self, kind: str, text: str, seq: int) -> dict[str, Any]:
-        """The open item's delta event: one dict from its head."""
+    def _delta_event(self, kind: str, text: str, seq: int | str) -> dict[str, Any]:
+        """The open item's delta event: one dict from its head (`seq` a hole, for its template)."""
         event = self._delta_head.copy()
         event["sequence_number"] = seq
         event["delta"] = text

@@ -44,7 +44,7 @@ def constrained_text(guided: dict[str, Any], rng: random.Random) -> str | None:
     kind = guided.get("type")
     if kind == "choice":
         choices = guided.get("choice") or [""]
-        return rng.choice(choices)
+        return str(rng.choice(choices))  # strings, unless a peer sent otherwise
     if kind == "json_schema":
         schema = guided.get("json_schema")
         if isinstance(schema, str):

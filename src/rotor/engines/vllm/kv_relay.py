@@ -133,7 +133,7 @@ class KVRelay:
         """The adapter the event's blocks were computed with (None: the base
         model); LookupError for an adapter id nobody can name."""
         name = getattr(event, "lora_name", None)
-        if name:
+        if isinstance(name, str) and name:
             return name
         lora_id = getattr(event, "lora_id", None)
         if lora_id is None:

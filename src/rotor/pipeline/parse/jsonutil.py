@@ -162,6 +162,12 @@ def call_from_obj(obj: Any) -> ToolCall | None:
     return ToolCall(name=name, arguments=dumps_args(args))
 
 
+def all_calls(calls: list[ToolCall | None]) -> list[ToolCall] | None:
+    """The calls when there is one at least and none is malformed (None); else None."""
+    good = [call for call in calls if call is not None]
+    return good if good and len(good) == len(calls) else None
+
+
 def calls_from_json(text: str) -> list[ToolCall] | None:
     """A JSON object or a list of objects, each one call; None when malformed."""
     try:
@@ -169,10 +175,7 @@ def calls_from_json(text: str) -> list[ToolCall] | None:
     except ValueError:
         return None
     items = data if isinstance(data, list) else [data]
-    calls = [call_from_obj(item) for item in items]
-    if not calls or any(c is None for c in calls):
-        return None
-    return calls  # type: ignore[return-value]
+    return all_calls([call_from_obj(item) for item in items])
 
 
 def _reject_constant(name: str) -> Any:

@@ -11,6 +11,7 @@ the model wrote is lost. A family is a subclass with its markers and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from rotor.pipeline.parse.base import (
@@ -40,7 +41,7 @@ class MarkerToolParser(ToolParser):
 
     # -- what a family defines -------------------------------------------------
 
-    def parse_section(self, body: str) -> list[Piece] | None:
+    def parse_section(self, body: str) -> Sequence[Piece] | None:
         """Calls in a section body (markers excluded); None when malformed. A
         family that keeps a section's good calls around a bad one may return
         Content for the bad part, in its place."""
@@ -57,7 +58,7 @@ class MarkerToolParser(ToolParser):
     def open_section(self) -> None:
         """A section just opened: a family that keeps scan state starts afresh."""
 
-    def unterminated(self, body: str) -> list[Piece] | None:
+    def unterminated(self, body: str) -> Sequence[Piece] | None:
         """At the end of the stream, an open section: recover its calls when the
         body is complete, else None (released as content). `body` comes
         without an end marker the stream stopped halfway through."""

@@ -43,5 +43,8 @@ def tool_parser(name: str) -> type[ToolParser]:
     except KeyError:
         valid = ", ".join(sorted(TOOL_PARSERS))
         raise ValueError(f"unknown tool-call parser {name!r}; valid: {valid}") from None
-    module, cls = target.split(":")
-    return getattr(importlib.import_module(f"{_FAMILIES}.{module}"), cls)
+    module, name = target.split(":")
+    cls = getattr(importlib.import_module(f"{_FAMILIES}.{module}"), name)
+    if not (isinstance(cls, type) and issubclass(cls, ToolParser)):
+        raise TypeError(f"{target} is not a tool-call parser")
+    return cls

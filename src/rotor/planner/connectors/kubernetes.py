@@ -14,7 +14,7 @@ import json
 import os
 import re
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from rotor.planner.connectors import ConnectorError
 from rotor.planner.observation import POOLS, PoolName, WorkerLoad
@@ -51,7 +51,7 @@ def parse_deployments(values: list[str]) -> dict[PoolName, str]:
             )
         if pool in deployments:
             raise ValueError(f"--deployment {pool}=...: given twice")
-        deployments[cast(PoolName, pool)] = name
+        deployments[pool] = name
     return deployments
 
 

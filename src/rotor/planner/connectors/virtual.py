@@ -193,6 +193,8 @@ class VirtualConnector:
             return None
         try:
             value = json.loads(entry.value or b"")
+            if not isinstance(value, dict):
+                raise TypeError("not a JSON object")
             int(value["id"]), int(value["target"])
         except (ValueError, TypeError, KeyError) as e:
             log.warning("virtual: ignoring a malformed %s: %s", key, e)

@@ -8,12 +8,13 @@ from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 
 class Subscriptions:
     def __init__(self, nc: Client) -> None:
         self.nc = nc
-        self._subs: list = []
+        self._subs: list[Subscription] = []
 
     async def add(self, subject: str, cb: Callable[[Msg], Awaitable[None]]) -> None:
         self._subs.append(await self.nc.subscribe(subject, cb=cb))

@@ -52,14 +52,14 @@ class DsmlParser(MarkerToolParser):
             params = elements(inner, PARAM, PARAM_END)
             if params is None:
                 return None
-            args: dict[str, Any] = {}
+            values: dict[str, Any] = {}
             for param_head, value in params:
                 attrs = _param_attrs(param_head)
                 if attrs is None:
                     return None
                 key, raw = attrs
-                args[key] = value if raw else self._json(name, key, value)
-            calls.append(ToolCall(name=name, arguments=dumps_args(args)))
+                values[key] = value if raw else self._json(name, key, value)
+            calls.append(ToolCall(name=name, arguments=dumps_args(values)))
         return calls
 
     def _json(self, tool: str, key: str, value: str) -> Any:

@@ -17,7 +17,7 @@ from typing import Any
 
 from rotor.pipeline.parse.base import ToolCall, Tools, skip_space
 from rotor.pipeline.parse.families._json_section import JsonValueSectionParser
-from rotor.pipeline.parse.jsonutil import call_from_obj
+from rotor.pipeline.parse.jsonutil import all_calls, call_from_obj
 from rotor.pipeline.parse.jsonutil import loads as json_loads
 
 ARGS = "[ARGS]"
@@ -67,8 +67,7 @@ class MistralParser(JsonValueSectionParser):
             return None
         if head.name is None:
             items = value if isinstance(value, list) else [value]
-            calls = [_listed_call(item) for item in items]
-            return calls if calls and None not in calls else None  # type: ignore[return-value]
+            return all_calls([_listed_call(item) for item in items])
         call = call_from_obj({"name": head.name, "arguments": value})
         if call is None:
             return None

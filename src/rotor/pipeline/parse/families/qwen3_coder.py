@@ -19,6 +19,8 @@ at `</function>`; the function itself must be closed.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rotor.pipeline.parse.base import ToolCall, plain_name, skip_space
 from rotor.pipeline.parse.families._xml import element_calls, tag_head
 from rotor.pipeline.parse.jsonutil import loose_typed_value
@@ -32,10 +34,14 @@ _PARAM_END = "</parameter>"
 
 class Qwen3CoderParser(MarkerToolParser):
     name = "qwen3_coder"
-    start_markers = ("<tool_call>",)
+    # declared again: Seed-OSS, its subclass, has markers of its own
+    start_markers: ClassVar[tuple[str, ...]] = ("<tool_call>",)
     end_markers = ("</tool_call>",)
     # Inside an unclosed think block, only the call's own structure ends it.
-    call_starts = ("<tool_call>\n<function=", "<tool_call><function=")
+    call_starts: ClassVar[tuple[str, ...] | None] = (
+        "<tool_call>\n<function=",
+        "<tool_call><function=",
+    )
 
     def parse_section(self, body: str) -> list[ToolCall] | None:
         return element_calls(

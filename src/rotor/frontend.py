@@ -336,7 +336,8 @@ class Frontend:
         if error is not None and not _part_of_the_stream(error):
             await events.aclose()
             raise error
-        token_text = model.token_text if logprobs and model.tokenizer is not None else None
+        tokenizer = model.tokenizer if logprobs else None
+        token_text = model.token_text if tokenizer is not None else None
         routed = entry.routed(prepared[0].requests[0].request_id)
         return StartedResponse(
             id=response_id,
@@ -349,7 +350,7 @@ class Frontend:
             headers=dict(routed.headers) if routed is not None else {},
             routed=routed,
             token_text=token_text,
-            token_bytes=model.tokenizer.token_bytes if token_text is not None else None,
+            token_bytes=tokenizer.token_bytes if tokenizer is not None else None,
             prepared=prepared,
         )
 

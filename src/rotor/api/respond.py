@@ -28,9 +28,9 @@ from rotor.api.observe import Observation, flag, observed
 from rotor.api.sse import Framing, race_disconnect
 from rotor.api.sse_response import SSEResponse
 from rotor.api.streamed import ShapedStream, Shaping
-from rotor.frontend import Frontend, ModelEntry, ModelNotFound, ResponseFailed, StartedResponse
+from rotor.frontend import Frontend, ModelEntry, ModelNotFound, StartedResponse
 from rotor.pipeline.collected import Collected, collect
-from rotor.pipeline.events import ChoiceEvent
+from rotor.pipeline.events import ChoiceEvent, ResponseFailed
 
 # The `model` label of requests for a model that is not served: clients choose
 # that name, so it must not become a label value (one time series per typo).
@@ -135,7 +135,7 @@ class Responder:
         rid: str,
         endpoint: str,
         params: dict[str, str] | None = None,
-        receive: Callable | None = None,
+        receive: Callable[[], Awaitable[Any]] | None = None,
     ) -> StartedResponse:
         """The model looked up (once) and the response begun, holding a place
         in the admission queue until its first event; a refusal is counted

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import types
 from collections.abc import Awaitable, Coroutine, Generator
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import orjson
 from starlette.types import Receive
@@ -156,24 +156,11 @@ async def race_disconnect(
 
 
 @types.coroutine
-def finish_step(coro: Coroutine[Any, Any, bytes], pending: Any) -> Generator[Any, Any, bytes]:
+def finish_step(coro: Coroutine[Any, Any, T], pending: Any) -> Generator[Any, Any, T]:
     """Finish a coroutine that already suspended once (on `pending`): hand that
-    future to the running task, then let `yield from` (in C) run the rest. A
-    cancellation that arrives while parked is thrown into the coroutine."""
-    try:
-        yield pending
-    except BaseException as exc:
-        try:
-            pending = coro.throw(exc)
-        except StopIteration as stop:
-            return stop.value
-        return (yield from _forward(coro, pending))
-    return (yield from coro)  # type: ignore[misc]
-
-
-def _forward(coro: Coroutine[Any, Any, bytes], pending: Any) -> Generator[Any, Any, bytes]:
-    """The rest of a coroutine that is suspended on `pending` (the slow path:
-    it is unwinding a cancellation)."""
+    future to the running task and step the coroutine with what it sends
+    back, as `await` would have; a cancellation that arrives meanwhile is
+    thrown into the coroutine."""
     while True:
         try:
             sent = yield pending
@@ -181,9 +168,9 @@ def _forward(coro: Coroutine[Any, Any, bytes], pending: Any) -> Generator[Any, A
             try:
                 pending = coro.throw(exc)
             except StopIteration as stop:
-                return stop.value
+                return cast(T, stop.value)
         else:
             try:
                 pending = coro.send(sent)
             except StopIteration as stop:
-                return stop.value
+                return cast(T, stop.value)

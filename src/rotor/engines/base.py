@@ -17,7 +17,7 @@ caller asks `isinstance`, never `getattr`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from rotor.model.card import ModelCard
 from rotor.protocol.engine import EngineClient
@@ -98,7 +98,7 @@ class Adapters(AdapterSource, Protocol):
 
 # (the kv_transfer of a decode request, the block hashes it lacks) -> the
 # hashes the prefill worker handed over
-KVFetch = Callable[[dict, list[int]], Awaitable[list[int]]]
+KVFetch = Callable[[dict[str, Any], list[int]], Awaitable[list[int]]]
 
 
 @runtime_checkable

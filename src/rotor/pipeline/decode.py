@@ -109,9 +109,13 @@ class ChoiceDecoder:
             text = self._text_token(out.text)
         else:
             text = self._token_ids(out)
-        if self.end is None and out.finish is not None:
+        if out.finish is not None and not self.ended():
             text += self._engine_finish(out)
         return text
+
+    def ended(self) -> bool:
+        """Whether the choice has its End (read anew: the checks above set it)."""
+        return self.end is not None
 
     def close(self, kind: End = End.TRANSPORT_EOF, error: str | None = None) -> str:
         """The stream ended (or was cut) with no finish: release what is held."""

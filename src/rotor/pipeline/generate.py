@@ -197,22 +197,23 @@ class Choices:
     holds every choice (each is told as it puts), and `resume` resumes them
     all."""
 
-    __slots__ = ("_runs", "_sink", "_left", "_started")
+    __slots__ = ("_runs", "_sink", "_left", "_started", "_over")
 
     def __init__(self, runs: list[ChoiceRun]) -> None:
         self._runs = runs
         self._sink: Sink[ChoiceEvent] | None = None
         self._left = len(runs)
         self._started = False
+        self._over = False  # ended, or stopped
 
     def subscribe(self, sink: Sink[ChoiceEvent]) -> None:
         self._sink = sink
         if not self._started:
             self._started = True
             for run in self._runs:
-                if self._sink is None:  # one refused at once: the rest never start
-                    break
                 run.subscribe(_Member(self))
+                if self._over:  # one failed at once: the rest never start
+                    break
 
     def resume(self) -> None:
         for run in self._runs:
@@ -220,6 +221,7 @@ class Choices:
 
     def stop(self) -> None:
         self._sink = None
+        self._over = True
         for run in self._runs:
             run.stop()
 
@@ -239,6 +241,7 @@ class Choices:
         self._left -= 1
         if not self._left:
             self._sink = None
+            self._over = True
             sink.end(None)
 
 

@@ -57,7 +57,7 @@ class EngineError(Exception):
         self.param = param
         self.cause: Cause | None = cause or ("unavailable" if kind == "unavailable" else None)
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         return (EngineError, (self.message, self.kind, self.param, self.cause))
 
 

@@ -310,7 +310,9 @@ class Pulled(Generic[T]):
         inbox = self._inbox
         if state == "failed":
             self._state = "over"
-            raise self._failure
+            failure = self._failure
+            assert failure is not None
+            raise failure
         if inbox is None:
             raise StopAsyncIteration
         try:

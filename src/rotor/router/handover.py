@@ -125,7 +125,8 @@ async def _prefill(pool: Pool, request: EngineRequest, pick: Pick) -> Handover |
         annotations={**request.annotations, PREFILL_ONLY: True},
     )
     if not workers:
-        return _failed(pool, request, "no live prefill worker serves the model")
+        _failed(pool, request, "no live prefill worker serves the model")
+        return None
     chosen = router.choose(workers, job, pool.load)
     worker = chosen.worker_id
     pool.stats.decisions[worker] += 1
@@ -140,7 +141,8 @@ async def _prefill(pool: Pool, request: EngineRequest, pick: Pick) -> Handover |
                 first = out
     except EngineError as e:
         span.fail(e.message, e.cause)
-        return _failed(pool, request, f"the prefill on worker {worker} failed: {e.message}")
+        _failed(pool, request, f"the prefill on worker {worker} failed: {e.message}")
+        return None
     finally:
         if first is None:
             span.fail(f"worker {worker} handed over no KV blocks")
@@ -148,7 +150,8 @@ async def _prefill(pool: Pool, request: EngineRequest, pick: Pick) -> Handover |
         await outputs.aclose()
         pool.load.done(worker, tokens)
     if first is None or first.kv_transfer is None:
-        return _failed(pool, request, f"worker {worker} handed over no KV blocks")
+        _failed(pool, request, f"worker {worker} handed over no KV blocks")
+        return None
     answer = EngineOutput(
         index=first.index,
         token_ids=first.token_ids,
@@ -164,7 +167,6 @@ def _failed(pool: Pool, request: EngineRequest, why: str) -> None:
     if pool.disagg.enforce:
         raise unavailable(pool, request, why)
     log.warning("request %s: %s; prefilling locally", request.request_id, why)
-    return None
 
 
 def decode_request(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from rotor.protocol.engine import EngineRequest
 from rotor.protocol.kv import block_hashes, lora_root
 from rotor.protocol.lease import Lease
-from rotor.router.kv_cost import KVCost, WorkerLoad
+from rotor.router.kv_cost import KVCost, WorkerId, WorkerLoad
 from rotor.router.kv_index import ApproxKVIndex, KVIndex
 from rotor.router.modes import LocalLoad, Pick
 
@@ -42,15 +42,17 @@ class KVRouter:
         self.approx = ApproxKVIndex(approx_ttl) if approx_ttl is not None else None
         self.stats = KVStats()
 
-    def overlaps(self, hashes: list[int]) -> dict[str, int]:
+    def overlaps(self, hashes: list[int]) -> dict[WorkerId, int]:
+        """Each worker's leading blocks of the prompt held (by its events, or
+        by this frontend's own record without them)."""
         if self.approx is not None:
-            return self.approx.overlaps(hashes)  # type: ignore[return-value]
+            return self.approx.overlaps(hashes)
         assert self.index is not None
-        return self.index.overlaps(hashes)  # type: ignore[return-value]
+        return self.index.overlaps(hashes)
 
     def choose(self, workers: list[Lease], request: EngineRequest, load: LocalLoad) -> Pick:
         hashes = block_hashes(request.token_ids, self.block_size, lora_root(request.lora))
-        loads = {w.worker_id: self._load(w, load) for w in workers}
+        loads: dict[WorkerId, WorkerLoad] = {w.worker_id: self._load(w, load) for w in workers}
         ranking = self.cost.choose(len(hashes), self.overlaps(hashes), loads)
         worker = str(ranking.worker)
         overlap = ranking.overlap_blocks

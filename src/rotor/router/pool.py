@@ -144,7 +144,7 @@ class Pool:
         self.workers.pop(worker_id, None)
         self.link.worker_gone(worker_id)
         for router in (self.router, self.prefill_router):
-            if isinstance(router, WorkerState):
+            if router is not None and isinstance(router, WorkerState):
                 router.remove_worker(worker_id)
 
     def live(self, roles: tuple[str, ...] | None = None, lora: str | None = None) -> list[Lease]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import TypeAlias
 
 import grpc
 
@@ -34,7 +35,8 @@ from rotor.pipeline.events import ChoiceEvent
 
 ENDPOINT = "kserve"  # the endpoint label of its metrics
 
-Context = grpc.aio.ServicerContext
+# grpc is not analysed (pyproject's mypy overrides): its context is Any to mypy
+Context: TypeAlias = grpc.aio.ServicerContext
 
 
 class KServeService(GRPCInferenceServiceServicer):

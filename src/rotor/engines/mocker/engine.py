@@ -614,7 +614,7 @@ class MockerEngine:
             "prompt_tokens": seq.num_prompt_tokens,
         }
 
-    async def _fetch_blocks(self, request: EngineRequest, transfer: dict) -> None:
+    async def _fetch_blocks(self, request: EngineRequest, transfer: dict[str, Any]) -> None:
         """Before a decode request is admitted: fetch the prefill's blocks this
         cache lacks, wait out the transfer, store them. A fetch that fails is
         computed here instead (counted), unless the transfer is enforced. The
@@ -648,7 +648,11 @@ class MockerEngine:
             )
 
     async def _fetch_task(
-        self, request: EngineRequest, transfer: dict, hashes: list[int], span: tracing.Span
+        self,
+        request: EngineRequest,
+        transfer: dict[str, Any],
+        hashes: list[int],
+        span: tracing.Span,
     ) -> int | None:
         """The fetch as a task of its own (its span current there, so the
         fetch's NATS request carries it): how many leading blocks came, or
@@ -679,7 +683,7 @@ class MockerEngine:
         span.set({"rotor.kv.blocks_fetched": task.result()})
         return task.result()
 
-    async def _transfer(self, transfer: dict, hashes: list[int]) -> int:
+    async def _transfer(self, transfer: dict[str, Any], hashes: list[int]) -> int:
         """Ask for `hashes` and wait out moving those handed over: how many
         leading ones were (the KV data itself is simulated)."""
         if self._fetch is None:
@@ -697,7 +701,7 @@ class MockerEngine:
             await self._sleep(seconds)
         return count
 
-    def _release(self, transfer: dict) -> None:
+    def _release(self, transfer: dict[str, Any]) -> None:
         """End a prefill's hold without taking anything (a fetch of nothing),
         in the background: its answer is not needed."""
         fetch = self._fetch

@@ -17,12 +17,14 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import msgpack
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import MaxPayloadError
 from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.kv import KeyValue
 
 from rotor import tracing
 from rotor.engines.base import (
@@ -36,7 +38,7 @@ from rotor.engines.base import (
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol import codec
-from rotor.protocol.engine import EngineError, EngineOutput, EngineStream, pulled
+from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineStream, pulled
 from rotor.protocol.kv import KVEvent
 from rotor.protocol.lease import LEASE_TTL_S, RENEW_S, Lease, Role
 from rotor.runtime.nats import messages as wire
@@ -190,7 +192,7 @@ class WorkerService:
         except Exception:
             await store.put(self.lease.card, self.card_bytes)
 
-    async def _bucket(self):  # noqa: ANN202 - nats-py's KeyValue
+    async def _bucket(self) -> KeyValue:
         js = self.nc.jetstream()
         try:
             return await js.key_value(subjects.WORKERS_BUCKET)
@@ -283,7 +285,7 @@ class WorkerService:
 
     async def _serve(
         self,
-        request,  # noqa: ANN001
+        request: EngineRequest,
         reply: str,
         span: Span = NO_SPAN,
         steps: str | None = None,
@@ -416,7 +418,7 @@ class WorkerService:
             if msg.reply:
                 await self.nc.publish(msg.reply, msgpack.packb({"hashes": granted}))
 
-    async def _fetch_kv(self, transfer: dict, hashes: list[int]) -> list[int]:
+    async def _fetch_kv(self, transfer: dict[str, Any], hashes: list[int]) -> list[int]:
         """As a decode worker: ask the prefill worker that holds `transfer` for
         these blocks; the hashes it handed over."""
         data = msgpack.packb({"transfer_id": transfer.get("transfer_id"), "hashes": hashes})

@@ -86,14 +86,12 @@ class SocketEngine(asyncio.Protocol):
             self._streams[rid] = stream
             self.transport.write(frames.frame(frames.GENERATE, rid, encode_request(request)))
 
+        def ended() -> None:
+            if self._streams.get(rid) is stream:
+                del self._streams[rid]
+
         stream = OutputStream(
-            request.n,
-            "the engine process",
-            send,
-            abort=lambda: self.abort(rid),
-            on_end=lambda: (
-                self._streams.pop(rid, None) if self._streams.get(rid) is stream else None
-            ),
+            request.n, "the engine process", send, abort=lambda: self.abort(rid), on_end=ended
         )
         return stream
 

@@ -217,8 +217,8 @@ class SSEResponse(Response):
                 done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 if not woken.done():
                     woken.cancel()
-                if watch in done:  # the client left: the caller stops the source
-                    return False
+                if watch in done and self._last is None:  # the client left mid-stream
+                    return False  # (the caller stops the source)
                 if stopping is not None and stopping in done:
                     self._cut_short = True  # counted as a stream the server ended
                     if self.source is not None:

@@ -68,7 +68,13 @@ def _stat_logger_factory(into: _Scheduler) -> Callable[[Any, int], Any]:
         def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
             pass
 
-        def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):  # type: ignore[no-untyped-def]
+        def record(
+            self,
+            scheduler_stats: Any,
+            iteration_stats: Any,
+            mm_cache_stats: Any = None,
+            engine_idx: int = 0,
+        ) -> None:
             if scheduler_stats is not None:
                 into.running = scheduler_stats.num_running_reqs
                 into.waiting = scheduler_stats.num_waiting_reqs

@@ -447,8 +447,10 @@ class _Reply:
 
     def add(self, kind: str, payload: bytes | None = None) -> None:
         """To the batch (a request whose frontend takes batches)."""
+        steps = self._steps
+        assert steps is not None, "a stream without batches is sent, not added"
         size = ENTRY_BYTES + (len(payload) if payload else 0)
-        self._batches.add(self._steps, (self._rid, self._seq, kind, payload), size, wire.batch)  # type: ignore[arg-type]
+        self._batches.add(steps, (self._rid, self._seq, kind, payload), size, wire.batch)
         self._seq += 1
         self.quiet = False
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import cast
 
 from rotor.model.card import ModelCard
 from rotor.protocol.codec import (
@@ -129,7 +130,8 @@ class SocketEngine(asyncio.Protocol):
             self.transport.write(frames.frame(frames.STATE, ""))
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # a stream connection's (a unix socket's): asyncio's Protocol types it as the base
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self._reader.feed(data)  # a broken engine process is a bug: let it be loud

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import socket
 from functools import partial
+from typing import cast
 
 from rotor.engines.base import Embedder, Engine
 from rotor.protocol.codec import (
@@ -48,7 +49,8 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # a stream connection's (a unix socket's): asyncio's Protocol types it as the base
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         try:

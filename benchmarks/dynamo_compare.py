@@ -15,6 +15,12 @@ answers, ignore_eos, seeded, a closed loop at 1, 32 and 128 streams):
              its own, so the HTTP processes may fall behind it, as Dynamo's
              frontend falls behind its mocker)
 
+`--baseline DIR` runs every rotor system a second time from another rotor
+source tree (DIR holds its src/, e.g. a `git worktree` of an earlier
+commit; same interpreter, same client), interleaved with this tree's in
+every round, as `<system>@baseline`: a change's before and after, like for
+like (`--systems rotor-step --baseline ../before`).
+
 `--pace 1` runs every mocker at speedup ratio 1 instead (a real engine's
 pace: each token of each stream its own step, on both stacks); the like
 for like per event, and what inter-token latency the frontend adds.
@@ -199,8 +205,12 @@ class System:
         dynamo_python: Path | None,
         dynamo_speedup: float = 1e6,
         pace: float | None = None,
+        src: Path | None = None,
     ) -> None:
+        """`src`: another rotor tree's src/ to run a rotor system from (the
+        baseline of a before/after run); None: this interpreter's rotor."""
         self.kind = kind
+        self.src = src
         self.pace = pace  # every mocker's speedup ratio (None: as fast as each goes)
         self.dynamo_speedup = dynamo_speedup if pace is None else pace
         self.model_dir = model_dir
@@ -235,12 +245,15 @@ class System:
             if self.kind.endswith("-step"):  # a step at a time: one event per token
                 workers += ["--step-slice-ms", "0"]
             ratio = "0" if self.pace is None else str(self.pace)
+            env = dict(os.environ)
+            if self.src is not None:  # another tree's rotor: its src/ first on the path
+                env["PYTHONPATH"] = os.pathsep.join([str(self.src), env.get("PYTHONPATH", "")])
             self._spawn(
                 "rotor",
                 [sys.executable, "-m", "rotor.cli", "run", "out=mocker"]
                 + ["--model-path", str(self.model_dir), "--model-name", MODEL_NAME]
                 + ["--speedup-ratio", ratio, "--port", str(self.port), *workers],
-                dict(os.environ),
+                env,
             )
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
@@ -447,7 +460,7 @@ async def ttft_split(model_dir: Path, input_len: int, output_len: int, n: int, s
     from rotor.model.loader import load_model
     from rotor.pipeline.preprocess import new_request_id, prepare_chat
     from rotor.pipeline.served import ServedModel
-    from rotor.protocol.engine import EngineRequest, StopParams
+    from rotor.protocol.engine import EngineRequest, StopParams, pulled
     from rotor.protocol.openai import ChatCompletionRequest
     from rotor.serve.system import System as RotorSystem
 
@@ -494,7 +507,9 @@ async def ttft_split(model_dir: Path, input_len: int, output_len: int, n: int, s
             ids = prepared.token_ids
             stop = StopParams(max_tokens=output_len, ignore_eos=True)
             t0 = perf()
-            stream = engine.generate(EngineRequest(f"split-{i}", MODEL_NAME, ids, stop=stop))
+            stream = pulled(
+                engine.generate(EngineRequest(f"split-{i}", MODEL_NAME, ids, stop=stop))
+            )
             await stream.__anext__()
             t_engine = perf() - t0
             async for _ in stream:
@@ -663,6 +678,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--split-requests", type=int, default=300, help="0: no TTFT split")
     p.add_argument("--pace", type=float, help="every mocker at this speedup ratio (1: real pace)")
+    p.add_argument(
+        "--baseline", type=Path, help="a rotor tree whose rotor systems run beside, interleaved"
+    )
     args = p.parse_args(argv)
 
     dynamo_python = None
@@ -688,14 +706,28 @@ def main(argv: list[str] | None = None) -> int:
         (out / "ttft_split.json").write_text(json.dumps(split, indent=1))
         print(f"ttft split (in process): {split}")
 
-    runs: dict[str, list[Path]] = {k: [] for k in args.systems}
+    names = list(args.systems)
+    if args.baseline is not None:
+        names += [f"{k}@baseline" for k in args.systems if k.startswith("rotor")]
+        baseline_src = (args.baseline / "src").resolve()
+        if not (baseline_src / "rotor").is_dir():
+            p.error(f"{baseline_src} holds no rotor package")
+    runs: dict[str, list[Path]] = {k: [] for k in names}
     loads: list[str] = []
     for r in range(args.repeats):
-        order = args.systems[r % len(args.systems) :] + args.systems[: r % len(args.systems)]
-        for kind in order:
-            label = f"r{r + 1}-{kind}"
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            label = f"r{r + 1}-{name}"
+            kind, _, baseline = name.partition("@")
+            src = baseline_src if baseline else None
             system = System(
-                kind, model_dir, out / "work" / label, dynamo_python, args.dynamo_speedup, args.pace
+                kind,
+                model_dir,
+                out / "work" / label,
+                dynamo_python,
+                args.dynamo_speedup,
+                args.pace,
+                src,
             )
             system.start()
             try:
@@ -711,8 +743,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(loads[-1])
             finally:
                 system.stop()
-            runs[kind].append(out / label / "results.json")
-        paths = [str(out / f"r{r + 1}-{k}" / "results.json") for k in args.systems]
+            runs[name].append(out / label / "results.json")
+        paths = [str(out / f"r{r + 1}-{k}" / "results.json") for k in names]
         subprocess.run(
             [sys.executable, "-m", "rotor.cli", "bench", "--compare", *paths]
             + ["--output-dir", str(out / f"compare-r{r + 1}")],

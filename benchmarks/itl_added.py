@@ -64,7 +64,7 @@ async def engine_gaps(
     from rotor.bench.workload import words
     from rotor.engines.mocker import MockerConfig, MockerEngine
     from rotor.model.loader import load_model
-    from rotor.protocol.engine import EngineOutput, EngineRequest, StopParams
+    from rotor.protocol.engine import EngineOutput, EngineRequest, StopParams, pulled
 
     card, tok = load_model(model_dir, model_name=MODEL_NAME)
     engine = MockerEngine(card, tok, MockerConfig(speedup_ratio=1))
@@ -80,23 +80,25 @@ async def engine_gaps(
             self.last = time.perf_counter()
             self.done = asyncio.get_running_loop().create_future()
 
-        def outputs(self, outputs: list[EngineOutput]) -> bool:
+        def put(self, item: EngineOutput) -> bool:
             now = time.perf_counter()
             if self.keep:
                 gaps.append(now - self.last)
             self.last = now
             return True
 
-        def ended(self, error: Any) -> None:
+        def end(self, error: Any) -> None:
             self.done.set_result(None)
 
     async def answer(keep: bool) -> None:
         prompt = tok.encode(words(rng, 150))
         stop = StopParams(max_tokens=128, ignore_eos=True)
-        stream = engine.generate(EngineRequest(f"r{next(ids)}", MODEL_NAME, prompt, stop=stop))
+        stream = pulled(
+            engine.generate(EngineRequest(f"r{next(ids)}", MODEL_NAME, prompt, stop=stop))
+        )
         await stream.__anext__()
         timed = Timed(keep)
-        stream.deliver(timed)
+        stream.subscribe(timed)  # the rest pushed, as the frontend's response takes them
         await timed.done
 
     async def client() -> None:

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 from rotor.engines.mocker import MockerConfig, MockerEngine
 from rotor.model.builtin import builtin_test_model
-from rotor.protocol.engine import EngineRequest, SamplingParams, StopParams
+from rotor.protocol.engine import EngineRequest, SamplingParams, StopParams, pulled
 from rotor.protocol.kv import BlocksStored, block_hashes
 from rotor.router.kv_cost import DEFAULT_OVERLAP_WEIGHT, KVCost, WorkerLoad
 from rotor.router.kv_index import Applied, ApproxKVIndex, KVIndex
@@ -262,7 +262,7 @@ async def _run(make_router, seed: int, workers: int, kv_blocks: int, concurrency
                 stop=StopParams(max_tokens=r.max_tokens, ignore_eos=True),
             )
             first = True
-            async for out in engines[w].generate(req):
+            async for out in pulled(engines[w].generate(req)):
                 if first:
                     result.ttft_ms.append((loop.time() - start) * 1000)
                     result.cached_tokens += out.cached_tokens or 0

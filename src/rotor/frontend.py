@@ -332,13 +332,14 @@ class Frontend:
         # tracing on, an in-process engine's requests are generate spans (a pool's: its workers')
         engine = entry.engine if entry.remote is not None else traced(entry.engine)
         events = Pulled(run_all(engine, prepared, usage))
+        events.open()  # the engine requests go: where to is known now, and kept till the end
+        routed = entry.routed(prepared[0].requests[0].request_id)
         error = await events.ready()  # (cancelled: the engines' work stops with it)
         if error is not None and not _part_of_the_stream(error):
             await events.aclose()
             raise error
         tokenizer = model.tokenizer if logprobs else None
         token_text = model.token_text if tokenizer is not None else None
-        routed = entry.routed(prepared[0].requests[0].request_id)
         return StartedResponse(
             id=response_id,
             served=model,

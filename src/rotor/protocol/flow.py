@@ -223,6 +223,12 @@ class Pulled(Generic[T]):
             return ready.popleft()
         return await self._next()
 
+    def open(self) -> None:
+        """Subscribe now, so the source's work begins, without waiting for an
+        item (a Pump's generator begins at the first read)."""
+        if self._state == "new" and not isinstance(self._source, Pump):
+            self._open()
+
     async def ready(self) -> Exception | None:
         """Wait until an item (or the end) has come, without reading it:
         the error the source ended with before any item, else None."""

@@ -19,13 +19,12 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rotor import tracing
 from rotor.engines.adapters import AdapterBook
 from rotor.engines.base import KVFetch
 from rotor.engines.mocker.config import MockerConfig
 from rotor.engines.mocker.constrained import constrained_text, refuse_unsupported
 from rotor.engines.mocker.embed import shortened, unit_vector
-from rotor.engines.mocker.handover import Holds, leading, missing, transfer_seconds
+from rotor.engines.mocker.handover import Fetcher, Holds
 from rotor.engines.mocker.sampler import LogprobMaker, RandomSource, biased, readable_vocab
 from rotor.engines.mocker.scheduler import Scheduler
 from rotor.engines.mocker.script import ScriptSource, parse_script
@@ -98,11 +97,7 @@ class MockerEngine:
         self.due: list[RequestState] = []
         self._delivery_soon = False
         self.holds = Holds(self.scheduler.kv, config.kv_hold_timeout_s)
-        self._fetch: KVFetch | None = None  # set by the worker that serves this engine
-        self._releasing: set[asyncio.Task[None]] = set()
-        self._fetching: set[asyncio.Task[int]] = set()  # decode requests' KV fetches
-        self.kv_blocks_fetched = 0
-        self.kv_fetch_failures = 0
+        self.fetcher = Fetcher(self.scheduler.kv, config, lambda: self._task is not None)
         self._adapters = AdapterBook()  # LoRA adapters: each changes the seeded output
         # Requests whose long script is being tokenized off the loop, and the
         # choices aborted meanwhile (None: all of them), applied once admitted.
@@ -149,8 +144,7 @@ class MockerEngine:
                 await task
         if pool is not None:
             pool.shutdown(wait=False)  # a script still tokenizing is refused once done
-        for fetch in list(self._fetching):  # its request is refused
-            fetch.cancel()
+        self.fetcher.stop()  # its request is refused
         self._fail_all("engine stopped")
 
     # -- Engine interface --------------------------------------------------
@@ -171,7 +165,7 @@ class MockerEngine:
         if transfer is not None:
             self._tokenizing.setdefault(rid, set())  # an abort meanwhile applies once admitted
             try:
-                await self._fetch_blocks(request, transfer)
+                await self.fetcher.fetch_blocks(request, transfer)
             except BaseException:
                 self._tokenizing.pop(rid, None)
                 raise
@@ -284,8 +278,8 @@ class MockerEngine:
             simulated_ms=self.simulated_ms,
             kv_blocks_pinned=self.holds.num_pinned,
             kv_hold_timeouts=self.holds.timeouts,
-            kv_blocks_fetched=self.kv_blocks_fetched,
-            kv_fetch_failures=self.kv_fetch_failures,
+            kv_blocks_fetched=self.fetcher.blocks_fetched,
+            kv_fetch_failures=self.fetcher.failures,
             max_batched_tokens=self.config.max_num_batched_tokens,
         )
 
@@ -555,7 +549,7 @@ class MockerEngine:
         out = source.next(generated, self.max_seq_len - len(tokens))
         ids = out.token_ids
         if req.prefill_only and ids:
-            self._hand_off(seq, out)  # keeps the first token, in the same list
+            self.holds.hand_off(seq, out)  # keeps the first token, in the same list
         tokens.extend(ids)
         self.tokens_generated += len(ids)
         closed = source.closed
@@ -591,140 +585,10 @@ class MockerEngine:
     # -- disaggregated serving: the KV handover ------------------------------
 
     def kv_fetcher(self, fetch: KVFetch) -> None:
-        self._fetch = fetch
+        self.fetcher.fetch = fetch
 
     def kv_release(self, transfer_id: str, hashes: list[int]) -> list[int]:
         return self.holds.release(transfer_id, hashes)
-
-    def _hand_off(self, seq: Sequence, out: EngineOutput) -> None:
-        """A prefill's answer: its first token, and its prompt's full blocks
-        pinned for the decode worker that the output's `kv_transfer` names them to."""
-        kv = self.scheduler.kv
-        full = seq.num_prompt_tokens // kv.block_size
-        if full:
-            kv.block_hash(seq, full - 1)  # named already; the memo makes sure
-        hashes = seq.block_hashes[:full]
-        del out.token_ids[1:]
-        out.finish, out.matched = "length", None
-        out.kv_transfer = {
-            "engine": "mocker",
-            "transfer_id": self.holds.pin(seq.block_table[:full], hashes),
-            "block_hashes": hashes,
-            "block_size": kv.block_size,
-            "prompt_tokens": seq.num_prompt_tokens,
-        }
-
-    async def _fetch_blocks(self, request: EngineRequest, transfer: dict[str, Any]) -> None:
-        """Before a decode request is admitted: fetch the prefill's blocks this
-        cache lacks, wait out the transfer, store them. A fetch that fails is
-        computed here instead (counted), unless the transfer is enforced. The
-        fetch is a task of its own, so `stop` ends it; the step loop runs on."""
-        kv = self.scheduler.kv
-        offered = [int(h) for h in transfer.get("block_hashes") or ()]
-        root = lora_root(request.lora)
-        wanted = missing(kv, request.token_ids, offered, root)
-        if wanted is None:
-            self._release(transfer)
-            self._fetch_failed(request, "the offered blocks are not this prompt's")
-            return
-        first, hashes = wanted
-        if not hashes:  # all held here already: the prefill's hold can go
-            self._release(transfer)
-            return
-        attributes = {
-            "rotor.kv.prefill_worker": transfer.get("worker"),
-            "rotor.kv.blocks_offered": len(offered),
-            "rotor.kv.blocks_wanted": len(hashes),
-        }
-        with tracing.start("rotor.kv_fetch", attributes, kind="client") as span:
-            count = await self._fetch_task(request, transfer, hashes, span)
-        if count is None:
-            return
-        parent = offered[first - 1] if first else root
-        self.kv_blocks_fetched += kv.store(hashes[:count], parent)
-        if count < len(hashes):
-            self._fetch_failed(
-                request, f"{len(hashes) - count} of {len(hashes)} blocks not handed over"
-            )
-
-    async def _fetch_task(
-        self,
-        request: EngineRequest,
-        transfer: dict[str, Any],
-        hashes: list[int],
-        span: tracing.Span,
-    ) -> int | None:
-        """The fetch as a task of its own (its span current there, so the
-        fetch's NATS request carries it): how many leading blocks came, or
-        None when it failed and the prompt is computed here."""
-        context = tracing.use(span)
-        try:
-            task = asyncio.get_running_loop().create_task(
-                self._transfer(transfer, hashes), name=f"kv-fetch-{request.request_id}"
-            )
-        finally:
-            tracing.reset(context)
-        self._fetching.add(task)
-        try:
-            await asyncio.wait((task,))
-        except BaseException:  # the request's reader left: the fetch goes too
-            task.cancel()
-            raise
-        finally:
-            self._fetching.discard(task)
-        if self._task is None:
-            raise EngineError("engine stopped", "unavailable")
-        error = "cancelled" if task.cancelled() else task.exception()
-        if error is not None:
-            why = f"the fetch from worker {transfer.get('worker')} failed: {error!r}"
-            span.fail(why)
-            self._fetch_failed(request, why)
-            return None
-        span.set({"rotor.kv.blocks_fetched": task.result()})
-        return task.result()
-
-    async def _transfer(self, transfer: dict[str, Any], hashes: list[int]) -> int:
-        """Ask for `hashes` and wait out moving those handed over: how many
-        leading ones were (the KV data itself is simulated)."""
-        if self._fetch is None:
-            raise RuntimeError("this engine has no way to fetch blocks")
-        count = leading(hashes, await self._fetch(transfer, hashes))
-        config = self.config
-        seconds = transfer_seconds(
-            count * self.scheduler.kv.block_size,
-            config.kv_bytes_per_token,
-            config.kv_transfer_gbps,
-            config.speedup_ratio,
-        )
-        tracing.current().set({"rotor.kv.transfer_ms": round(seconds * 1000, 3)})
-        if seconds > 0:
-            await self._sleep(seconds)
-        return count
-
-    def _release(self, transfer: dict[str, Any]) -> None:
-        """End a prefill's hold without taking anything (a fetch of nothing),
-        in the background: its answer is not needed."""
-        fetch = self._fetch
-        if fetch is None:
-            return
-
-        async def release() -> None:
-            try:
-                await fetch(transfer, [])
-            except Exception as e:  # the hold then times out
-                logger.debug("a KV hold could not be released: %s", e)
-
-        task = asyncio.get_running_loop().create_task(release())
-        self._releasing.add(task)
-        task.add_done_callback(self._releasing.discard)
-
-    def _fetch_failed(self, request: EngineRequest, why: str) -> None:
-        self.kv_fetch_failures += 1
-        if request.annotations[KV_TRANSFER].get("enforce"):
-            raise EngineError(
-                f"request {request.request_id}: {why}", "unavailable", cause="kv_transfer"
-            )
-        logger.warning("request %s: %s; computing the prompt here", request.request_id, why)
 
     # -- KV events ---------------------------------------------------------
 

@@ -32,7 +32,7 @@ async def test_loading_spends_the_simulated_load_time(
     async def record(seconds: float) -> None:
         slept.append(seconds)
 
-    engine._sleep = record
+    engine.sleep = record
     await engine.load_adapter("sql", adapter)
     assert slept == [pytest.approx(0.04)]  # 80 ms / 2
     assert engine.adapters() == {"sql": adapter}

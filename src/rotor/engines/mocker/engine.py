@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import logging
 import random
-import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -28,8 +27,9 @@ from rotor.engines.mocker.handover import Fetcher, Holds
 from rotor.engines.mocker.sampler import LogprobMaker, RandomSource, biased, readable_vocab
 from rotor.engines.mocker.scheduler import Scheduler
 from rotor.engines.mocker.script import ScriptSource, parse_script
-from rotor.engines.mocker.sequence import Sequence, SequenceStatus, TokenSource
-from rotor.engines.mocker.stream import OUTBOX_WINDOW, Closed, MockerStream, RequestState
+from rotor.engines.mocker.sequence import Sequence, TokenSource
+from rotor.engines.mocker.step_loop import StepLoop
+from rotor.engines.mocker.stream import Closed, MockerStream, RequestState
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol.engine import (
@@ -37,7 +37,6 @@ from rotor.protocol.engine import (
     PREFILL_ONLY,
     RESUME_FROM,
     EngineError,
-    EngineOutput,
     EngineRequest,
     EngineState,
 )
@@ -45,10 +44,6 @@ from rotor.protocol.kv import KVEvent, KVSnapshot, lora_root
 from rotor.protocol.mock import MockScript
 
 logger = logging.getLogger(__name__)
-
-# At speedup ratio 0, the fewest steps a slice runs (a step of a large batch
-# can take longer than the whole `step_slice_ms`).
-MIN_SLICE_STEPS = 4
 
 # Scripts longer than this (all choices' texts together) are tokenized off
 # the event loop: a 1 MB script takes a third of a second to tokenize, and
@@ -88,64 +83,36 @@ class MockerEngine:
         self.scheduler = Scheduler(config)
         self.max_seq_len = self.card.context_length
         self.vocab = readable_vocab(tokenizer)
-        self.steps = 0
-        self.simulated_ms = 0.0
-        self.tokens_generated = 0
         self._requests: dict[str, RequestState] = {}
-        # The requests whose outboxes hold outputs for their streams, handed
-        # over at the next delivery point (MockerStream.deliver).
-        self.due: list[RequestState] = []
-        self._delivery_soon = False
         self.holds = Holds(self.scheduler.kv, config.kv_hold_timeout_s)
-        self.fetcher = Fetcher(self.scheduler.kv, config, lambda: self._task is not None)
+        self.step_loop = StepLoop(
+            config, self.scheduler, self._requests, self.holds, self.max_seq_len
+        )
+        self.fetcher = Fetcher(self.scheduler.kv, config, self.step_loop.running)
         self._adapters = AdapterBook()  # LoRA adapters: each changes the seeded output
         # Requests whose long script is being tokenized off the loop, and the
         # choices aborted meanwhile (None: all of them), applied once admitted.
         self._tokenizing: dict[str, set[int] | None] = {}
         self._script_pool: ThreadPoolExecutor | None = None
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        # How the step loop waits out a step's simulated time (tests record it).
-        self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-        # At speedup ratio 0 a step takes no simulated time, and an engine on
-        # its own device does not wait for the frontend between steps: steps
-        # run back to back for `step_slice_ms` before the event loop serves
-        # anyone else, and the outputs of those steps reach a reader together,
-        # as a real engine's do when the frontend is busy. A step that gave an
-        # answer its first token ends the slice early (once in a row: under
-        # load nearly every step starts an answer). The slice's clock:
-        self._clock: Callable[[], float] = time.perf_counter
-        self._slice_end = 0.0
-        # At a ratio above 0: when the last step's outputs were due. The next
-        # step is computed from then on, as a device computes while its
-        # outputs are streamed, so the frontend's work on them (pushed in the
-        # engine's own turn) does not lengthen the engine's steps: only when
-        # it takes longer than a step does the engine fall behind. 0: idle.
-        self._paced_until = 0.0
-        self._cut_short = False  # the last slice ended early, at a first token
-        self._slice_steps = 0
+        # How embeddings and adapter loads wait out their simulated time (tests record it).
+        self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
     # -- lifecycle -------------------------------------------------------
 
     async def start(self) -> None:
-        if self._task is None:
-            self._wake = asyncio.Event()  # bound to the running loop
+        if not self.step_loop.running():
             self._script_pool = ThreadPoolExecutor(
                 SCRIPT_WORKERS, thread_name_prefix="rotor-mocker-script"
             )
-            self._task = asyncio.create_task(self._loop(), name="mocker-step-loop")
+            self.step_loop.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
         pool, self._script_pool = self._script_pool, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self.step_loop.stop()
         if pool is not None:
             pool.shutdown(wait=False)  # a script still tokenizing is refused once done
         self.fetcher.stop()  # its request is refused
-        self._fail_all("engine stopped")
+        self.step_loop.fail_all("engine stopped")
 
     # -- Engine interface --------------------------------------------------
 
@@ -199,7 +166,7 @@ class MockerEngine:
         held = self.scheduler.held
         if held and request_id in held:
             held.discard(request_id)
-            self._wake.set()
+            self.step_loop.wake()
 
     async def embed(self, inputs: list[list[int]], dimensions: int | None) -> list[list[float]]:
         """A unit vector per input (engines/mocker/embed.py), after the simulated time
@@ -218,7 +185,7 @@ class MockerEngine:
         ratio = self.config.speedup_ratio
         if ratio > 0:
             tokens = sum(len(ids) for ids in inputs)
-            await self._sleep(self.config.step_ms(tokens, 0) / 1000 / ratio)
+            await self.sleep(self.config.step_ms(tokens, 0) / 1000 / ratio)
         return [shortened(unit_vector(ids, dim), dimensions) for ids in inputs]
 
     # -- LoRA adapters -------------------------------------------------------
@@ -233,11 +200,16 @@ class MockerEngine:
         adapter = self._adapters.check(name, path)
         ratio = self.config.speedup_ratio
         if ratio > 0 and self.config.lora_load_ms > 0:
-            await self._sleep(self.config.lora_load_ms / 1000 / ratio)
+            await self.sleep(self.config.lora_load_ms / 1000 / ratio)
         self._adapters.add(adapter)
 
     async def unload_adapter(self, name: str) -> None:
         self._adapters.remove(name)
+
+    @property
+    def tokens_generated(self) -> int:
+        """Tokens sampled since the engine was made (the step loop counts them)."""
+        return self.step_loop.tokens_generated
 
     def abort(self, request_id: str, index: int | None = None) -> None:
         """Stop one choice (or all): its blocks are freed now and the consumer
@@ -258,8 +230,8 @@ class MockerEngine:
                 continue
             req.aborted.add(seq.index)  # outputs still queued for it are dropped too
             self.scheduler.finish(seq)
-            self._put(req, Closed(seq.index))
-        self._deliver_soon()
+            self.step_loop.put(req, Closed(seq.index))
+        self.step_loop.deliver_soon()
 
     def state(self) -> EngineState:
         kv = self.scheduler.kv
@@ -268,14 +240,14 @@ class MockerEngine:
             active_requests=len(self._requests) + len(self._tokenizing),
             waiting=len(self.scheduler.waiting),
             running=len(self.scheduler.running),
-            tokens_generated=self.tokens_generated,
+            tokens_generated=self.step_loop.tokens_generated,
             kv_blocks_total=kv.num_total,
             kv_blocks_free=kv.num_free,
             kv_blocks_cached=kv.num_cached,
             pending_prefill_tokens=self.scheduler.pending_prefill_tokens(),
             preemptions=self.scheduler.preemptions,
-            steps=self.steps,
-            simulated_ms=self.simulated_ms,
+            steps=self.step_loop.steps,
+            simulated_ms=self.step_loop.simulated_ms,
             kv_blocks_pinned=self.holds.num_pinned,
             kv_hold_timeouts=self.holds.timeouts,
             kv_blocks_fetched=self.fetcher.blocks_fetched,
@@ -323,7 +295,7 @@ class MockerEngine:
         return script
 
     def _check_admissible(self, rid: str) -> None:
-        if self._task is None:
+        if not self.step_loop.running():
             raise EngineError("the mocker engine is not started", "unavailable")
         if rid in self._requests or rid in self._tokenizing:
             raise EngineError(f"request_id {rid!r} is already running", "internal")
@@ -435,152 +407,8 @@ class MockerEngine:
         self._requests[request.request_id] = req
         for seq in seqs:
             self.scheduler.add(seq)
-        self._wake.set()
+        self.step_loop.wake()
         return req
-
-    # -- the step loop -----------------------------------------------------
-
-    async def _loop(self) -> None:
-        while True:
-            if not self.scheduler.has_work():
-                self._deliver()
-                self._wake.clear()
-                self._paced_until = 0.0  # idle: the next step starts when work comes
-                await self._wake.wait()
-                self._start_slice()
-                self._cut_short = False
-                continue
-            try:
-                await self._step()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a bug must not hang every client
-                logger.exception("mocker step failed")
-                self._fail_all(f"mocker step failed: {exc}")
-
-    async def _step(self) -> None:
-        self.holds.expire()
-        batch = self.scheduler.schedule()
-        if not batch.items:  # the only running sequence preempted itself; admit next step
-            await asyncio.sleep(0)
-            return
-        ms = self.config.step_ms(batch.prefill_tokens, batch.decode_seqs)
-        self.simulated_ms += ms
-        ratio = self.config.speedup_ratio
-        if ratio > 0:
-            await self._pace(ms / 1000.0 / ratio)
-        self.steps += 1
-        first = False
-        for seq in self.scheduler.advance(batch):
-            first |= self._sample(seq)
-        if ratio == 0:
-            await self._hand_over(first)
-        else:
-            self._deliver()  # a step at real pace: its outputs go now
-
-    async def _hand_over(self, first: bool) -> None:
-        """At ratio 0, after a step: the event loop's turn once the slice is
-        over (`step_slice_ms` and MIN_SLICE_STEPS both done), or at once when
-        the step gave an answer its first token, unless the last slice already
-        ended that way (under load nearly every step starts an answer)."""
-        self._slice_steps += 1
-        fewest = MIN_SLICE_STEPS if self.config.step_slice_ms > 0 else 1
-        over = self._slice_steps >= fewest and self._clock() >= self._slice_end
-        if over or (first and not self._cut_short):
-            self._cut_short = not over
-            self._deliver()  # pushed readers take the slice's outputs now
-            await self._sleep(0)  # readers that pull, new requests
-            self._start_slice()
-
-    async def _pace(self, seconds: float) -> None:
-        """Wait out a step of `seconds`, begun when the last one's outputs
-        were due (or now, after idling or running late)."""
-        now = self._clock()
-        due = (self._paced_until or now) + seconds
-        self._paced_until = max(due, now)
-        await self._sleep(max(due - now, 0.0))
-
-    def _deliver(self) -> None:
-        """A delivery point: every stream with outputs waiting gets them now,
-        in the engine's own turn (MockerStream.deliver)."""
-        due = self.due
-        if not due:
-            return
-        self.due = []
-        for req in due:
-            stream = req.stream
-            if stream is not None:
-                stream.deliver()
-            else:  # forgotten meanwhile: nobody reads
-                req.outbox.take()
-
-    def _put(self, req: RequestState, item: EngineOutput | Closed) -> None:
-        """An output (or a choice's close) into the request's outbox; the
-        first since the last delivery makes the request due."""
-        if req.outbox.put(item):
-            self.due.append(req)
-
-    def _deliver_soon(self) -> None:
-        """Outputs put outside the step loop (an abort, a failure) reach pushed
-        readers in a turn of their own, not inside whoever caused them."""
-        if self.due and not self._delivery_soon:
-            self._delivery_soon = True
-
-            def deliver() -> None:
-                self._delivery_soon = False
-                self._deliver()
-
-            try:
-                asyncio.get_running_loop().call_soon(deliver)
-            except RuntimeError:  # no loop runs (a stream dropped at exit): nobody reads
-                self._delivery_soon = False
-
-    def _start_slice(self) -> None:
-        self._slice_end = self._clock() + self.config.step_slice_ms / 1000.0
-        self._slice_steps = 0
-
-    def _sample(self, seq: Sequence) -> bool:
-        """Append the sequence's next tokens and send them; True when they are
-        its first."""
-        req = self._requests[seq.request_id]
-        tokens, source = seq.token_ids, seq.source
-        generated = len(tokens) - seq.num_prompt_tokens
-        first = generated == 0  # every output carries tokens or the finish
-        out = source.next(generated, self.max_seq_len - len(tokens))
-        ids = out.token_ids
-        if req.prefill_only and ids:
-            self.holds.hand_off(seq, out)  # keeps the first token, in the same list
-        tokens.extend(ids)
-        self.tokens_generated += len(ids)
-        closed = source.closed
-        if out.finish is None and not closed and len(tokens) >= self.max_seq_len:
-            out.finish = "length"  # the sequence fills what the engine can hold
-        if ids or out.finish is not None:
-            index = out.index = seq.index
-            maker = req.logprobs[index]
-            if maker is not None:
-                out.logprobs = [maker.make(t) for t in ids]
-            if first:
-                out.cached_tokens = req.cached_tokens
-            if req.outbox.put(out):
-                self.due.append(req)
-            req.unread += len(ids)
-            if req.unread >= OUTBOX_WINDOW:
-                self.scheduler.held.add(seq.request_id)
-        if out.finish is not None or closed:
-            self.scheduler.finish(seq)
-        if closed:
-            self._put(req, Closed(seq.index))
-        return first
-
-    def _fail_all(self, message: str) -> None:
-        """End every unfinished choice with an error (engine stopped or broken)."""
-        for req in list(self._requests.values()):
-            for seq in req.seqs:
-                if seq.status is not SequenceStatus.FINISHED:
-                    self.scheduler.finish(seq)
-                    self._put(req, EngineOutput(index=seq.index, finish="error", error=message))
-        self._deliver_soon()
 
     # -- disaggregated serving: the KV handover ------------------------------
 

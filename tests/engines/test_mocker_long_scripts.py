@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rotor.engines.mocker import MockerConfig, MockerEngine
-from rotor.engines.mocker.engine import OFF_LOOP_SCRIPT_CHARS
+from rotor.engines.mocker.admission import OFF_LOOP_SCRIPT_CHARS
 from rotor.protocol.engine import EngineError, EngineOutput, pulled
 
 from support.gated import GatedTokenizer

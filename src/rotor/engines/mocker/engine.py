@@ -42,6 +42,9 @@ from rotor.protocol.kv import KVEvent, KVSnapshot
 
 
 class MockerEngine:
+    """A simulated vLLM-like engine: its contract, over `admission`,
+    `step_loop`, `holds` and `fetcher`. Tests reach its time through
+    `step_loop.clock`, `step_loop.sleep`, `fetcher.sleep` and `sleep`."""
 
     def __init__(
         self, card: ModelCard, tokenizer: Tokenizer, config: MockerConfig | None = None
@@ -67,16 +70,19 @@ class MockerEngine:
         self.tokenizer = tokenizer
         self.scheduler = Scheduler(config)
         self.max_seq_len = self.card.context_length
-        self._requests: dict[str, RequestState] = {}
+        # The running requests, by id: admission adds them, the step loop samples
+        # them, the engine aborts and forgets them.
+        self.requests: dict[str, RequestState] = {}
         self.holds = Holds(self.scheduler.kv, config.kv_hold_timeout_s)
         self.step_loop = StepLoop(
-            config, self.scheduler, self._requests, self.holds, self.max_seq_len
+            config, self.scheduler, self.requests, self.holds, self.max_seq_len
         )
         self.fetcher = Fetcher(self.scheduler.kv, config, self.step_loop.running)
         self.admission = Admission(
-            self.card, tokenizer, config, self.scheduler, self._requests, self.step_loop.wake
+            self.card, tokenizer, config, self.scheduler, self.requests, self.step_loop.wake
         )
-        self._adapters = AdapterBook()  # LoRA adapters: each changes the seeded output
+        # LoRA adapters (each changes the seeded output), and which requests use them.
+        self.adapter_book = AdapterBook()
         # How embeddings and adapter loads wait out their simulated time (tests record it).
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
@@ -127,13 +133,13 @@ class MockerEngine:
 
     def adapter_in_use(self, name: str | None) -> contextlib.AbstractContextManager[Any]:
         """The request's adapter (None: the base model) kept while it runs."""
-        return self._adapters.using(name)
+        return self.adapter_book.using(name)
 
     def forget(self, request_id: str, abort: bool) -> None:
         """Its stream is done: stop what still runs (`abort`), drop the request."""
         if abort:
             self.abort(request_id)
-        req = self._requests.pop(request_id, None)
+        req = self.requests.pop(request_id, None)
         if req is not None:
             req.outbox.take()  # (its stream reads no more of it)
         self.scheduler.held.discard(request_id)
@@ -171,20 +177,20 @@ class MockerEngine:
     # -- LoRA adapters -------------------------------------------------------
 
     def adapters(self) -> dict[str, str]:
-        return self._adapters.names()
+        return self.adapter_book.names()
 
     async def load_adapter(self, name: str, path: str) -> None:
         """Check the adapter's files, then spend its simulated load time. Its
         requests' seeded output differs from the base model's (and another
         adapter's), the same each time; a `mock` script plays as written."""
-        adapter = self._adapters.check(name, path)
+        adapter = self.adapter_book.check(name, path)
         ratio = self.config.speedup_ratio
         if ratio > 0 and self.config.lora_load_ms > 0:
             await self.sleep(self.config.lora_load_ms / 1000 / ratio)
-        self._adapters.add(adapter)
+        self.adapter_book.add(adapter)
 
     async def unload_adapter(self, name: str) -> None:
-        self._adapters.remove(name)
+        self.adapter_book.remove(name)
 
     @property
     def tokens_generated(self) -> int:
@@ -196,7 +202,7 @@ class MockerEngine:
         sees no further output for it, even output already queued."""
         if self.admission.abort_pending(request_id, index):  # applied once it is admitted
             return
-        req = self._requests.get(request_id)
+        req = self.requests.get(request_id)
         if req is None:
             return
         for seq in req.seqs:
@@ -211,7 +217,7 @@ class MockerEngine:
         kv = self.scheduler.kv
         self.holds.expire()
         return EngineState(
-            active_requests=len(self._requests) + self.admission.pending,
+            active_requests=len(self.requests) + self.admission.pending,
             waiting=len(self.scheduler.waiting),
             running=len(self.scheduler.running),
             tokens_generated=self.step_loop.tokens_generated,

@@ -190,7 +190,7 @@ async def test_the_transfer_takes_bytes_over_bandwidth(make_engine: MakeEngine) 
     async def sleep(seconds: float) -> None:
         slept.append(seconds)
 
-    decode._sleep = sleep
+    decode.fetcher.sleep = decode.step_loop.sleep = sleep  # the transfer's wait, and the steps'
     wire(prefill, decode, [])
     _, transfer = await prefill_then_decode(prefill, decode)
     tokens = len(transfer["block_hashes"]) * 16

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rotor.engines.mocker import MockerConfig, MockerEngine
-from rotor.engines.mocker.engine import OFF_LOOP_SCRIPT_CHARS
+from rotor.engines.mocker.admission import OFF_LOOP_SCRIPT_CHARS
 from rotor.protocol.engine import EngineError, EngineOutput, pulled
 
 from support.gated import GatedTokenizer
@@ -166,7 +166,7 @@ async def test_a_script_longer_than_a_sequence_holds_plays_to_length(
     kept = None
     async for out in pulled(engine.generate(req)):
         if kept is None:
-            (seq,) = engine._requests[req.request_id].seqs
+            (seq,) = engine.requests[req.request_id].seqs
             kept = len(seq.source.token_ids)
         outs.append(out)
     assert ids_of(outs) == TOK.encode(LONG)[:room]

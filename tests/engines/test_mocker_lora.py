@@ -32,7 +32,7 @@ async def test_loading_spends_the_simulated_load_time(
     async def record(seconds: float) -> None:
         slept.append(seconds)
 
-    engine._sleep = record
+    engine.sleep = record
     await engine.load_adapter("sql", adapter)
     assert slept == [pytest.approx(0.04)]  # 80 ms / 2
     assert engine.adapters() == {"sql": adapter}
@@ -109,14 +109,14 @@ async def test_unloading_an_adapter_in_use_lets_its_request_finish(
     first = await anext(stream)
     await engine.unload_adapter("sql")
     assert engine.adapters() == {}
-    assert engine._adapters.leaving() == ["sql"]  # kept for the running request
+    assert engine.adapter_book.leaving() == ["sql"]  # kept for the running request
     with pytest.raises(EngineError, match="not loaded"):
         await collect(engine, request(lora="sql"))
     rest = [out async for out in stream]
     assert rest[-1].finish == "length"
     assert len(first.token_ids) + sum(len(o.token_ids) for o in rest) == 40
     await asyncio.sleep(0)
-    assert engine._adapters.leaving() == []  # gone with its last request
+    assert engine.adapter_book.leaving() == []  # gone with its last request
 
 
 def _seeded():  # noqa: ANN202 - SamplingParams

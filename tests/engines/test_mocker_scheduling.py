@@ -189,7 +189,7 @@ def _fake_sleep(engine: MockerEngine) -> tuple[list[float], FakeClock]:
         clock.now += seconds
         await asyncio.sleep(0)
 
-    engine._sleep, engine._clock = record, clock
+    engine.step_loop.sleep, engine.step_loop.clock = record, clock
     return sleeps, clock
 
 
@@ -284,7 +284,7 @@ async def test_decode_cost_grows_mildly_with_batch() -> None:
 
 def _step_clock(engine: MockerEngine, seconds: float) -> Callable[[], float]:
     """A clock on which every step of `engine` takes `seconds`."""
-    return lambda: engine.steps * seconds
+    return lambda: engine.step_loop.steps * seconds
 
 
 async def _sizes(engine: MockerEngine, make_engine: MakeEngine, decode_steps: int) -> list[int]:
@@ -308,14 +308,14 @@ async def test_steps_run_back_to_back_for_a_slice_and_their_tokens_arrive_togeth
     make_engine: MakeEngine, step_s: float, sizes: list[int]
 ) -> None:
     engine = await make_engine(step_slice_ms=1.0)
-    engine._clock = _step_clock(engine, step_s)
+    engine.step_loop.clock = _step_clock(engine, step_s)
     # The first token alone (it ends its slice early), then a slice's steps at a time.
     assert await _sizes(engine, make_engine, 20) == sizes
 
 
 async def test_a_first_token_is_sent_before_any_further_step(make_engine: MakeEngine) -> None:
     engine = await make_engine(step_slice_ms=1.0)
-    engine._clock = lambda: 0.0  # the slice never runs out
+    engine.step_loop.clock = lambda: 0.0  # the slice never runs out
     for _ in range(2):  # the second starts inside the slice the first left
         assert await _sizes(engine, make_engine, 30) == [1, 30]
 
@@ -326,7 +326,7 @@ async def test_a_first_token_ends_a_slice_early_only_once_in_a_row(
     """Under load nearly every step starts an answer: were each first token to
     end its slice, the engine would be back to a step at a time."""
     engine = await make_engine(step_slice_ms=1.0, max_num_batched_tokens=16)
-    engine._clock = lambda: 0.0  # the slice never runs out
+    engine.step_loop.clock = lambda: 0.0  # the slice never runs out
     short = request(_script(10), "Hi")  # prefilled in its first step
     long = request(_script(10), "word " * 40)  # prefilled in chunks over 3 steps
     got: dict[str, list[int]] = {}
@@ -343,5 +343,5 @@ async def test_a_first_token_ends_a_slice_early_only_once_in_a_row(
 
 async def test_a_slice_of_zero_hands_the_loop_every_step(make_engine: MakeEngine) -> None:
     engine = await make_engine(step_slice_ms=0)
-    engine._clock = lambda: 0.0
+    engine.step_loop.clock = lambda: 0.0
     assert await _sizes(engine, make_engine, 12) == [1] * 13

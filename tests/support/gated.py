@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from rotor.engines.mocker.engine import OFF_LOOP_SCRIPT_CHARS
+from rotor.engines.mocker.admission import OFF_LOOP_SCRIPT_CHARS
 from rotor.model.tokenizer import Tokenizer
 
 

@@ -164,30 +164,25 @@ def serve_timed(gaps_file: str, argv: list[str]) -> int:
     import signal
 
     from rotor import cli
-    from rotor.engines.mocker.engine import MockerEngine
-    from rotor.engines.mocker.stream import Outbox
-    from rotor.protocol.engine import EngineOutput
+    from rotor.engines.mocker.sequence import Sequence
+    from rotor.engines.mocker.step_loop import StepLoop
 
-    engines: list[MockerEngine] = []
-    last: dict[int, tuple[Outbox, float]] = {}  # id(outbox) -> (outbox, due): held, never reused
+    last: dict[str, float] = {}  # request id -> when its last output was due
     gaps: list[float] = []
-    plain_start, plain_put = MockerEngine.start, Outbox.put_nowait
+    plain_sample = StepLoop._sample
 
-    async def start(self: MockerEngine) -> None:
-        engines.append(self)
-        await plain_start(self)
+    def sample(self: StepLoop, seq: Sequence) -> bool:
+        made = len(seq.token_ids)
+        first = plain_sample(self, seq)
+        due = self._paced_until
+        if due and len(seq.token_ids) > made:  # this step made the sequence tokens
+            prev = last.get(seq.request_id)
+            if prev is not None and prev != due:
+                gaps.append(due - prev)
+            last[seq.request_id] = due
+        return first
 
-    def put_nowait(self: Outbox, item: Any) -> None:
-        due = engines[0]._paced_until if engines else 0.0
-        if due and isinstance(item, EngineOutput) and item.token_ids:
-            prev = last.get(id(self))
-            if prev is not None and prev[1] != due:
-                gaps.append(due - prev[1])
-            last[id(self)] = (self, due)
-        plain_put(self, item)
-
-    MockerEngine.start = start  # type: ignore[method-assign]
-    Outbox.put_nowait = put_nowait  # type: ignore[method-assign]
+    StepLoop._sample = sample  # type: ignore[method-assign]
     atexit.register(lambda: Path(gaps_file).write_text(json.dumps(gaps)))
     # uvicorn raises the SIGTERM it caught again once it has shut down: exit, atexit included
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

@@ -376,6 +376,20 @@ async def test_logprobs_are_well_formed(make_engine: MakeEngine, top: int) -> No
 # -- a consumer that falls behind ---------------------------------------------------
 
 
+async def test_a_request_its_outbox_window_held_goes_on_once_delivered(
+    make_engine: MakeEngine,
+) -> None:
+    """Steps of 64 tokens fill the outbox's window inside one slice: the
+    request is held, the engine idles, and its last delivery (which empties
+    the outbox) resumes it; the engine must not sleep through that resume."""
+    engine = await make_engine(step_slice_ms=1000.0)  # every step in one slice
+    script = {"output": TEXT * 40, "end": "eos", "tokens_per_step": 64}
+    sink: Recorder[EngineOutput] = Recorder()  # a sink that always keeps up
+    engine.generate(request(script)).subscribe(sink)
+    assert await asyncio.wait_for(sink.ended, 10) is None
+    assert ids_of(sink.items) == TOK.encode(TEXT * 40) + [EOS]
+
+
 async def test_a_slow_consumer_gets_each_choices_tokens_merged(make_engine: MakeEngine) -> None:
     engine = await make_engine()
     texts = [TEXT * 3, "A second, shorter answer."]

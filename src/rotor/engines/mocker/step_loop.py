@@ -107,8 +107,9 @@ class StepLoop:
     async def _loop(self) -> None:
         while True:
             if not self.scheduler.has_work():
-                self.deliver()
+                # cleared first: a delivery that resumes a held request wakes it again
                 self._wake.clear()
+                self.deliver()
                 self._paced_until = 0.0  # idle: the next step starts when work comes
                 await self._wake.wait()
                 self._start_slice()

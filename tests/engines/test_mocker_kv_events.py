@@ -84,7 +84,7 @@ def stored(replica: Replica) -> list[tuple[list[int], int | None]]:
 
 def test_allocation_stores_its_full_blocks_as_one_chain() -> None:
     replica = Replica()
-    kv = KVCache(num_blocks=8, block_size=4, sink=replica)
+    kv = KVCache(num_blocks=8, block_size=4, listener=replica)
     s = seq(list(range(10)))
     assert kv.allocate(s, 6)  # a prefill chunk that ends inside the second block
     h = block_hashes(list(range(12)), 4)
@@ -100,7 +100,7 @@ def test_allocation_stores_its_full_blocks_as_one_chain() -> None:
 
 def test_a_prefix_hit_stores_only_the_new_blocks() -> None:
     replica = Replica()
-    kv = KVCache(num_blocks=8, block_size=2, sink=replica)
+    kv = KVCache(num_blocks=8, block_size=2, listener=replica)
     a = seq([1, 2, 3, 4, 5])
     assert kv.allocate(a, 5)
     kv.free(a)  # still findable: no event
@@ -116,7 +116,7 @@ def test_a_prefix_hit_stores_only_the_new_blocks() -> None:
 
 def test_eviction_under_pressure_removes_the_evicted_blocks() -> None:
     replica = Replica()
-    kv = KVCache(num_blocks=4, block_size=2, sink=replica)
+    kv = KVCache(num_blocks=4, block_size=2, listener=replica)
     old, new = seq([1, 2, 3, 4], "old"), seq([5, 6, 7, 8], "new")
     for s in (old, new):
         assert kv.allocate(s, 4)
@@ -134,7 +134,7 @@ def test_eviction_under_pressure_removes_the_evicted_blocks() -> None:
 
 def test_a_duplicate_block_is_not_stored_and_splits_the_chain() -> None:
     replica = Replica()
-    kv = KVCache(num_blocks=16, block_size=2, sink=replica)
+    kv = KVCache(num_blocks=16, block_size=2, listener=replica)
     a = seq([1, 2, 3, 4, 7, 7], "a")
     assert kv.allocate(a, 1)  # a chunk of a's prefill: no full block yet
     b = seq([1, 2, 3, 4, 5, 6], "b")
@@ -151,7 +151,7 @@ def test_a_duplicate_block_is_not_stored_and_splits_the_chain() -> None:
 def test_preemption_and_free_keep_blocks_findable() -> None:
     replica = Replica()
     sched = Scheduler(MockerConfig(block_size=2, num_kv_blocks=4))
-    sched.kv.sink = replica
+    sched.kv.listener = replica
     old, young = seq([1, 2, 3, 4], "old"), seq([5, 6, 7, 8], "young")
     for s in (old, young):
         sched.add(s)
@@ -180,7 +180,7 @@ def test_preemption_and_free_keep_blocks_findable() -> None:
 
 def test_clear_forgets_every_registration() -> None:
     replica = Replica()
-    kv = KVCache(num_blocks=8, block_size=2, sink=replica)
+    kv = KVCache(num_blocks=8, block_size=2, listener=replica)
     held, cached = seq([1, 2, 3, 4], "held"), seq([5, 6, 7], "cached")
     assert kv.allocate(held, 4) and kv.allocate(cached, 3)
     kv.free(cached)
@@ -193,7 +193,7 @@ def test_clear_forgets_every_registration() -> None:
     agree(kv, replica)
 
 
-def test_ids_count_without_a_sink_and_the_snapshot_names_the_last() -> None:
+def test_ids_count_without_a_listener_and_the_snapshot_names_the_last() -> None:
     kv = KVCache(num_blocks=8, block_size=2)
     a = seq([1, 2, 3, 4, 5, 6])
     assert kv.allocate(a, 2) and kv.allocate(a, 6)
@@ -201,7 +201,7 @@ def test_ids_count_without_a_sink_and_the_snapshot_names_the_last() -> None:
     h = block_hashes(a.token_ids, 2)
     assert snap == KVSnapshot(2, 2, [(h[0], None), (h[1], h[0]), (h[2], h[1])])
     replica = Replica.from_snapshot(snap)
-    kv.sink = replica
+    kv.listener = replica
     kv.clear()
     agree(kv, replica)
 
@@ -211,7 +211,7 @@ def test_snapshot_lists_parents_before_children() -> None:
     lives on in a sequence after the registered one is evicted, the sequence
     fills the child, and only then is the parent registered again."""
     replica = Replica()
-    kv = KVCache(num_blocks=4, block_size=1, sink=replica)
+    kv = KVCache(num_blocks=4, block_size=1, listener=replica)
     r, x = seq([1], "r"), seq([1, 2], "x")
     assert kv.allocate(r, 1) and kv.allocate(x, 1)  # x's first block copies r's
     kv.free(r)
@@ -246,7 +246,7 @@ def test_random_workloads_keep_the_replica_exact(
     sched = Scheduler(
         MockerConfig(block_size=block_size, num_kv_blocks=num_blocks, max_num_batched_tokens=budget)
     )
-    sched.kv.sink = replica
+    sched.kv.listener = replica
     truth: dict[int, int | None] = {}  # every hash the test's own tokens can produce
     live: list[Sequence] = []
     for n in range(200):

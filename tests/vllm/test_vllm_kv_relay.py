@@ -143,7 +143,7 @@ def test_relay_names_blocks_by_rotor_hash_and_counts_copies() -> None:
 
     relay = KVRelay(block_size=4)
     out: list[KVEvent] = []
-    relay.sink = out.append
+    relay.listener = out.append
     tokens = list(range(1, 13))
     mine = block_hashes(tokens, 4)
 
@@ -174,7 +174,7 @@ def test_the_relay_chains_an_adapters_blocks_from_its_root() -> None:
     names = {7: "sql"}
     relay = KVRelay(block_size=4, lora_names=names.get)
     out: list[KVEvent] = []
-    relay.sink = out.append
+    relay.listener = out.append
     tokens = list(range(1, 9))
 
     other = [20, 21, 22, 23]

@@ -52,8 +52,8 @@ class KVEventSource(Protocol):
     """Engines whose KV cache reports what it stores and frees (the mocker,
     vLLM): a worker relays the events, and a KV router follows them."""
 
-    def kv_events(self, sink: Callable[[KVEvent], None] | None) -> KVSnapshot:
-        """Send the cache's events to `sink` from now on (None: to nobody) and
+    def kv_events(self, listener: Callable[[KVEvent], None] | None) -> KVSnapshot:
+        """Send the cache's events to `listener` from now on (None: to nobody) and
         return what the cache holds now, the state those events apply to."""
         ...
 

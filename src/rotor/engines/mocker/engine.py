@@ -245,8 +245,8 @@ class MockerEngine:
 
     # -- KV events ---------------------------------------------------------
 
-    def kv_events(self, sink: Callable[[KVEvent], None] | None) -> KVSnapshot:
-        """Send the KV cache's events to `sink` from now on (None: to nobody) and
+    def kv_events(self, listener: Callable[[KVEvent], None] | None) -> KVSnapshot:
+        """Send the KV cache's events to `listener` from now on (None: to nobody) and
         return what the cache holds now, the state those events apply to."""
-        self.scheduler.kv.sink = sink
+        self.scheduler.kv.listener = listener
         return self.scheduler.kv.snapshot()

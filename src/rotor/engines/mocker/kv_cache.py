@@ -29,7 +29,7 @@ from rotor.protocol.kv import (
     block_hashes,
 )
 
-EventSink = Callable[[KVEvent], None]
+KVListener = Callable[[KVEvent], None]
 
 
 class Block:
@@ -43,14 +43,16 @@ class Block:
 
 
 class KVCache:
-    def __init__(self, num_blocks: int, block_size: int, sink: EventSink | None = None) -> None:
+    def __init__(
+        self, num_blocks: int, block_size: int, listener: KVListener | None = None
+    ) -> None:
         self.block_size = block_size
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_plain: deque[int] = deque(range(num_blocks))
         self.free_cached: OrderedDict[int, None] = OrderedDict()  # LRU first
         self.hash_to_block: dict[int, int] = {}
-        self.sink = sink  # gets every event; replace it at will
-        self.event_id = 0  # the last event's id (events are counted with no sink too)
+        self.listener = listener  # gets every event; replace it at will
+        self.event_id = 0  # the last event's id (events are counted with no listener too)
         self._evicted: list[int] = []  # hashes dropped by the allocation in progress
 
     @property
@@ -264,5 +266,5 @@ class KVCache:
         return self.event_id
 
     def _emit(self, event: KVEvent) -> None:
-        if self.sink is not None:
-            self.sink(event)
+        if self.listener is not None:
+            self.listener(event)

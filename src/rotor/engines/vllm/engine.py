@@ -7,7 +7,7 @@ EOS or stop id that ended the choice, `length`, `abort`), its prefix cache's
 hit count (`cached_tokens`), its scheduler's running / waiting / KV usage
 (`state()`, via a stat logger of rotor's own), and its death
 (`EngineDeadError`: an *unavailable* engine error, never a hang). Its KV cache
-events come back through `kv_events(sink)`, as the mocker's do. With
+events come back through `kv_events(listener)`, as the mocker's do. With
 `-- --runner pooling` it serves an embedding model instead (`embed`,
 pooling.py). With `--lora NAME=DIR` (or `-- --enable-lora`) vLLM serves LoRA
 adapters, loaded and unloaded while it runs (the `Adapters` protocol, lora.py).
@@ -355,10 +355,10 @@ class VLLMEngine:
 
     # -- KV events ---------------------------------------------------------
 
-    def kv_events(self, sink: Callable[[KVEvent], None] | None) -> KVSnapshot:
-        """Send the relayed KV events to `sink` from now on (None: to nobody) and
+    def kv_events(self, listener: Callable[[KVEvent], None] | None) -> KVSnapshot:
+        """Send the relayed KV events to `listener` from now on (None: to nobody) and
         return what vLLM's cache holds now, the state those events apply to."""
-        self.relay.sink = sink
+        self.relay.listener = listener
         return self.relay.snapshot()
 
     # -- mapping -------------------------------------------------------------

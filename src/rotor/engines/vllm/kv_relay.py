@@ -38,7 +38,7 @@ from rotor.protocol.kv import block_hashes as rotor_hashes
 
 logger = logging.getLogger(__name__)
 
-EventSink = Callable[[KVEvent], None]
+KVListener = Callable[[KVEvent], None]
 # vLLM's int id of a LoRA adapter -> its name (None: not one the engine knows)
 LoraNames = Callable[[int], str | None]
 
@@ -56,7 +56,7 @@ class KVRelay:
     def __init__(self, block_size: int, lora_names: LoraNames | None = None) -> None:
         self.block_size = block_size
         self.lora_names = lora_names
-        self.sink: EventSink | None = None
+        self.listener: KVListener | None = None
         self.event_id = 0
         self.lost = 0  # vLLM batches missed (a gap in its sequence numbers)
         self._blocks: dict[Any, _Block] = {}  # by vLLM hash, in insertion order
@@ -76,8 +76,8 @@ class KVRelay:
 
     def _emit(self, make: Callable[[int], KVEvent]) -> None:
         self.event_id += 1
-        if self.sink is not None:
-            self.sink(make(self.event_id))
+        if self.listener is not None:
+            self.listener(make(self.event_id))
 
     # -- vLLM's events ------------------------------------------------------
 

@@ -4,7 +4,7 @@ OTLP/HTTP to a receiver in this test process (tests/support/otlp.py), which
 decodes them as a collector would. One trace per request, its spans linked
 parent to child across the processes, a client's traceparent kept, the
 request id on every span, a migration as a second attempt; off, nothing is
-exported and opentelemetry is never imported; a collector that is down costs
+exported and OpenTelemetry's SDK is never imported; a collector that is down costs
 no request anything."""
 
 from __future__ import annotations
@@ -225,7 +225,7 @@ def test_a_request_span_is_named_after_its_route_not_its_path(
     assert root.attributes["url.path"] == path
 
 
-def test_off_nothing_is_exported_and_opentelemetry_is_never_imported(
+def test_off_nothing_is_exported_and_the_sdk_is_never_imported(
     run_server: Server, receiver: Receiver
 ) -> None:
     # the watcher sees it when tracing is on (it can fail)

@@ -1,7 +1,9 @@
 """Which modules a real rotor process imports: `WATCHED` runs rotor's command
 line (`rotor_server(..., launcher=WATCHED)`) with a finder first on
 `sys.meta_path` that writes one line to stderr the first time a module of
-`opentelemetry` is looked for, so a test reads it in the process's log.
+OpenTelemetry's SDK or exporters is looked for (what rotor's tracing loads;
+OpenTelemetry's API package may come with the web framework: FastAPI 0.165
+and later import it), so a test reads it in the process's log.
 Every import of a module not yet loaded asks the meta path's finders first,
 whoever imports it (an `import` statement, importlib, any thread), from the
 process's start to its end; the finder finds nothing itself."""
@@ -13,13 +15,15 @@ MARK = "imported opentelemetry: "
 _CODE = f"""
 import sys
 
+_WATCHED = (["opentelemetry", "sdk"], ["opentelemetry", "exporter"])
+
 
 class _Watch:
     said = False
 
     @classmethod
     def find_spec(cls, name, path=None, target=None):
-        if not cls.said and name.split(".")[0] == "opentelemetry":
+        if not cls.said and name.split(".")[:2] in _WATCHED:
             cls.said = True
             sys.stderr.write({MARK!r} + name + "\\n")
             sys.stderr.flush()

@@ -8,9 +8,11 @@ belongs to (`errors.is_anthropic`), whoever raised them.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -100,7 +102,14 @@ def create_app(
                 if request_log is not None:  # what is queued is written, a .gz closed whole
                     await asyncio.to_thread(request_log.close)
 
-    app = _App(title="rotor", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = _App(
+        title="rotor",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        **_NO_NATIVE_TELEMETRY,
+    )
     app.router.route_class = BareRoute  # every route registered below
     registry = frontend.registry
     admission = Admission(max_queued)
@@ -202,6 +211,17 @@ def _register_errors(app: FastAPI, metrics: Metrics) -> None:
         return Response(status_code=499)
 
     app.add_middleware(_CatchAll)
+
+
+# FastAPI 0.165 and later make OpenTelemetry spans, metrics and logs of every request
+# of their own once a provider is configured (rotor's tracing configures one): rotor
+# makes its request span itself (api/request_span.py) and its metrics (/metrics), so
+# FastAPI's are off; older FastAPIs take no such argument.
+_NO_NATIVE_TELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
 
 
 class _App(FastAPI):

@@ -2,7 +2,7 @@
 stage (never per token), exported over OTLP/HTTP by OpenTelemetry's SDK.
 
 Off (the default), every call here returns or acts on one shared no-op
-`Span`, and opentelemetry is never imported. `--otlp-endpoint URL`, or the
+`Span`, and OpenTelemetry's SDK is never imported. `--otlp-endpoint URL`, or the
 standard OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
 turns it on in the process that serves (`Exporting`, a pair of startup and
 shutdown hooks; tracing/otel.py is loaded then). The span a request is in is

@@ -21,10 +21,13 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rotor.engines.vllm import storage_connector as storage
 from rotor.protocol.engine import KV_TRANSFER, PREFILL_ONLY, EngineError, EngineRequest
 
 Mode = Literal["agg", "prefill", "decode"]
+# rotor's storage connector (storage_connector.py, loaded by vLLM by this name
+# and module; importing it here would import torch and vLLM with the flags)
+STORAGE_CONNECTOR = "RotorStorageConnector"
+STORAGE_MODULE = "rotor.engines.vllm.storage_connector"
 ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}
 FLAG = "--kv-transfer-config"
 
@@ -78,8 +81,8 @@ def default_config(mode: Mode, model_dir: str, device: str) -> dict[str, Any]:
         buffer = "cuda" if device == "cuda" else "cpu"
         return {"kv_connector": "NixlConnector", "kv_role": role, "kv_buffer_device": buffer}
     return {
-        "kv_connector": storage.NAME,
-        "kv_connector_module_path": storage.MODULE,
+        "kv_connector": STORAGE_CONNECTOR,
+        "kv_connector_module_path": STORAGE_MODULE,
         "kv_role": role,
         "kv_connector_extra_config": {"shared_storage_path": default_storage(model_dir)},
     }
@@ -159,10 +162,12 @@ class Relay:
         params = transfer.get("params")
         if not isinstance(params, dict) or not params.get("do_remote_prefill"):
             return "the prefill worker handed over no KV"
-        if self.connector == storage.NAME and self.storage_path is not None:
+        if self.connector == STORAGE_CONNECTOR and self.storage_path is not None:
+            from rotor.engines.vllm.storage_connector import storage_key
+
             count = int(params.get("stored_tokens") or 0)
             key = params.get("storage_key")
-            if key != storage.storage_key(list(prompt[:count])):
+            if key != storage_key(list(prompt[:count])):
                 return "the stored KV is not this prompt's"
             if not os.path.isdir(os.path.join(self.storage_path, str(key))):
                 return f"no stored KV {key} under {self.storage_path}"

@@ -38,8 +38,10 @@ from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
 )
 from vllm.utils.hashing import safe_hash
 
-NAME = "RotorStorageConnector"
-MODULE = __name__
+from rotor.engines.vllm.disagg import STORAGE_CONNECTOR, STORAGE_MODULE
+
+NAME = STORAGE_CONNECTOR  # as disagg.py names it to vLLM
+MODULE = STORAGE_MODULE
 
 
 def storage_key(token_ids: list[int]) -> str:

@@ -168,8 +168,8 @@ class _Inbox(Generic[T]):
 
 class Pulled(Generic[T]):
     """A source read as an async iterator, for the code that pulls (a
-    response collected whole, the terminal, a relay's first output, a
-    response's first event), and the switch from pulling to pushing:
+    response collected whole, the terminal, a remote prefill read to its
+    end, a response's first event), and the switch from pulling to pushing:
     `subscribe` hands the items not read yet to a sink, then the source
     itself.
 

@@ -153,7 +153,7 @@ class StepLoop:
         over = self._slice_steps >= fewest and self.clock() >= self._slice_end
         if over or (first and not self._cut_short):
             self._cut_short = not over
-            self.deliver()  # pushed readers take the slice's outputs now
+            self.deliver()  # the streams take the slice's outputs now
             await self.sleep(0)  # readers that pull, new requests
             self._start_slice()
 
@@ -192,7 +192,7 @@ class StepLoop:
             self.due.append(req)
 
     def deliver_soon(self) -> None:
-        """Outputs put outside the step loop (an abort, a failure) reach pushed
+        """Outputs put outside the step loop (an abort, a failure) reach their
         readers in a turn of their own, not inside whoever caused them."""
         if self.due and not self._delivery_soon:
             self._delivery_soon = True

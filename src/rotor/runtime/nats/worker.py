@@ -463,7 +463,7 @@ class _Reply:
         self.add(wire.OUTPUTS, codec.encode_outputs([output]))
 
     def add_end(self, error: EngineError | None) -> None:
-        """A pushed stream's end, to the batch."""
+        """The stream's end (the engine's), to the batch."""
         if error is None:
             self.add(wire.DONE)
         else:

@@ -23,6 +23,7 @@ from rotor.pipeline.decode import End
 from rotor.pipeline.events import ChoiceEvent, Finished, Usage
 from rotor.pipeline.parse.base import Content
 from rotor.pipeline.served import ServedModel
+from rotor.protocol.flow import Pulled, Pump
 from rotor.protocol.responses import ResponsesRequest
 
 TOKENS = 128
@@ -41,7 +42,8 @@ class _Counted:
 
 def response() -> StartedResponse:
     usage = Usage(20, [_Counted()])  # type: ignore[list-item]
-    return StartedResponse("chatcmpl-x", ServedModel(ModelCard("m")), 0, 1, usage, _no_events())
+    events = Pulled(Pump(_no_events()))  # (the shapers never read them)
+    return StartedResponse("chatcmpl-x", ServedModel(ModelCard("m")), "m", 0, 1, usage, events)
 
 
 async def _no_events() -> AsyncGenerator[ChoiceEvent, None]:

@@ -37,7 +37,15 @@ from rotor.protocol.engine import (
     StopParams,
     TokenLogprob,
 )
-from rotor.protocol.kv import AllCleared, BlocksRemoved, BlocksStored, KVEvent, KVSnapshot
+from rotor.protocol.kv import (
+    MEDIA,
+    AllCleared,
+    BlocksRemoved,
+    BlocksStored,
+    KVEvent,
+    KVSnapshot,
+    Medium,
+)
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -478,6 +486,16 @@ def decode_error(data: bytes) -> EngineError:
 
 # -- KV events -----------------------------------------------------------------
 
+
+def _medium(value: Any, name: str) -> Medium:
+    """A known medium; any other value is read as the device (as a peer from
+    before tiers reads every event: forward compatibility, as unknown fields)."""
+    for medium in MEDIA:
+        if value == medium:
+            return medium
+    return "device"
+
+
 _KV_EVENTS: dict[str, tuple[type[KVEvent], dict[str, Check]]] = {
     "stored": (
         BlocksStored,
@@ -486,9 +504,13 @@ _KV_EVENTS: dict[str, tuple[type[KVEvent], dict[str, Check]]] = {
             "block_hashes": _hashes,
             "parent_hash": _optional(lambda v, n: _hashes([v], n)[0]),
             "block_size": _int,
+            "medium": _medium,
         },
     ),
-    "removed": (BlocksRemoved, {"event_id": _int, "block_hashes": _hashes}),
+    "removed": (
+        BlocksRemoved,
+        {"event_id": _int, "block_hashes": _hashes, "medium": _medium},
+    ),
     "cleared": (AllCleared, {"event_id": _int}),
 }
 _KV_TYPES = {cls: (tag, _names(cls)) for tag, (cls, _) in _KV_EVENTS.items()}
@@ -519,8 +541,13 @@ def decode_kv_events(data: bytes) -> list[KVEvent]:
 
 
 def _kv_event_map(event: KVEvent) -> dict[str, Any]:
+    """An event's map; a device event's has no `medium` (what a peer from
+    before tiers sends, and reads)."""
     tag, names = _KV_TYPES[type(event)]
-    return {"type": tag, **_as_map(event, names)}
+    m = {"type": tag, **_as_map(event, names)}
+    if m.get("medium") == "device":
+        del m["medium"]
+    return m
 
 
 def _kv_event(value: Any) -> KVEvent:
@@ -534,13 +561,14 @@ def _kv_event(value: Any) -> KVEvent:
 
 
 def encode_kv_snapshot(snapshot: KVSnapshot) -> bytes:
-    return _packb(
-        {
-            "event_id": snapshot.event_id,
-            "block_size": snapshot.block_size,
-            "blocks": snapshot.blocks,
-        }
-    )
+    m: dict[str, Any] = {
+        "event_id": snapshot.event_id,
+        "block_size": snapshot.block_size,
+        "blocks": snapshot.blocks,
+    }
+    if snapshot.lower:
+        m["lower"] = snapshot.lower
+    return _packb(m)
 
 
 def _snapshot_blocks(value: Any, name: str) -> list[tuple[int, int | None]]:
@@ -556,8 +584,22 @@ def _snapshot_blocks(value: Any, name: str) -> list[tuple[int, int | None]]:
     return blocks
 
 
+def _snapshot_lower(value: Any, name: str) -> dict[str, list[tuple[int, int | None]]]:
+    """A snapshot's lower media: each one's blocks, as `blocks` are."""
+    m = _map(value, name)
+    return {
+        _medium(medium, name): _snapshot_blocks(blocks, f"{name}.{medium}")
+        for medium, blocks in m.items()
+    }
+
+
 def decode_kv_snapshot(data: bytes) -> KVSnapshot:
-    schema = {"event_id": _int, "block_size": _int, "blocks": _snapshot_blocks}
+    schema = {
+        "event_id": _int,
+        "block_size": _int,
+        "blocks": _snapshot_blocks,
+        "lower": _snapshot_lower,
+    }
     return _build(KVSnapshot, schema, _unpack(data), "kv_snapshot")
 
 

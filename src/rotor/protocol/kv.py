@@ -48,6 +48,7 @@ import sys
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import xxhash
 
@@ -110,24 +111,35 @@ def block_hashes(token_ids: Sequence[int], block_size: int, parent: int | None =
     return hashes
 
 
+# Where a cached block sits: in the device's memory, or offloaded below it to
+# the host's memory or to disk (vLLM's offloading, SGLang's HiCache, the
+# mocker's tiers), from which it is brought back at a cost. A block may sit in
+# several at once (offloading copies it down before the device evicts it).
+Medium = Literal["device", "host", "disk"]
+MEDIA: tuple[Medium, ...] = ("device", "host", "disk")
+
+
 @dataclass(slots=True)
 class BlocksStored:
-    """Blocks that became findable by hash: `block_hashes` is one chain, each
-    block the parent of the next; `parent_hash` is the first one's parent
-    (None: it is a sequence's first block)."""
+    """Blocks that became findable by hash on `medium`: `block_hashes` is one
+    chain, each block the parent of the next; `parent_hash` is the first
+    one's parent (None: it is a sequence's first block)."""
 
     event_id: int
     block_hashes: list[int]
     parent_hash: int | None = None
     block_size: int = 0  # tokens per block, so a consumer can check it hashes alike
+    medium: Medium = "device"
 
 
 @dataclass(slots=True)
 class BlocksRemoved:
-    """Blocks that are no longer findable by hash (evicted or dropped)."""
+    """Blocks that are no longer findable by hash on `medium` (evicted,
+    moved down, or dropped)."""
 
     event_id: int
     block_hashes: list[int]
+    medium: Medium = "device"
 
 
 @dataclass(slots=True)
@@ -150,4 +162,6 @@ class KVSnapshot:
 
     event_id: int
     block_size: int
-    blocks: list[tuple[int, int | None]] = field(default_factory=list)
+    blocks: list[tuple[int, int | None]] = field(default_factory=list)  # on the device
+    # the blocks of each lower medium ("host", "disk"), as `blocks` are
+    lower: dict[str, list[tuple[int, int | None]]] = field(default_factory=dict)

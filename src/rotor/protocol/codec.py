@@ -588,8 +588,9 @@ def _snapshot_lower(value: Any, name: str) -> dict[str, list[tuple[int, int | No
     """A snapshot's lower media: each one's blocks, as `blocks` are."""
     m = _map(value, name)
     return {
-        _medium(medium, name): _snapshot_blocks(blocks, f"{name}.{medium}")
+        medium: _snapshot_blocks(blocks, f"{name}.{medium}")
         for medium, blocks in m.items()
+        if medium in MEDIA and medium != "device"  # (a medium it does not know: ignored)
     }
 
 

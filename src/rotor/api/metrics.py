@@ -26,6 +26,8 @@ _ENGINE_COUNTERS = {  # field: (metric name, scale to base units)
     "kv_hold_timeouts": ("rotor_engine_kv_hold_timeouts", 1.0),
     "kv_blocks_fetched": ("rotor_engine_kv_fetched_blocks", 1.0),
     "kv_fetch_failures": ("rotor_engine_kv_fetch_failures", 1.0),
+    "kv_host_blocks_loaded": ("rotor_engine_kv_host_loaded_blocks", 1.0),
+    "kv_disk_blocks_loaded": ("rotor_engine_kv_disk_loaded_blocks", 1.0),
 }
 _ENGINE_GAUGE_NAMES = {"kv_blocks_total": "rotor_engine_kv_blocks_capacity"}
 _ENGINE_GAUGES = [

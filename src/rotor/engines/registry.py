@@ -71,6 +71,10 @@ def _build_mocker(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any
         kv_hold_timeout_s=options["kv_hold_timeout"],
         kv_transfer_gbps=options["kv_transfer_bandwidth"],
         kv_bytes_per_token=options["kv_bytes_per_token"] or kv_bytes_per_token(card.path),
+        host_kv_blocks=options["host_kv_blocks"],
+        disk_kv_blocks=options["disk_kv_blocks"],
+        host_kv_gbps=options["host_kv_gbps"],
+        disk_kv_gbps=options["disk_kv_gbps"],
         embedding_dim=embedding_dim(card.path, options) if options["runner"] == "pooling" else 0,
         lora_load_ms=options["lora_load_ms"],
     )
@@ -218,6 +222,36 @@ MOCKER_FLAGS = (
         int,
         0,
         minimum=0,
+    ),
+    Flag(
+        "--host-kv-blocks",
+        "mocker: KV blocks of host memory below the device, where the blocks it"
+        " evicts move (0 = none)",
+        int,
+        0,
+        minimum=0,
+    ),
+    Flag(
+        "--disk-kv-blocks",
+        "mocker: KV blocks of disk below host memory, where the blocks the host"
+        " evicts move (0 = none)",
+        int,
+        0,
+        minimum=0,
+    ),
+    Flag(
+        "--host-kv-gbps",
+        "mocker: GB/s of bringing KV blocks back from host memory (PCIe 4.0 x16)",
+        float,
+        25.0,  # (mocker/config.py says why)
+        minimum=0.001,
+    ),
+    Flag(
+        "--disk-kv-gbps",
+        "mocker: GB/s of bringing KV blocks back from disk (an NVMe SSD)",
+        float,
+        5.0,
+        minimum=0.001,
     ),
     Flag(
         "--runner",

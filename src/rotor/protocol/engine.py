@@ -182,6 +182,12 @@ class EngineState:
     kv_blocks_fetched: int = 0
     kv_fetch_failures: int = 0
     max_batched_tokens: int = 0  # the engine's token budget of one step (0: not said)
+    # KV blocks below the device (protocol/kv.Medium): held now in host memory
+    # and on disk, and how many were ever brought back up to the device from each
+    kv_host_blocks: int = 0
+    kv_disk_blocks: int = 0
+    kv_host_blocks_loaded: int = 0
+    kv_disk_blocks_loaded: int = 0
 
 
 def absorb(into: EngineOutput, item: EngineOutput) -> None:

@@ -8,8 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rotor.protocol.kv import Medium
+
 # A Llama-3-8B's KV cache per token: 32 layers × 2 × 8 KV heads × 128 head dim × 2 bytes.
 DEFAULT_KV_BYTES_PER_TOKEN = 131072
+# Bringing KV back to the device: from pinned host memory over PCIe 4.0 x16
+# (32 GB/s a direction on the wire, ~25 GB/s in copies), and from an NVMe SSD
+# (a PCIe 4.0 x4 drive reads ~7 GB/s at best, ~3-5 GB/s through a filesystem).
+DEFAULT_HOST_KV_GBPS = 25.0
+DEFAULT_DISK_KV_GBPS = 5.0
 
 
 @dataclass(slots=True)
@@ -35,6 +42,15 @@ class MockerConfig:
     kv_hold_timeout_s: float = 30.0
     kv_transfer_gbps: float = 25.0
     kv_bytes_per_token: int = DEFAULT_KV_BYTES_PER_TOKEN
+    # KV tiers below the device (0 blocks: none): what the device evicts moves
+    # to the host, the host's to disk; a prompt's blocks found there are
+    # brought back at block_size × kv_bytes_per_token / bandwidth each, added
+    # to the step that admits it. PCIe 4.0 x16 moves ~25 GB/s of host memory to
+    # a GPU; an NVMe SSD reads ~3-5 GB/s (docs/scale-out.md#kv-below-the-device).
+    host_kv_blocks: int = 0
+    disk_kv_blocks: int = 0
+    host_kv_gbps: float = DEFAULT_HOST_KV_GBPS
+    disk_kv_gbps: float = DEFAULT_DISK_KV_GBPS
     eos_probability: float = 0.02  # per generated token, seeded output only
     structural_tags: bool = True  # advertised on the card (the mocker never enforces it)
     seed: int = 0
@@ -52,9 +68,19 @@ class MockerConfig:
             raise ValueError(f"mocker speedup_ratio must be >= 0, got {self.speedup_ratio}")
         if not self.step_slice_ms >= 0:
             raise ValueError(f"mocker step_slice_ms must be >= 0, got {self.step_slice_ms}")
-        for name in ("kv_hold_timeout_s", "kv_transfer_gbps", "kv_bytes_per_token", "lora_load_ms"):
+        for name in (
+            "kv_hold_timeout_s",
+            "kv_transfer_gbps",
+            "kv_bytes_per_token",
+            "lora_load_ms",
+            "host_kv_blocks",
+            "disk_kv_blocks",
+        ):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"mocker {name} must be >= 0, got {getattr(self, name)}")
+        for name in ("host_kv_gbps", "disk_kv_gbps"):  # a load is never free
+            if not getattr(self, name) > 0:
+                raise ValueError(f"mocker {name} must be > 0, got {getattr(self, name)}")
         if not 0.0 <= self.eos_probability <= 1.0:
             raise ValueError(
                 f"mocker eos_probability must be in [0, 1], got {self.eos_probability}"
@@ -64,6 +90,12 @@ class MockerConfig:
     def capacity_tokens(self) -> int:
         """The most tokens the whole KV cache can hold (one sequence alone)."""
         return self.num_kv_blocks * self.block_size
+
+    def load_ms(self, medium: Medium, blocks: int) -> float:
+        """Simulated time of bringing `blocks` blocks from a lower medium back
+        to the device: their bytes over the medium's bandwidth."""
+        gbps = self.host_kv_gbps if medium == "host" else self.disk_kv_gbps
+        return blocks * self.block_size * self.kv_bytes_per_token / (gbps * 1e6)
 
     def step_ms(self, prefill_tokens: int, decode_seqs: int) -> float:
         """Simulated duration of one step that prefills and decodes this much."""

@@ -233,6 +233,10 @@ class MockerEngine:
             kv_blocks_fetched=self.fetcher.blocks_fetched,
             kv_fetch_failures=self.fetcher.failures,
             max_batched_tokens=self.config.max_num_batched_tokens,
+            kv_host_blocks=kv.num_held("host"),
+            kv_disk_blocks=kv.num_held("disk"),
+            kv_host_blocks_loaded=kv.loaded.get("host", 0),
+            kv_disk_blocks_loaded=kv.loaded.get("disk", 0),
         )
 
     # -- disaggregated serving: the KV handover ------------------------------

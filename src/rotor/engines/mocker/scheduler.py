@@ -12,6 +12,11 @@ output so far) when there is room.
 
 A request whose consumer lags (its outputs not read, `held`) is skipped: it
 keeps its blocks but computes nothing until it is read again.
+
+With KV tiers below the device, a prompt's leading blocks found on the host
+or on disk count as cached (`cached_tokens`) and are brought back to the
+device when it is admitted; their transfer time (`MockerConfig.load_ms`) is
+the batch's `load_ms`, which lengthens the step that admits it.
 """
 
 from __future__ import annotations
@@ -29,13 +34,20 @@ class Batch:
     items: list[tuple[Sequence, int]] = field(default_factory=list)  # (seq, tokens to compute)
     prefill_tokens: int = 0
     decode_seqs: int = 0
+    load_ms: float = 0.0  # blocks brought back to the device from lower media
 
 
 class Scheduler:
     def __init__(self, config: MockerConfig) -> None:
         self.max_num_seqs = config.max_num_seqs
         self.max_num_batched_tokens = config.max_num_batched_tokens
-        self.kv = KVCache(config.num_kv_blocks, config.block_size)
+        self.kv = KVCache(
+            config.num_kv_blocks,
+            config.block_size,
+            host_blocks=config.host_kv_blocks,
+            disk_blocks=config.disk_kv_blocks,
+        )
+        self._load_ms = config.load_ms
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order: the last is the youngest
         self.preemptions = 0
@@ -84,6 +96,8 @@ class Scheduler:
             budget -= n
         # Admitting right after a preemption would only thrash the cache.
         admit = self.preemptions == preemptions
+        kv = self.kv
+        loaded = dict(kv.loaded) if kv.lower and admit and self.waiting else None
         while admit and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             hits = self.kv.match(seq)
@@ -100,6 +114,10 @@ class Scheduler:
             self.running.append(seq)
             self._add(batch, seq, n)
             budget -= n
+        if loaded is not None:  # what admission brought up from below the device
+            for medium, count in kv.loaded.items():
+                if count > loaded[medium]:
+                    batch.load_ms += self._load_ms(medium, count - loaded[medium])
         return batch
 
     def advance(self, batch: Batch) -> list[Sequence]:

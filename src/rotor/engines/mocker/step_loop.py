@@ -129,7 +129,7 @@ class StepLoop:
         if not batch.items:  # the only running sequence preempted itself; admit next step
             await asyncio.sleep(0)
             return
-        ms = self.config.step_ms(batch.prefill_tokens, batch.decode_seqs)
+        ms = self.config.step_ms(batch.prefill_tokens, batch.decode_seqs) + batch.load_ms
         self.simulated_ms += ms
         ratio = self.config.speedup_ratio
         if ratio > 0:

@@ -5,6 +5,7 @@ from its root."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -118,13 +119,16 @@ async def test_relayed_blocks_are_what_a_repeated_prompt_finds_cached(
 
 
 def stored(
-    hashes: list[bytes],
+    hashes: list[Any],
     parent: bytes | None,
     ids: list[int],
     lora_id: int | None = None,
     name: str | None = None,
+    medium: str | None = "GPU",
 ) -> Any:
-    """vLLM's BlockStored event for blocks of 4 tokens in its GPU cache."""
+    """vLLM's BlockStored event for blocks of 4 tokens in its GPU cache (or
+    another `medium`, as its offloading connector's self-describing events
+    fill it)."""
     from vllm.distributed.kv_events import BlockStored
 
     return BlockStored(
@@ -133,7 +137,7 @@ def stored(
         token_ids=ids,
         block_size=4,
         lora_id=lora_id,
-        medium="GPU",
+        medium=medium,
         lora_name=name,
     )
 
@@ -158,11 +162,6 @@ def test_relay_names_blocks_by_rotor_hash_and_counts_copies() -> None:
     relay.apply(BlockRemoved(block_hashes=[b"c", b"b"], medium="GPU"))
     assert out[2:] == [BlocksRemoved(3, [mine[2], mine[1]])]
     assert relay.snapshot().blocks == [(mine[0], None)]
-    # a CPU-offloaded copy is another tier, not this cache
-    offloaded = stored([b"z"], None, [9, 9, 9, 9])
-    offloaded.medium = "CPU"
-    relay.apply(offloaded)
-    assert len(out) == 3
     relay.apply(stored([b"b"], b"a", tokens[4:8]))
     assert out[3] == BlocksStored(4, [mine[1]], mine[0], 4)
     relay.apply(AllBlocksCleared())
@@ -199,3 +198,249 @@ def test_the_relay_chains_an_adapters_blocks_from_its_root() -> None:
     assert relay.num_cached == 7
     snapshot = dict(relay.snapshot().blocks)
     assert snapshot[sql[1]] == sql[0] and snapshot[sql[0]] is None and snapshot[chat[1]] == chat[0]
+
+
+# -- media: the offloading connectors' events --------------------------------------
+
+
+class Media:
+    """A router's replica of one worker: each medium's blocks, from the events."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, dict[int, int | None]] = {"device": {}, "host": {}, "disk": {}}
+
+    def __call__(self, event: KVEvent) -> None:
+        if isinstance(event, BlocksStored):
+            held, parent = self.held[event.medium], event.parent_hash
+            for h in event.block_hashes:
+                assert h not in held
+                held[h], parent = parent, h
+        elif isinstance(event, BlocksRemoved):
+            for h in event.block_hashes:
+                del self.held[event.medium][h]
+        else:
+            for held in self.held.values():
+                held.clear()
+
+    def of(self, relay: KVRelay) -> None:
+        """The relay's snapshot says what the events built."""
+        snap = relay.snapshot()
+        assert dict(snap.blocks) == self.held["device"]
+        for medium in ("host", "disk"):
+            assert dict(snap.lower.get(medium, [])) == self.held[medium]
+
+
+def removed(hashes: list[Any], medium: str | None = "GPU") -> Any:
+    from vllm.distributed.kv_events import BlockRemoved
+
+    return BlockRemoved(block_hashes=hashes, medium=medium)
+
+
+def test_blocks_offloaded_and_brought_back_are_relayed_per_medium() -> None:
+    """vLLM's offloading connector copies computed blocks to the CPU (its
+    self-describing stores: tokens and parent, medium CPU) while the GPU
+    holds them; the GPU evicts them; a prompt loads them back to the GPU,
+    and the CPU keeps its copy until its own LRU evicts it. Storage tiers
+    say STORAGE. Each is relayed on rotor's medium, by rotor's hash."""
+    from vllm.distributed.kv_events import MEDIUM_CPU, MEDIUM_STORAGE
+
+    relay = KVRelay(block_size=4)
+    out: list[KVEvent] = []
+    media = Media()
+    relay.listener = lambda e: (out.append(e), media(e))  # type: ignore[func-returns-value]
+    tokens = list(range(1, 13))
+    mine = block_hashes(tokens, 4)
+
+    relay.apply(stored([b"a", b"b", b"c"], None, tokens))  # computed on the GPU
+    relay.apply(stored([b"a", b"b"], None, tokens[:8], medium=MEDIUM_CPU))  # a chunk offloaded
+    relay.apply(stored([b"c"], b"b", tokens[8:], medium=MEDIUM_CPU))
+    assert out == [
+        BlocksStored(1, mine, None, 4),
+        BlocksStored(2, mine[:2], None, 4, "host"),  # on both media now
+        BlocksStored(3, [mine[2]], mine[1], 4, "host"),
+    ]
+    relay.apply(removed([b"c", b"b", b"a"]))  # the GPU evicts them: the host keeps them
+    assert out[3] == BlocksRemoved(4, [mine[2], mine[1], mine[0]])
+    media.of(relay)
+    assert relay.num_held("host") == 3 and relay.num_cached == 0
+    # a prompt finds them on the CPU: loaded back, the GPU caches them again
+    relay.apply(stored([b"a", b"b"], None, tokens[:8]))
+    assert out[4] == BlocksStored(5, mine[:2], None, 4)
+    # a storage tier below the CPU takes "c"; the CPU's LRU then drops it
+    relay.apply(stored([b"c"], b"b", tokens[8:], medium=MEDIUM_STORAGE))
+    relay.apply(removed([b"c"], MEDIUM_CPU))
+    assert out[5:] == [
+        BlocksStored(6, [mine[2]], mine[1], 4, "disk"),
+        BlocksRemoved(7, [mine[2]], "host"),
+    ]
+    media.of(relay)
+    snap = relay.snapshot()
+    assert snap.blocks == [(mine[0], None), (mine[1], mine[0])]
+    assert snap.lower == {
+        "host": [(mine[0], None), (mine[1], mine[0])],
+        "disk": [(mine[2], mine[1])],
+    }
+    # a chunk announced again (a shared prefix) counts copies, as the GPU's do
+    relay.apply(stored([b"a"], None, tokens[:4], medium=MEDIUM_CPU))
+    relay.apply(removed([b"a"], MEDIUM_CPU))
+    assert len(out) == 7
+    # once no medium holds a block, it is forgotten: a child stored later is dropped
+    relay.apply(removed([b"c"], MEDIUM_STORAGE))
+    relay.apply(removed([b"a", b"b"], MEDIUM_CPU))
+    relay.apply(removed([b"b", b"a"]))
+    assert relay.snapshot().blocks == [] and relay.snapshot().lower == {}
+    relay.apply(stored([b"d"], b"c", [7, 7, 7, 7], medium=MEDIUM_CPU))
+    assert len(out) == 10 and relay.num_held("host") == 0
+    media.of(relay)
+
+
+def test_placeholder_offload_events_are_named_from_another_mediums_copy() -> None:
+    """Without self-describing events vLLM's offloading connector stores a
+    chunk as its last vLLM hash alone (no tokens, block size 0): the relay
+    names it while it knows that hash (the GPU stored it first), with its
+    parent, and drops one it cannot name. These events are made by vLLM's
+    own tracker (`OffloadingEventsTracker`), as its scheduler makes them."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.events import (
+        OffloadingEventsTracker,
+    )
+    from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash as external
+    from vllm.v1.kv_offload.base import (
+        Medium,
+        OffloadingEvent,
+        OffloadingKVEventsConfig,
+        make_offload_key,
+    )
+
+    tracker = OffloadingEventsTracker(OffloadingKVEventsConfig(True, False))
+
+    def offload(hashes: list[bytes], medium: Medium, gone: bool = False) -> list[Any]:
+        keys = [make_offload_key(h, 0) for h in hashes]
+        return list(tracker.take_events([OffloadingEvent(keys, medium, gone)]))
+
+    relay = KVRelay(block_size=4)
+    out: list[KVEvent] = []
+    media = Media()
+    relay.listener = lambda e: (out.append(e), media(e))  # type: ignore[func-returns-value]
+    tokens = list(range(1, 9))
+    mine = block_hashes(tokens, 4)
+    # (vLLM's events name a block by its hash as an int, by default: the GPU's and these)
+    relay.apply(stored([external(b"a"), external(b"b")], None, tokens))
+    events = offload([b"a", b"b", b"zz"], Medium.CPU)
+    assert [(e.token_ids, e.block_size, e.medium) for e in events] == [([], 0, "CPU")] * 3
+    for event in events:
+        relay.apply(event)
+    assert out[1:] == [
+        BlocksStored(2, [mine[0]], None, 4, "host"),
+        BlocksStored(3, [mine[1]], mine[0], 4, "host"),  # "zz": unknown, dropped
+    ]
+    relay.apply(removed([external(b"b"), external(b"a")]))  # the GPU evicts; the host's stay
+    for event in offload([b"b"], Medium.STORAGE):
+        relay.apply(event)
+    assert out[4] == BlocksStored(5, [mine[1]], mine[0], 4, "disk")
+    for event in offload([b"a", b"b"], Medium.CPU, gone=True):
+        relay.apply(event)
+    assert out[5] == BlocksRemoved(6, mine, "host")
+    media.of(relay)
+    assert relay.snapshot().lower == {"disk": [(mine[1], mine[0])]}
+
+
+def test_an_unknown_medium_is_dropped_with_a_debug_line(caplog: pytest.LogCaptureFixture) -> None:
+    relay = KVRelay(block_size=4)
+    out: list[KVEvent] = []
+    relay.listener = out.append
+    with caplog.at_level("DEBUG", logger="rotor.engines.vllm.kv_relay"):
+        relay.apply(stored([b"a"], None, [1, 2, 3, 4], medium="NVLINK_POOL"))
+        relay.apply(removed([b"a"], "NVLINK_POOL"))
+    assert out == [] and relay.dropped == 2 and relay.event_id == 0
+    assert "medium 'NVLINK_POOL' dropped" in caplog.text
+    # vLLM's own names, whatever their case (Mooncake's store writes "cpu")
+    relay.apply(stored([b"a"], None, [1, 2, 3, 4], medium="cpu"))
+    relay.apply(stored([b"b"], None, [5, 5, 5, 5], medium=None))  # before media: the GPU's
+    assert [e.medium for e in out if isinstance(e, BlocksStored)] == ["host", "device"]
+
+
+def test_a_reset_of_the_gpu_cache_keeps_the_blocks_below() -> None:
+    """vLLM's AllBlocksCleared resets its GPU prefix cache: with blocks on the
+    CPU it is relayed as the device's removal, so the host's stay known."""
+    from vllm.distributed.kv_events import AllBlocksCleared
+
+    relay = KVRelay(block_size=4)
+    out: list[KVEvent] = []
+    media = Media()
+    relay.listener = lambda e: (out.append(e), media(e))  # type: ignore[func-returns-value]
+    tokens = list(range(1, 9))
+    mine = block_hashes(tokens, 4)
+    relay.apply(stored([b"a", b"b"], None, tokens))
+    relay.apply(stored([b"a"], None, tokens[:4], medium="CPU"))
+    relay.apply(AllBlocksCleared())
+    assert out[2] == BlocksRemoved(3, mine)
+    assert relay.snapshot().blocks == [] and relay.snapshot().lower == {"host": [(mine[0], None)]}
+    media.of(relay)
+    relay.apply(stored([b"b"], b"a", tokens[4:]))  # its parent is still known, from the host
+    assert out[3] == BlocksStored(4, [mine[1]], mine[0], 4)
+    relay.apply(removed([b"a"], "CPU"))
+    relay.apply(AllBlocksCleared())
+    assert out[-1] == AllCleared(6)  # nothing below: every medium is empty
+    media.of(relay)
+
+
+@pytest.mark.asyncio
+async def test_vllms_own_publisher_stream_is_relayed_per_medium() -> None:
+    """What crosses the ZMQ socket: vLLM's `ZmqEventPublisher` sends
+    `KVEventBatch`es of GPU, CPU and STORAGE events in its own msgpack
+    encoding, to rotor's SUB socket, and the relay's reader keeps the media."""
+    import asyncio
+    import time
+
+    from vllm.distributed.kv_events import AllBlocksCleared, KVEventBatch, ZmqEventPublisher
+
+    from rotor.engines.vllm.kv_relay import listen, relay_events
+
+    relay = KVRelay(block_size=4)
+    out: list[KVEvent] = []
+    relay.listener = out.append
+    sock, endpoint = listen()
+    reader = asyncio.create_task(relay_events(sock, relay))
+    publisher = ZmqEventPublisher(0, endpoint=endpoint)
+    try:
+        # a PUB socket drops what it sends before the SUB is connected: clears
+        # until one comes through (more may follow it), then the stream proper
+        while not out:
+            publisher.publish(KVEventBatch(ts=time.time(), events=[AllBlocksCleared()]))
+            await asyncio.sleep(0.05)
+        tokens = list(range(1, 9))
+        mine = block_hashes(tokens, 4)
+        batches = [
+            [stored([b"a", b"b"], None, tokens)],
+            [stored([b"a", b"b"], None, tokens, medium="CPU"), removed([b"b", b"a"])],
+            [stored([b"b"], b"a", tokens[4:], medium="STORAGE"), removed([b"b"], "CPU")],
+        ]
+        for events in batches:
+            publisher.publish(KVEventBatch(ts=time.time(), events=events))
+
+        def relayed() -> list[KVEvent]:
+            return [e for e in out if not isinstance(e, AllCleared)]
+
+        await wait_for_async(
+            "the published batches to be relayed", lambda: len(relayed()) == 5, detail=relayed
+        )
+        start = len(out) - 5
+        assert all(isinstance(e, AllCleared) for e in out[:start])  # in order: clears first
+        assert out[start:] == [
+            BlocksStored(start + 1, mine, None, 4),
+            BlocksStored(start + 2, mine, None, 4, "host"),
+            BlocksRemoved(start + 3, [mine[1], mine[0]]),
+            BlocksStored(start + 4, [mine[1]], mine[0], 4, "disk"),
+            BlocksRemoved(start + 5, [mine[1]], "host"),
+        ]
+        assert relay.lost == 0
+        snap = relay.snapshot()
+        assert snap.blocks == [] and snap.lower == {
+            "host": [(mine[0], None)],
+            "disk": [(mine[1], mine[0])],
+        }
+    finally:
+        publisher.shutdown()
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader

@@ -347,6 +347,8 @@ class VLLMEngine:
             kv_blocks_total=total,
             kv_blocks_free=total - used,
             kv_blocks_cached=self.relay.num_cached,
+            kv_host_blocks=self.relay.num_held("host"),
+            kv_disk_blocks=self.relay.num_held("disk"),
             kv_blocks_fetched=self.kv_blocks_fetched,
             kv_fetch_failures=self.kv_fetch_failures,
             kv_blocks_pinned=self.holds.pinned() if self.holds is not None else 0,

@@ -9,13 +9,36 @@ rotor hash so removals can be named too. The relay keeps the findable set
 itself, so it can hand out a `KVSnapshot` at any time, exactly like the
 mocker's cache does; its `event_id`s count its own events from 1.
 
+Media: each event names where its blocks sit (`medium`): the GPU's own cache
+(`GPU`, or None from engines that predate media), or a tier below it that a
+KV connector offloads to: vLLM's offloading connector and its simple CPU
+one say `CPU` and `STORAGE`, Mooncake's store `cpu`. They are relayed as
+rotor's `device`, `host` and `disk` (`MEDIA_OF`, case aside); an event of any
+other medium is dropped (a debug line says which). The relay keeps one set
+per medium: a block may sit on several at once (the offloading connector
+keeps its CPU copy when it loads a block back to the GPU), and a block
+offloaded to the CPU is a `BlocksStored` of `host` while the GPU still
+holds it; the GPU's eviction is then its `BlocksRemoved` of `device`.
+vLLM's `AllBlocksCleared` (a reset of the GPU's prefix cache) clears the
+device alone: it is relayed as `AllCleared` while nothing sits below, and as
+a `BlocksRemoved` of every device block otherwise, since the tiers below
+keep theirs.
+
+The offloading connector names blocks as the GPU does. With its
+`self_describing_kv_events` (rotor asks for it: args.py) a store carries
+its chunk's token ids and parent, so its blocks are hashed like the GPU's;
+without it a store carries only the chunk's last vLLM hash (no tokens, block
+size 0), which the relay can name only while it knows that hash from
+another medium (the GPU's copy, stored before it was offloaded).
+
 A block stored for a request with a LoRA adapter (the event's `lora_name`,
 or its `lora_id`, which the engine's lookup names) chains from the adapter's
 root (`lora_root`), as the mocker's do; its event still names no parent.
 
 vLLM may hold two physical blocks with one hash (it stores both, then
-removes both); rotor's findable set has the hash once, so a hash is stored on
-its first copy and removed with its last.
+removes both), and a chunk of the offloading connector may announce a hash
+again; rotor's findable set has the hash once per medium, so a hash is
+stored on its first copy there and removed with its last.
 """
 
 from __future__ import annotations
@@ -26,12 +49,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rotor.engines.kv_chains import Pair, parents_first
 from rotor.protocol.kv import (
+    MEDIA,
     AllCleared,
     BlocksRemoved,
     BlocksStored,
     KVEvent,
     KVSnapshot,
+    Medium,
     lora_root,
 )
 from rotor.protocol.kv import block_hashes as rotor_hashes
@@ -42,16 +68,21 @@ KVListener = Callable[[KVEvent], None]
 # vLLM's int id of a LoRA adapter -> its name (None: not one the engine knows)
 LoraNames = Callable[[int], str | None]
 
+# vLLM's media (kv_events.MEDIUM_*, and what its connectors write), upper-cased,
+# as rotor's; an event without one is the GPU's own cache.
+MEDIA_OF: dict[str, Medium] = {"GPU": "device", "CPU": "host", "STORAGE": "disk", "DISK": "disk"}
+
 
 @dataclass(slots=True)
-class _Block:
+class _Name:
+    """A vLLM block as rotor names it, while some medium holds it."""
+
     rotor_hash: int
-    parent: Any  # vLLM hash of the parent block, or None
-    copies: int = 1
+    rotor_parent: int | None
 
 
 class KVRelay:
-    """Turns vLLM's KV events into rotor's, keeping the findable set."""
+    """Turns vLLM's KV events into rotor's, keeping the findable set per medium."""
 
     def __init__(self, block_size: int, lora_names: LoraNames | None = None) -> None:
         self.block_size = block_size
@@ -59,20 +90,30 @@ class KVRelay:
         self.listener: KVListener | None = None
         self.event_id = 0
         self.lost = 0  # vLLM batches missed (a gap in its sequence numbers)
-        self._blocks: dict[Any, _Block] = {}  # by vLLM hash, in insertion order
+        self.dropped = 0  # events of a medium rotor does not know
+        self._names: dict[Any, _Name] = {}  # vLLM hash -> rotor's, held on some medium
+        # each medium's vLLM hashes and their copies, in the order they came
+        self._held: dict[Medium, dict[Any, int]] = {m: {} for m in MEDIA}
 
     @property
     def num_cached(self) -> int:
-        return len(self._blocks)
+        """Blocks the device holds."""
+        return len(self._held["device"])
+
+    def num_held(self, medium: Medium) -> int:
+        return len(self._held[medium])
 
     def snapshot(self) -> KVSnapshot:
-        """The findable set as (rotor hash, rotor parent), parents first (a
-        parent is always stored before its children, and dicts keep order)."""
-        pairs: list[tuple[int, int | None]] = []
-        for block in self._blocks.values():
-            parent = self._blocks.get(block.parent) if block.parent is not None else None
-            pairs.append((block.rotor_hash, parent.rotor_hash if parent else None))
-        return KVSnapshot(self.event_id, self.block_size, pairs)
+        """The findable set as (rotor hash, rotor parent), parents first, per
+        medium: the device's in `blocks`, those below in `lower` (the media
+        vLLM has used)."""
+        lists: dict[str, list[Pair]] = {}
+        for medium, held in self._held.items():
+            names = (self._names[h] for h in held)
+            lists[medium] = parents_first({n.rotor_hash: n.rotor_parent for n in names})
+        device = lists.pop("device")
+        lower = {m: pairs for m, pairs in lists.items() if pairs}
+        return KVSnapshot(self.event_id, self.block_size, device, lower)
 
     def _emit(self, make: Callable[[int], KVEvent]) -> None:
         self.event_id += 1
@@ -85,49 +126,99 @@ class KVRelay:
         """One vLLM event (BlockStored / BlockRemoved / AllBlocksCleared)."""
         kind = type(event).__name__
         if kind == "BlockStored":
-            self._stored(event)
+            medium = self._medium(event)
+            if medium is not None:
+                self._stored(event, medium)
         elif kind == "BlockRemoved":
-            self._removed(event.block_hashes)
+            medium = self._medium(event)
+            if medium is not None:
+                self._removed(event.block_hashes, medium)
         elif kind == "AllBlocksCleared":
-            self._blocks.clear()
-            self._emit(AllCleared)
+            self._cleared()
 
-    def _stored(self, event: Any) -> None:
-        if getattr(event, "medium", None) not in (None, "GPU"):
-            return  # an offloaded copy (CPU / storage tier) is not this cache
+    def _medium(self, event: Any) -> Medium | None:
+        """Where the event's blocks sit, as rotor says it; None (dropped) for
+        a medium rotor does not know."""
+        name = getattr(event, "medium", None)
+        if name is None:
+            return "device"
+        medium = MEDIA_OF.get(str(name).upper())
+        if medium is None:
+            self.dropped += 1
+            logger.debug(
+                "KV relay: a %s of medium %r dropped (rotor knows %s)",
+                type(event).__name__,
+                name,
+                ", ".join(MEDIA_OF),
+            )
+        return medium
+
+    def _stored(self, event: Any, medium: Medium) -> None:
+        if not event.token_ids:
+            self._stored_by_name(event, medium)
+            return
         size = event.block_size
         vllm_parent = event.parent_block_hash
-        parent_block = self._blocks.get(vllm_parent) if vllm_parent is not None else None
-        if vllm_parent is not None and parent_block is None:
-            # The parent's event was lost (or evicted first): these blocks
-            # cannot be named by prefix, so they are not relayed.
+        parent_name = self._names.get(vllm_parent) if vllm_parent is not None else None
+        if vllm_parent is not None and parent_name is None:
+            # The parent's event was lost (or it is held nowhere any more):
+            # these blocks cannot be named by prefix, so they are not relayed.
             logger.warning("KV relay: a stored block's parent is unknown; dropped")
             return
-        parent = parent_block.rotor_hash if parent_block else None
+        parent = parent_name.rotor_hash if parent_name else None
         chain = parent
-        if parent_block is None:  # a first block: the base model's root, or its adapter's
+        if parent_name is None:  # a first block: the base model's root, or its adapter's
             try:
                 chain = lora_root(self._lora(event))
             except LookupError:
                 logger.warning("KV relay: a stored block's LoRA adapter is unknown; dropped")
                 return
         ours = rotor_hashes(event.token_ids, size, chain)
-        run: list[int] = []
-        run_parent = parent
-        prev_vllm = vllm_parent
+        pairs: list[tuple[Any, _Name]] = []
         for vllm_hash, rotor_hash in zip(event.block_hashes, ours, strict=False):
-            held = self._blocks.get(vllm_hash)
-            if held is not None:
-                held.copies += 1
-                if run:
-                    self._store_run(run, run_parent, size)
-                run, run_parent = [], held.rotor_hash
+            pairs.append((vllm_hash, _Name(rotor_hash, parent)))
+            parent = rotor_hash
+        self._store(pairs, medium, size)
+
+    def _stored_by_name(self, event: Any, medium: Medium) -> None:
+        """A store that carries no token ids (the offloading connector's
+        without self-describing events): blocks named while another medium
+        holds them; the others cannot be named, and are not relayed."""
+        pairs = [(h, self._names.get(h)) for h in event.block_hashes]
+        known = [(h, name) for h, name in pairs if name is not None]
+        if len(known) < len(pairs):
+            logger.debug(
+                "KV relay: %d blocks stored on %s without token ids, unknown here; dropped",
+                len(pairs) - len(known),
+                medium,
+            )
+        self._store(known, medium, self.block_size)
+
+    def _store(self, pairs: list[tuple[Any, _Name]], medium: Medium, size: int) -> None:
+        """Hold each block on `medium` (one copy more); each unbroken run of
+        blocks new there is one stored event, chained as named."""
+        held = self._held[medium]
+        run: list[int] = []
+        run_parent: int | None = None
+        for vllm_hash, name in pairs:
+            copies = held.get(vllm_hash)
+            if copies is not None:
+                held[vllm_hash] = copies + 1
             else:
-                self._blocks[vllm_hash] = _Block(rotor_hash, prev_vllm)
-                run.append(rotor_hash)
-            prev_vllm = vllm_hash
+                name = self._names.setdefault(vllm_hash, name)
+                held[vllm_hash] = 1
+                if run and name.rotor_parent == run[-1]:
+                    run.append(name.rotor_hash)
+                    continue
+                if run:
+                    self._store_run(run, run_parent, size, medium)
+                run, run_parent = [name.rotor_hash], name.rotor_parent
+                continue
+            if run:
+                self._store_run(run, run_parent, size, medium)
+                run = []
         if run:
-            self._store_run(run, run_parent, size)
+            self._store_run(run, run_parent, size, medium)
 
     def _lora(self, event: Any) -> str | None:
         """The adapter the event's blocks were computed with (None: the base
@@ -143,20 +234,44 @@ class KVRelay:
             raise LookupError(lora_id)
         return named
 
-    def _store_run(self, run: list[int], parent: int | None, size: int) -> None:
+    def _store_run(self, run: list[int], parent: int | None, size: int, medium: Medium) -> None:
         chain = list(run)
-        self._emit(lambda i: BlocksStored(i, chain, parent, size))
+        self._emit(lambda i: BlocksStored(i, chain, parent, size, medium))
 
-    def _removed(self, hashes: list[Any]) -> None:
+    def _removed(self, hashes: list[Any], medium: Medium) -> None:
+        held = self._held[medium]
         gone: list[int] = []
         for vllm_hash in hashes:
-            block = self._blocks.get(vllm_hash)
-            if block is None:
+            copies = held.get(vllm_hash)
+            if copies is None:
                 continue
-            block.copies -= 1
-            if block.copies == 0:
-                del self._blocks[vllm_hash]
-                gone.append(block.rotor_hash)
+            if copies > 1:
+                held[vllm_hash] = copies - 1
+                continue
+            del held[vllm_hash]
+            gone.append(self._names[vllm_hash].rotor_hash)
+            self._forget(vllm_hash)
+        if gone:
+            self._emit(lambda i: BlocksRemoved(i, gone, medium))
+
+    def _forget(self, vllm_hash: Any) -> None:
+        """Its name goes once no medium holds it."""
+        if not any(vllm_hash in held for held in self._held.values()):
+            del self._names[vllm_hash]
+
+    def _cleared(self) -> None:
+        """vLLM's GPU cache was reset: the device's blocks go, the media below keep theirs."""
+        device = self._held["device"]
+        if not any(self._held[m] for m in MEDIA if m != "device"):
+            device.clear()
+            self._names.clear()
+            self._emit(AllCleared)
+            return
+        gone = [self._names[h].rotor_hash for h in device]
+        hashes = list(device)
+        device.clear()
+        for vllm_hash in hashes:
+            self._forget(vllm_hash)
         if gone:
             self._emit(lambda i: BlocksRemoved(i, gone))
 

@@ -5,7 +5,11 @@ the model's own context length) are what vLLM gets, and the passthrough may
 not name them again. rotor also owns the KV event publisher, the tokenizer
 and stats logging, so those are refused too. A prefill or decode worker's
 `--kv-transfer-config` is rotor's default for its role with the user's over
-it (disagg.py)."""
+it (disagg.py). vLLM's KV offloading (`--kv-offloading-size GiB`, or an
+offloading connector named in `--kv-transfer-config`) gets self-describing KV
+events, so the relay can name the blocks it offloads (kv_relay.py); it is
+refused where vLLM cannot run it, and beside a prefill or decode worker's
+connector, which vLLM would replace with its own."""
 
 from __future__ import annotations
 
@@ -36,6 +40,47 @@ def owned_option(words: list[str]) -> str | None:
         if _option(word) in OWNED:
             return word.split("=", 1)[0]
     return None
+
+
+# vLLM's connectors that offload KV below the GPU, and report it in KV events
+OFFLOADING_CONNECTORS = ("OffloadingConnector", "SimpleCPUOffloadConnector")
+# What vLLM 0.32's native offloading raises (in its engine process, once the
+# engine is starting) on a platform that is not a CUDA-alike or XPU GPU
+NATIVE_OFFLOAD_REFUSAL = "CPU Offloading is currently only supported on CUDA-alike and XPU GPUs"
+
+
+def offloading(
+    config: dict[str, Any] | None,
+    size: float | None,
+    backend: str,
+    mode: Mode,
+    gpu: bool,
+) -> dict[str, Any] | None:
+    """The kv transfer config with vLLM's KV offloading, when it is asked for
+    (`size`: `--kv-offloading-size`, GiB; or an offloading connector in
+    `config`): its events made self-describing (the user's word on it kept);
+    ValueError where vLLM would fail at start (the native backend without a
+    GPU, `gpu`) or would put its connector in place of a handover's (`mode`)."""
+    if size is not None:
+        if mode != "agg":
+            raise ValueError(
+                f"vLLM option --kv-offloading-size with --disaggregation-mode {mode}:"
+                " vLLM would put its offloading connector in place of the KV handover's"
+            )
+        if backend == "native" and not gpu:
+            raise ValueError(
+                "vLLM option --kv-offloading-size: vLLM's native KV offloading needs a GPU"
+                f" (a CUDA-alike or XPU one); on this machine vLLM fails at start with"
+                f" {NATIVE_OFFLOAD_REFUSAL!r}"
+            )
+    connector = (config or {}).get("kv_connector")
+    if not ((size is not None and backend == "native") or connector in OFFLOADING_CONNECTORS):
+        return config
+    config = dict(config or {})  # agg: the user's, or vLLM fills it in from the size
+    extra = dict(config.get("kv_connector_extra_config") or {})
+    extra.setdefault("self_describing_kv_events", True)
+    config["kv_connector_extra_config"] = extra
+    return config
 
 
 def given(words: list[str], option: str) -> bool:
@@ -69,6 +114,9 @@ def engine_args(
     from vllm.platforms import current_platform
 
     config = transfer_config(mode, model_dir, user, current_platform.device_type)
+    gpu = current_platform.is_cuda_alike() or current_platform.is_xpu()
+    size, backend = args.kv_offloading_size, args.kv_offloading_backend
+    config = offloading(config, size, backend, mode, gpu)
     if config is not None:
         try:
             args.kv_transfer_config = KVTransferConfig(**config)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from rotor.engines.kv_chains import parents_first, runs
 from rotor.engines.mocker import MockerConfig, MockerEngine
+from rotor.engines.mocker.handover import missing
 from rotor.engines.mocker.kv_cache import LOWER, KVCache
 from rotor.engines.mocker.scheduler import Scheduler
 from rotor.engines.mocker.script import ScriptSource
@@ -334,6 +335,18 @@ def test_fetched_blocks_leave_the_medium_below() -> None:
         removed("host", *a),
     ]
     agree(kv, replica)
+
+
+def test_a_decode_worker_fetches_only_what_no_medium_holds() -> None:
+    """A prefill's offer: blocks this worker's host holds are not fetched
+    (admission brings them up), the rest are."""
+    kv = KVCache(num_blocks=2, block_size=2, host_blocks=4)
+    prompt = [1, 2, 3, 4, 5, 6, 7]
+    fill(kv, [1, 2, 3, 4], "a")
+    fill(kv, [8, 8, 8, 8], "b")  # a's blocks to the host
+    offered = block_hashes(prompt, 2)
+    assert kv.holds(offered[0]) and kv.holds(offered[1]) and not kv.holds(offered[2])
+    assert missing(kv, prompt, offered) == (2, offered[2:])
 
 
 # -- the cost of bringing blocks up ------------------------------------------------------

@@ -144,7 +144,7 @@ class BlocksRemoved:
 
 @dataclass(slots=True)
 class AllCleared:
-    """Every block registration of the cache was dropped."""
+    """Every block registration of the cache was dropped, on every medium."""
 
     event_id: int
 

@@ -247,12 +247,13 @@ def missing(
 ) -> tuple[int, list[int]] | None:
     """Which of a prefill's `offered` block hashes this cache lacks: (the index
     of the first one lacking, those from there on). None when the offer is not
-    this prompt's blocks (another block size, another prompt)."""
+    this prompt's blocks (another block size, another prompt). A block on a
+    medium below the device is not lacking: admission brings it up."""
     own = block_hashes(prompt[: len(offered) * kv.block_size], kv.block_size, root)
     if own != offered:
         return None
-    held = kv.hash_to_block
-    first = next((i for i, h in enumerate(own) if h not in held), len(own))
+    holds = kv.holds
+    first = next((i for i, h in enumerate(own) if not holds(h)), len(own))
     return first, own[first:]
 
 

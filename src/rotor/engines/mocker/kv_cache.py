@@ -111,6 +111,10 @@ class KVCache:
         """Free blocks kept for prefix reuse."""
         return len(self.free_cached)
 
+    def holds(self, h: int) -> bool:
+        """Whether a block is cached here, on the device or below it."""
+        return h in self.hash_to_block or any(h in t.blocks for t in self.lower)
+
     def num_held(self, medium: Medium) -> int:
         """Blocks a lower medium holds (0: it has no room, or is not one)."""
         return next((len(t.blocks) for t in self.lower if t.medium == medium), 0)

@@ -35,6 +35,7 @@ from rotor.router.disagg import (
     POLICIES,
     DisaggPolicy,
 )
+from rotor.router.overload import Overload
 
 USAGE = """\
 rotor run [in=INPUT] [out=ENGINE] [flags] [-- ENGINE_ARGS...]
@@ -176,6 +177,15 @@ RUN_FLAGS = [
         choices=COLOR_MODES,
     ),
 ]
+
+
+def overload_status(raw: str) -> int:
+    """`--overload-status`: 503 or 529."""
+    if raw.strip() not in ("503", "529"):
+        raise ValueError(f"expected 503 or 529, got {raw!r}")
+    return int(raw)
+
+
 NATS_FLAGS = [Flag("--nats", "the NATS server (or cluster) URL", str, DEFAULT_NATS)]
 FRONTEND_FLAGS = [
     Flag(
@@ -249,6 +259,26 @@ FRONTEND_FLAGS = [
         bool,
         False,
         action="store_true",
+    ),
+    # overload (router/overload.py): off unless a limit is given
+    Flag(
+        "--max-kv-usage",
+        "skip workers whose share of device KV blocks in use is past this (0-1); default: off",
+        float,
+        minimum=0,
+        maximum=1,
+    ),
+    Flag(
+        "--max-prefill-tokens",
+        "skip workers with more prompt tokens waiting for their prefill; default: off",
+        int,
+        minimum=0,
+    ),
+    Flag(
+        "--overload-status",
+        "the status when every worker is past those limits: 503 or 529 (Dynamo's)",
+        overload_status,
+        503,
     ),
 ]
 WORKER_FLAGS = [
@@ -645,6 +675,8 @@ def main(argv: list[str] | None = None) -> int:
                     busy_tokens=args.prefill_busy_threshold,
                     enforce=args.enforce_disagg,
                 ),
+                overload=Overload(args.max_kv_usage, args.max_prefill_tokens),
+                overload_status=args.overload_status,
                 template_timeout=args.template_timeout,
                 log_level=args.log_level,
                 log_format=args.log_format,

@@ -43,6 +43,10 @@ class MockerConfig:
     embedding_dim: int = 0
     # Simulated time a LoRA adapter takes to load (read and move its weights)
     lora_load_ms: float = 50.0
+    # A fault: the step loop stops after this many steps (0: never), for
+    # `wedge_seconds` of wall time (0: until switched off: MockerEngine.unwedge)
+    wedge_after_steps: int = 0
+    wedge_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_kv_blocks"):
@@ -52,7 +56,14 @@ class MockerConfig:
             raise ValueError(f"mocker speedup_ratio must be >= 0, got {self.speedup_ratio}")
         if not self.step_slice_ms >= 0:
             raise ValueError(f"mocker step_slice_ms must be >= 0, got {self.step_slice_ms}")
-        for name in ("kv_hold_timeout_s", "kv_transfer_gbps", "kv_bytes_per_token", "lora_load_ms"):
+        for name in (
+            "kv_hold_timeout_s",
+            "kv_transfer_gbps",
+            "kv_bytes_per_token",
+            "lora_load_ms",
+            "wedge_after_steps",
+            "wedge_seconds",
+        ):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"mocker {name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.eos_probability <= 1.0:

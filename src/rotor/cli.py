@@ -36,6 +36,9 @@ from rotor.router.disagg import (
     DisaggPolicy,
 )
 from rotor.router.overload import Overload
+from rotor.runtime.canary import DEFAULT_AFTER_S as DEFAULT_CANARY_AFTER_S
+from rotor.runtime.canary import DEFAULT_TIMEOUT_S as DEFAULT_CANARY_TIMEOUT_S
+from rotor.runtime.canary import CanaryPolicy
 
 USAGE = """\
 rotor run [in=INPUT] [out=ENGINE] [flags] [-- ENGINE_ARGS...]
@@ -303,6 +306,22 @@ WORKER_FLAGS = [
         str.lower,
         "agg",
         choices=ROLES,
+    ),
+    # the canary (runtime/canary.py): is the engine still stepping?
+    Flag(
+        "--canary-after",
+        "seconds without an engine step (idle or not) before a 1-token canary request; 0: off",
+        float,
+        DEFAULT_CANARY_AFTER_S,
+        minimum=0,
+    ),
+    Flag(
+        "--canary-timeout",
+        "seconds a canary may take to answer before the worker is unhealthy (not routed to, "
+        "its requests moved)",
+        float,
+        DEFAULT_CANARY_TIMEOUT_S,
+        minimum=0.001,
     ),
 ]
 # rotor planner (rotor/planner, serve/planner.py)
@@ -695,6 +714,7 @@ def main(argv: list[str] | None = None) -> int:
                 system_host=args.system_host,
                 grace_period=args.grace_period,
                 role=args.disaggregation_mode,
+                canary=CanaryPolicy(args.canary_after, args.canary_timeout),
                 otlp_endpoint=args.otlp_endpoint,
                 log_level=args.log_level,
                 log_format=args.log_format,

@@ -9,6 +9,7 @@ from typing import Any
 from rotor.protocol.lease import Role
 from rotor.router.disagg import DisaggPolicy
 from rotor.router.overload import Overload
+from rotor.runtime.canary import CanaryPolicy
 
 
 def lora_spec(raw: str) -> tuple[str, str]:
@@ -93,6 +94,8 @@ class WorkerConfig:
     system_host: str = "127.0.0.1"  # the address the system port binds
     grace_period: float = 30.0  # seconds to finish running requests on SIGTERM
     role: Role = "agg"  # --disaggregation-mode (its choices are the roles)
+    # --canary-after, --canary-timeout: the watch over the engine's health
+    canary: CanaryPolicy = field(default_factory=CanaryPolicy)
     otlp_endpoint: str | None = None  # tracing: the OTLP/HTTP collector (rotor.tracing)
     log_level: str = "warning"
     log_format: str = "text"  # text | json (rotor.logs)

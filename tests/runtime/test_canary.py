@@ -1,6 +1,7 @@
 """The canary's decisions (runtime/canary.py), one look at a time on a fake
 clock over a fake engine: no canary while the engine steps; one after
-`after` seconds without a step (idle or holding requests); an answer keeps
+`after` seconds without a step (idle, or holding requests since they
+came); an answer keeps
 it healthy, none within `timeout` makes it unhealthy (a failed canary too),
 a canary that waited while the engine stepped does not; unhealthy, a canary
 goes every `timeout` seconds and the first answer makes it healthy again."""
@@ -43,14 +44,15 @@ class Stream:
 
 
 class Engine:
-    """An engine whose steps and streams the test sets."""
+    """An engine whose steps, requests and streams the test sets."""
 
     def __init__(self) -> None:
         self.steps = 0
+        self.active = 0
         self.asked: list[Stream] = []
 
     def state(self) -> EngineState:
-        return EngineState(steps=self.steps)
+        return EngineState(steps=self.steps, active_requests=self.active)
 
     def generate(self, request: EngineRequest) -> Stream:
         self.asked.append(Stream(request))
@@ -126,6 +128,24 @@ def test_a_canary_behind_a_full_batch_is_not_a_failure() -> None:
     clock.now += 3
     assert watch.check() is None and watch.healthy and engine.asked[0].stopped
     assert not watch.waiting and len(engine.asked) == 1  # the next only after 10 s more
+
+
+def test_work_that_comes_to_an_idle_engine_starts_its_wait() -> None:
+    """Idle for 9 s, then a request whose first step is long: the engine has
+    10 s from the request's coming, not from its last idle step; an engine
+    that holds requests without a step gets its canary as an idle one does."""
+    watch, engine, clock = canary()
+    clock.now += 9
+    engine.active = 1
+    assert watch.check() is None
+    clock.now += 9
+    assert watch.check() is None and not engine.asked
+    clock.now += 1
+    watch.check()
+    assert len(engine.asked) == 1  # 10 s holding a request without a step
+    engine.active = 2  # the canary counts as a request: no new work came
+    clock.now += 5
+    assert watch.check() is False
 
 
 def test_a_canary_that_fails_counts_as_no_answer() -> None:

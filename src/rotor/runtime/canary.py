@@ -5,8 +5,9 @@ engine, so an engine that is alive but wedged (a hung device, a step that
 never ends) would hold its requests while the worker looks fine. The canary
 watches the engine's own count of steps (`EngineState.steps`: the mocker's
 step loop counts them, vLLM's stat logger its engine core's outputs) and,
-once `after` seconds pass with none — idle, or holding requests — sends a
-canary: a 1-token request through the engine's own `generate`, as any
+once `after` seconds pass with none — idle, or holding requests (counted
+from when the requests came, if they came to an idle engine: a long first
+step is not a wedge) — sends a canary: a 1-token request through the engine's own `generate`, as any
 request goes. Its first output (or a clean end) within `timeout` seconds
 keeps the engine healthy. No answer makes it unhealthy, unless the engine
 stepped meanwhile (then the canary only waited behind a full batch: busy,
@@ -139,8 +140,11 @@ class Canary:
         # How the worker waits between looks (tests make it wait for them).
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
         self._ids = itertools.count(1)
-        self._steps = engine.state().steps
-        self._progress_at = clock()  # the last step seen, or the last canary answered
+        state = engine.state()
+        self._steps = state.steps
+        self._busy = state.active_requests > 0  # it held requests at the last look
+        # the last step seen, the last canary answered, or when work came to it idle
+        self._progress_at = clock()
         self._probe: _Probe | None = None
 
     @property
@@ -152,9 +156,13 @@ class Canary:
         """One look: the engine's steps read, a canary sent, answered or given
         up as due. The new health when it changed, else None."""
         now = self.clock()
-        steps = self.engine.state().steps
-        if steps != self._steps:
-            self._steps, self._progress_at = steps, now
+        state = self.engine.state()
+        if state.steps != self._steps:
+            self._steps, self._progress_at = state.steps, now
+        busy = state.active_requests > (self._probe is not None)  # (a canary is not work)
+        if busy and not self._busy and self._probe is None:
+            self._progress_at = now  # work came to an idle engine: its wait starts now
+        self._busy = busy
         changed: bool | None = None
         probe = self._probe
         if probe is not None:

@@ -313,8 +313,9 @@ class WorkerService:
         cancelled: list[_Serving] = []
         ending = [serving for serving in self._serving.values() if not serving.reply.ended]
         for serving in ending:
-            if serving.relay is not None:  # its end goes into its batch; _serve stops it
-                serving.relay.end(error)
+            if serving.relay is not None and serving.stream is not None:
+                serving.relay.end(error)  # its end goes into its batch
+                serving.stream.stop()  # and nothing after it
             else:  # not begun, or sent one message at a time: stopped, then told
                 serving.task.cancel()
                 cancelled.append(serving)
@@ -387,7 +388,7 @@ class WorkerService:
                 relay = Relay(out_to.add_output, out_to.add_end)  # the end in the same batch
                 serving = self._serving.get(request.request_id)
                 if serving is not None:  # (fail_requests may end it)
-                    serving.relay = relay
+                    serving.relay, serving.stream = relay, stream
                 stream.subscribe(relay)
                 await relay.over
             else:
@@ -513,11 +514,12 @@ class WorkerService:
 @dataclass
 class _Serving:
     """A generate request being served: its task, where its messages go,
-    and its relay (once the engine's stream is subscribed to one)."""
+    and the engine's stream and the relay it is subscribed to (once it is)."""
 
     task: asyncio.Task[None]
     reply: _Reply
     relay: Relay | None = None
+    stream: EngineStream | None = None
 
 
 class _Reply:

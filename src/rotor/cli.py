@@ -35,6 +35,10 @@ from rotor.router.disagg import (
     POLICIES,
     DisaggPolicy,
 )
+from rotor.router.overload import Overload
+from rotor.runtime.canary import DEFAULT_AFTER_S as DEFAULT_CANARY_AFTER_S
+from rotor.runtime.canary import DEFAULT_TIMEOUT_S as DEFAULT_CANARY_TIMEOUT_S
+from rotor.runtime.canary import CanaryPolicy
 
 USAGE = """\
 rotor run [in=INPUT] [out=ENGINE] [flags] [-- ENGINE_ARGS...]
@@ -176,6 +180,15 @@ RUN_FLAGS = [
         choices=COLOR_MODES,
     ),
 ]
+
+
+def overload_status(raw: str) -> int:
+    """`--overload-status`: 503 or 529."""
+    if raw.strip() not in ("503", "529"):
+        raise ValueError(f"expected 503 or 529, got {raw!r}")
+    return int(raw)
+
+
 NATS_FLAGS = [Flag("--nats", "the NATS server (or cluster) URL", str, DEFAULT_NATS)]
 FRONTEND_FLAGS = [
     Flag(
@@ -250,6 +263,26 @@ FRONTEND_FLAGS = [
         False,
         action="store_true",
     ),
+    # overload (router/overload.py): off unless a limit is given
+    Flag(
+        "--max-kv-usage",
+        "skip workers whose share of device KV blocks in use is past this (0-1); default: off",
+        float,
+        minimum=0,
+        maximum=1,
+    ),
+    Flag(
+        "--max-prefill-tokens",
+        "skip workers with more prompt tokens waiting for their prefill; default: off",
+        int,
+        minimum=0,
+    ),
+    Flag(
+        "--overload-status",
+        "the status when every worker is past those limits: 503 or 529 (Dynamo's)",
+        overload_status,
+        503,
+    ),
 ]
 WORKER_FLAGS = [
     Flag(
@@ -273,6 +306,22 @@ WORKER_FLAGS = [
         str.lower,
         "agg",
         choices=ROLES,
+    ),
+    # the canary (runtime/canary.py): is the engine still stepping?
+    Flag(
+        "--canary-after",
+        "seconds without an engine step (idle or not) before a 1-token canary request; 0: off",
+        float,
+        DEFAULT_CANARY_AFTER_S,
+        minimum=0,
+    ),
+    Flag(
+        "--canary-timeout",
+        "seconds a canary may take to answer before the worker is unhealthy (not routed to, "
+        "its requests moved)",
+        float,
+        DEFAULT_CANARY_TIMEOUT_S,
+        minimum=0.001,
     ),
 ]
 # rotor planner (rotor/planner, serve/planner.py)
@@ -645,6 +694,8 @@ def main(argv: list[str] | None = None) -> int:
                     busy_tokens=args.prefill_busy_threshold,
                     enforce=args.enforce_disagg,
                 ),
+                overload=Overload(args.max_kv_usage, args.max_prefill_tokens),
+                overload_status=args.overload_status,
                 template_timeout=args.template_timeout,
                 log_level=args.log_level,
                 log_format=args.log_format,
@@ -663,6 +714,7 @@ def main(argv: list[str] | None = None) -> int:
                 system_host=args.system_host,
                 grace_period=args.grace_period,
                 role=args.disaggregation_mode,
+                canary=CanaryPolicy(args.canary_after, args.canary_timeout),
                 otlp_endpoint=args.otlp_endpoint,
                 log_level=args.log_level,
                 log_format=args.log_format,

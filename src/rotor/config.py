@@ -8,6 +8,8 @@ from typing import Any
 
 from rotor.protocol.lease import Role
 from rotor.router.disagg import DisaggPolicy
+from rotor.router.overload import Overload
+from rotor.runtime.canary import CanaryPolicy
 
 
 def lora_spec(raw: str) -> tuple[str, str]:
@@ -92,6 +94,8 @@ class WorkerConfig:
     system_host: str = "127.0.0.1"  # the address the system port binds
     grace_period: float = 30.0  # seconds to finish running requests on SIGTERM
     role: Role = "agg"  # --disaggregation-mode (its choices are the roles)
+    # --canary-after, --canary-timeout: the watch over the engine's health
+    canary: CanaryPolicy = field(default_factory=CanaryPolicy)
     otlp_endpoint: str | None = None  # tracing: the OTLP/HTTP collector (rotor.tracing)
     log_level: str = "warning"
     log_format: str = "text"  # text | json (rotor.logs)
@@ -113,6 +117,10 @@ class FrontendConfig:
     session_ttl: float = 300.0  # seconds a session stays pinned after its last turn (0: off)
     # disaggregated serving: where each request of a model with prefill workers is prefilled
     disagg: DisaggPolicy = field(default_factory=DisaggPolicy)
+    # overload: the limits past which a worker takes no new request (off by
+    # default), and the status when every worker is past them (503 or 529)
+    overload: Overload = field(default_factory=Overload)
+    overload_status: int = 503
     template_timeout: float = 5.0  # seconds per prompt in the prepare pool
     log_level: str = "warning"
     log_format: str = "text"  # text | json (rotor.logs)

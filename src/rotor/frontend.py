@@ -91,6 +91,10 @@ class RemoteEngine(Protocol):
         workers, "prefill": prefill workers)."""
         ...
 
+    def unhealthy(self) -> list[str]:
+        """The serving workers that are not live: their engine failed its canary."""
+        ...
+
     @property
     def stats(self) -> PoolCounts:
         """What it counted: routing decisions, migrations, refusals, prefills."""

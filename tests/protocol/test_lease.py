@@ -28,3 +28,24 @@ def test_a_lease_round_trips_and_ignores_unknown_fields() -> None:
     ):
         with pytest.raises(ValueError, match="not a lease"):
             Lease.decode(bad)
+
+
+def test_health_crosses_both_ways_between_old_and_new_peers() -> None:
+    """A lease says whether its engine answers its canary (`healthy`): it
+    round-trips; a lease from a worker that predates the field reads as
+    healthy; and an unhealthy lease is still a "serving" one with one more
+    field, which a frontend that predates it reads as before (unknown fields
+    are ignored: it routes there, and the worker refuses those requests as
+    "unavailable", so they move)."""
+    import msgpack
+
+    sick = lease("w1", active_requests=2)
+    sick.healthy = False
+    assert Lease.decode(sick.encode()) == sick
+    raw = msgpack.unpackb(sick.encode())
+    assert raw["healthy"] is False and raw["status"] == "serving"
+    older = dict(raw)
+    del older["healthy"]
+    assert Lease.decode(msgpack.packb(older)).healthy is True
+    with pytest.raises(ValueError, match="healthy"):
+        Lease.decode(msgpack.packb({**raw, "healthy": "no"}))

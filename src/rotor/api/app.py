@@ -69,6 +69,7 @@ def create_app(
     answers: Answers | None = None,
     loras: LoraControl | None = None,
     kserve: KServeOptions | None = None,
+    overload_status: int = 503,
 ) -> FastAPI:
     """`on_startup` / `on_shutdown`: what the builder starts and stops with the
     server (in-process engines, a NATS connection); the frontend is ready once
@@ -82,7 +83,9 @@ def create_app(
     `loras`: the engine `/v1/loras` loads adapters into (rotor run).
     `kserve` (`--grpc-port`): the KServe gRPC server over the same responder
     (`app.state.kserve`; serve/http.py starts it once HTTP listens), stopped
-    before the shutdown hooks."""
+    before the shutdown hooks. `overload_status` (`--overload-status`): the
+    status of a request refused because every worker is overloaded (503 or
+    529)."""
     leaving = asyncio.Event()
     stop_first: list[Hook] = []  # what serves requests stops before what answers them
 
@@ -128,7 +131,7 @@ def create_app(
     _register_errors(app, metrics)
     if api_key is not None:  # "" is refused by the middleware: never auth silently off
         app.add_middleware(APIKeyMiddleware, api_key=api_key)
-    responder = Responder(frontend, metrics, admission, streams)
+    responder = Responder(frontend, metrics, admission, streams, overload_status)
     app.state.kserve = None
     if kserve is not None:  # grpc is imported only now
         from rotor.api.kserve.server import KServeServer

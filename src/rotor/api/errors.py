@@ -25,6 +25,10 @@ log = logging.getLogger("rotor.api")
 
 # What a client is told when something broke inside (the log has the details).
 INTERNAL_ERROR = "internal server error"
+# The statuses of a refusal because every worker is overloaded: 503 (rotor's
+# default, what other clients retry) or 529 (Anthropic's "overloaded", and
+# Dynamo's default): `--overload-status`.
+OVERLOAD_STATUSES = (503, 529)
 UNAVAILABLE = "the engine serving this model is unavailable; retry later"
 RETRY_AFTER_S = "1"
 
@@ -37,6 +41,7 @@ _OPENAI_TYPES = {
     429: "rate_limit_error",
     500: "server_error",
     503: "overloaded_error",
+    529: "overloaded_error",
 }
 
 _ANTHROPIC_TYPES = {
@@ -108,11 +113,14 @@ def error_response(
 REFUSALS = (Overloaded, ModelNotFound, RequestError, ResponseFailed)
 
 
-def api_error(error: Exception, params: dict[str, str] | None = None) -> APIError:
+def api_error(
+    error: Exception, params: dict[str, str] | None = None, overload_status: int = 503
+) -> APIError:
     """The HTTP error for what starting (or collecting) a response raised:
     overloaded → 503 with Retry-After; an unknown model → 404; a refused
     request → 400 naming its field (renamed to the client API's by `params`);
-    a failed response → `client_error`. An APIError is itself."""
+    a failed response → `client_error` (`overload_status`: every worker
+    overloaded). An APIError is itself."""
     if isinstance(error, APIError):
         return error
     if isinstance(error, Overloaded):
@@ -122,7 +130,7 @@ def api_error(error: Exception, params: dict[str, str] | None = None) -> APIErro
     if isinstance(error, RequestError):
         return from_request_error(error, params)
     if isinstance(error, ResponseFailed):
-        return client_error(error.failure, params)
+        return client_error(error.failure, params, overload_status)
     raise TypeError(f"not a refusal: {type(error).__name__}")
 
 
@@ -132,16 +140,22 @@ def from_request_error(error: RequestError, params: dict[str, str] | None = None
     return APIError(400, str(error), param)
 
 
-def client_error(failure: Failure, params: dict[str, str] | None = None) -> APIError:
+def client_error(
+    failure: Failure, params: dict[str, str] | None = None, overload_status: int = 503
+) -> APIError:
     """What a client is told of a failed response: refused → 400 naming the
-    field; unavailable → 503 with Retry-After; internal → 500 with a generic
-    message (the real one is logged here); malformed output → 500 naming it."""
+    field; unavailable → 503 with Retry-After (every worker overloaded:
+    `overload_status`, 503 or 529, `--overload-status`); internal → 500 with
+    a generic message (the real one is logged here); malformed output → 500
+    naming it."""
     if failure.kind == "refused":
         param = (params or {}).get(failure.param or "", failure.param)
         return APIError(400, failure.message, param)
     if failure.kind == "unavailable":  # says which model or worker, nothing internal
-        log.warning("engine unavailable: %s", failure.message)
         message = failure.message or UNAVAILABLE
+        if failure.cause == "overloaded":  # (counted in rotor_router_overloaded_total)
+            return APIError(overload_status, message, None, {"retry-after": RETRY_AFTER_S})
+        log.warning("engine unavailable: %s", failure.message)
         return APIError(503, message, None, {"retry-after": RETRY_AFTER_S})
     if failure.kind == "malformed":
         return APIError(500, failure.message)

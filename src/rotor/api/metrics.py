@@ -91,7 +91,17 @@ class _RouterCollector:
         no_worker = CounterMetricFamily(
             "rotor_router_no_worker", "Requests refused: no live worker", labels=["model"]
         )
+        overloaded = CounterMetricFamily(
+            "rotor_router_overloaded",
+            "Requests refused: every live worker past --max-kv-usage or --max-prefill-tokens",
+            labels=["model"],
+        )
         workers = GaugeMetricFamily("rotor_router_live_workers", "Live workers", labels=["model"])
+        unhealthy = GaugeMetricFamily(
+            "rotor_router_unhealthy_workers",
+            "Serving workers not routed to: their engine failed its canary",
+            labels=["model"],
+        )
         active = GaugeMetricFamily(
             "rotor_worker_active_requests", "Requests a worker holds", labels=["model", "worker"]
         )
@@ -153,11 +163,14 @@ class _RouterCollector:
             for outcome, count in stats.sessions.items():
                 sessions.add_metric([model, outcome], count)
             no_worker.add_metric([model], stats.no_worker)
+            overloaded.add_metric([model], stats.overloaded)
             workers.add_metric([model], len(live))
+            unhealthy.add_metric([model], len(pool.unhealthy()))
             for w in live:
                 active.add_metric([model, w["id"]], w["active_requests"])
                 blocks.add_metric([model, w["id"]], w["kv_blocks_used"])
-        yield from (decisions, migrations, no_worker, workers, active, blocks)
+        yield from (decisions, migrations, no_worker, overloaded, workers, unhealthy)
+        yield from (active, blocks)
         yield from (kv_prompt, kv_overlap, kv_hits, disagg, handover, sessions)
 
 

@@ -32,6 +32,9 @@ def register_ops(app: FastAPI, frontend: Frontend, metrics: Metrics) -> None:
         if workers:
             body["workers"] = workers
             body["pools"] = {e.model.name: e.remote.pools() for e in entries if e.remote}
+            unhealthy = {e.model.name: e.remote.unhealthy() for e in entries if e.remote}
+            if any(unhealthy.values()):  # workers whose engine failed its canary
+                body["unhealthy"] = {model: ids for model, ids in unhealthy.items() if ids}
         if down:
             body["down"] = down
         ok = frontend.ready and not down

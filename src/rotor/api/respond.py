@@ -76,15 +76,22 @@ class ClientGone(Exception):
 
 class Responder:
     """What the generating routes of one app share: the frontend, the
-    metrics, admission control and the open streams."""
+    metrics, admission control, the open streams, and the status of a
+    request every worker is too loaded for (`--overload-status`)."""
 
     def __init__(
-        self, frontend: Frontend, metrics: Metrics, admission: Admission, streams: OpenStreams
+        self,
+        frontend: Frontend,
+        metrics: Metrics,
+        admission: Admission,
+        streams: OpenStreams,
+        overload_status: int = 503,
     ) -> None:
         self.frontend = frontend
         self.metrics = metrics
         self.admission = admission
         self.streams = streams
+        self.overload_status = overload_status
 
     async def respond(
         self,
@@ -121,7 +128,7 @@ class Responder:
         except ClientGone:
             return Response(status_code=499)  # what a vanished client "gets": nginx's 499
         except ResponseFailed as e:
-            error = api_error(e, params)
+            error = api_error(e, params, self.overload_status)
             raise APIError(
                 error.status, error.message, error.param, {**headers, **error.headers}
             ) from None
@@ -161,7 +168,7 @@ class Responder:
                 raise ClientGone
             return started.result()
         except REFUSALS as e:
-            error = api_error(e, params)
+            error = api_error(e, params, self.overload_status)
             status = "404" if isinstance(e, ModelNotFound) else str(error.status)
         self.metrics.outcome(label, endpoint, flag(req.stream), status).inc()
         raise error

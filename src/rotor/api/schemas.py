@@ -510,6 +510,11 @@ class Health(BaseModel):
     pools: dict[str, dict[str, list[str]]] | None = Field(
         default=None, description="per model, its live workers' ids by pool (decode, prefill)"
     )
+    unhealthy: dict[str, list[str]] | None = Field(
+        default=None,
+        description="per model, the ids of serving workers not routed to: their engine "
+        "failed its canary",
+    )
     down: list[str] | None = Field(default=None, description="models nothing serves now")
 
 

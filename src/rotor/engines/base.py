@@ -10,8 +10,8 @@ the engine refuses anyway ends its stream with an `EngineError` (kind
 
 Starting and stopping an engine is its builder's business (rotor.serve), not
 the frontend's: a frontend does not start remote workers. What only some
-engines can do is a Protocol of its own (`Lifecycle`, `KVEventSource`), so a
-caller asks `isinstance`, never `getattr`.
+engines can do is a Protocol of its own (`Lifecycle`, `KVEventSource`,
+`Wedge`), so a caller asks `isinstance`, never `getattr`.
 """
 
 from __future__ import annotations
@@ -93,6 +93,26 @@ class Adapters(AdapterSource, Protocol):
     async def unload_adapter(self, name: str) -> None:
         """New requests can no longer name it; those running with it finish
         first. EngineError ("refused", `lora_name`) when none has that name."""
+        ...
+
+
+@runtime_checkable
+class Wedge(Protocol):
+    """Engines with a fault switch that stops their steps, as a hung device
+    would, while their process goes on (the mocker): what a worker's
+    canary is tested against (`POST /debug/wedge` on its --system-port)."""
+
+    def wedge(self, seconds: float = 0.0) -> None:
+        """No step for `seconds` of wall time (0: until `unwedge`); a wedge
+        under way is replaced. ValueError for a negative time."""
+        ...
+
+    def unwedge(self) -> None:
+        """Step again now."""
+        ...
+
+    def wedged(self) -> float | None:
+        """Seconds the wedge still lasts (math.inf: until unwedged); None: not wedged."""
         ...
 
 

@@ -77,6 +77,8 @@ def _build_mocker(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any
         disk_kv_gbps=options["disk_kv_gbps"],
         embedding_dim=embedding_dim(card.path, options) if options["runner"] == "pooling" else 0,
         lora_load_ms=options["lora_load_ms"],
+        wedge_after_steps=options["wedge_after_steps"],
+        wedge_seconds=options["wedge_seconds"],
     )
     return MockerEngine(card, tok, config)
 
@@ -280,6 +282,22 @@ MOCKER_FLAGS = (
         bool,
         False,
         action="store_true",
+    ),
+    # a fault (docs/cli.md#the-wedge-switch): the step loop stops, the process goes on
+    Flag(
+        "--wedge-after-steps",
+        "mocker, a fault: stop stepping after N steps (0: never); the process goes on",
+        int,
+        0,
+        minimum=0,
+    ),
+    Flag(
+        "--wedge-seconds",
+        "mocker: how long --wedge-after-steps wedges it, in wall time (0: until "
+        "DELETE /debug/wedge on the worker's --system-port)",
+        float,
+        0.0,
+        minimum=0,
     ),
 )
 

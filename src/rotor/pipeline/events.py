@@ -29,10 +29,13 @@ class Failure:
     kind: FailureKind
     message: str
     param: str | None = None
+    # why an engine was unavailable (protocol/engine.Cause): "overloaded"
+    # is the API's 503 or 529 (--overload-status); None for the other kinds
+    cause: str | None = None
 
     @classmethod
     def from_engine(cls, error: EngineError) -> Failure:
-        return cls(error.kind, error.message, error.param)
+        return cls(error.kind, error.message, error.param, error.cause)
 
 
 class ResponseFailed(Exception):

@@ -30,9 +30,22 @@ ErrorKind = Literal["refused", "unavailable", "internal"]
 # no_worker     — no live worker serves the model (or, disaggregated, no
 #                 prefill worker when it must be used);
 # kv_transfer   — a decode engine could not fetch a prefill's KV blocks;
+# unhealthy     — its worker's engine failed a canary (alive, but wedged: no
+#                 step and no answer), so the worker ended its requests;
+# overloaded    — every live worker is past the frontend's overload limits
+#                 (--max-kv-usage, --max-prefill-tokens): 503 or 529;
 # unavailable   — any other reason (an engine not started, or dead).
+# A peer that predates a cause reads it as "unavailable" (protocol/codec.py),
+# which migrates as well.
 Cause = Literal[
-    "worker_gone", "timeout", "shutting_down", "no_worker", "kv_transfer", "unavailable"
+    "worker_gone",
+    "timeout",
+    "shutting_down",
+    "no_worker",
+    "kv_transfer",
+    "unhealthy",
+    "overloaded",
+    "unavailable",
 ]
 CAUSES = frozenset(get_args(Cause))
 
@@ -172,7 +185,7 @@ class EngineState:
     kv_blocks_cached: int = 0
     pending_prefill_tokens: int = 0  # prompt tokens admitted or queued, not yet computed
     preemptions: int = 0
-    steps: int = 0
+    steps: int = 0  # engine steps done (a worker's canary reads it: one that moves works)
     simulated_ms: float = 0.0
     # disaggregated serving: blocks held for a decode worker, holds that ran
     # out before the fetch, blocks fetched from a prefill worker, and

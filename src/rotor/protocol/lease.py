@@ -1,5 +1,5 @@
 """A worker's lease: who it is, what it serves, where its card is, how loaded
-it is, and whether it still takes requests. Workers renew it every
+it is, whether it still takes requests, and whether its engine answers. Workers renew it every
 `RENEW_S`; a frontend that has not heard of a worker for `LEASE_TTL_S`
 counts it gone (a watched timestamp, kept by each frontend on its own
 clock; the bucket's max age removes stale entries for later readers)."""
@@ -38,6 +38,12 @@ class Lease:
     role: Role = "agg"
     # The LoRA adapters it holds: name → the directory it loaded it from
     loras: dict[str, str] = field(default_factory=dict)
+    # False while its engine fails its canary (runtime/canary.py): alive,
+    # but wedged; frontends route nothing to it until a canary answers. A
+    # lease without the field (an older worker) is healthy; a frontend that
+    # predates it ignores it, and the worker refuses that frontend's
+    # requests as "unavailable" (they move to another worker).
+    healthy: bool = True
 
     def encode(self) -> bytes:
         return msgpack.packb(
@@ -50,6 +56,7 @@ class Lease:
                 "status": self.status,
                 "role": self.role,
                 "loras": self.loras,
+                "healthy": self.healthy,
                 "state": {k: getattr(self.state, k) for k in _STATE_FIELDS},
             }
         )
@@ -70,6 +77,9 @@ class Lease:
             loras = m.get("loras") or {}
             if not isinstance(loras, dict):
                 raise ValueError("loras must be a map of name to directory")
+            healthy = m.get("healthy", True)
+            if not isinstance(healthy, bool):
+                raise ValueError("healthy must be true or false")
             return cls(
                 str(m["worker_id"]),
                 str(m["model"]),
@@ -80,6 +90,7 @@ class Lease:
                 state,
                 role,
                 {str(k): str(v) for k, v in loras.items()},
+                healthy,
             )
         except (KeyError, TypeError, ValueError, msgpack.UnpackException) as e:
             raise ValueError(f"not a lease: {e}") from None

@@ -43,6 +43,11 @@ class PoolCounts(Protocol):
         ...
 
     @property
+    def overloaded(self) -> int:
+        """Requests refused: every live worker was past the overload limits."""
+        ...
+
+    @property
     def sessions(self) -> Mapping[str, int]:
         """Turns that named a session, by what became of them."""
         ...

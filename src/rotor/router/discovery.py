@@ -1,8 +1,10 @@
 """The frontend side of discovery: which workers are live, for which model.
 
 Leases arrive from the runtime (runtime/nats/leases.py reads them off NATS)
-and are judged here. A worker not heard from for `lease_ttl` is gone. The
-first worker of a model brings its card (fetched once, by hash, from a
+and are judged here. A worker not heard from for `lease_ttl` is gone; one
+whose lease says its engine is unhealthy (it failed its canary) stays known
+but is not live (router/pool.Pool.live) until a lease says it answers again.
+The first worker of a model brings its card (fetched once, by hash, from a
 `CardSource`) and so the model's pool (`new_model`); a worker whose card
 disagrees with its model's (another tokenizer or template) is refused with a
 log line.
@@ -97,8 +99,14 @@ class Discovery:
                 self.compat.get(lease.model),
             )
             return
-        if wid not in pool.workers:
+        known = pool.workers.get(wid)
+        if known is None:
             log.info("worker %s (%s) serves %r", wid, lease.address, lease.model)
+        if lease.healthy != (known.healthy if known is not None else True):
+            if lease.healthy:
+                log.warning("worker %s is healthy again: its engine answered a canary", wid)
+            else:
+                log.warning("worker %s is unhealthy: its engine failed a canary; not routed", wid)
         pool.upsert(lease)
         self.seen[wid] = (lease.model, self.clock())
 

@@ -3,9 +3,11 @@
 `Pool.generate` is the EngineClient contract over remote workers: its
 stream (router/pool_stream.py) chooses a worker (the router mode), streams
 its outputs, and when the worker becomes unavailable mid-stream (killed,
-partitioned, lease gone, silent) resends the request to another one
-(router/migration.py), up to `migration_limit` times, so the consumer sees
-one uninterrupted stream. A model with prefill workers has its requests'
+partitioned, lease gone, silent, or its engine failed its canary) resends
+the request to another one (router/migration.py), up to `migration_limit`
+times, so the consumer sees one uninterrupted stream. Workers whose lease
+says their engine is unhealthy are not live; with overload limits
+(router/overload.py) a new request skips the workers past them. A model with prefill workers has its requests'
 prefills placed and handed over (router/handover.py).
 
 The pool keeps its members (`upsert`, `remove`, `live`), what this frontend
@@ -31,6 +33,7 @@ from rotor.protocol.routing import Routed
 from rotor.router.disagg import DisaggPolicy
 from rotor.router.kv import KVRouter, KVStats
 from rotor.router.modes import LocalLoad, Pick, Router, WorkerState
+from rotor.router.overload import Overload
 from rotor.router.pool_stream import PoolStream
 from rotor.router.sessions import Sessions
 from rotor.router.spans import pick_attributes
@@ -92,16 +95,19 @@ class Pool:
         prefill_router: Router | None = None,
         disagg: DisaggPolicy | None = None,
         sessions: Sessions | None = None,
+        overload: Overload | None = None,
     ) -> None:
         """`router` picks among the agg and decode workers, `prefill_router`
         (by default one like `router`'s mode is not shared: give one) among
-        the prefill workers."""
+        the prefill workers; `overload`: the limits past which a worker
+        takes no new request (None: none)."""
         self.card = card
         self.link = link
         self.router = router
         self.prefill_router = prefill_router
         self.disagg = disagg or DisaggPolicy()
         self.sessions = sessions  # None: session ids are not followed
+        self.overload = overload if overload is not None and overload.on else None
         self.migration_limit = migration_limit
         self.request_timeout = request_timeout
         self.on_join = on_join
@@ -148,11 +154,13 @@ class Pool:
                 router.remove_worker(worker_id)
 
     def live(self, roles: tuple[str, ...] | None = None, lora: str | None = None) -> list[Lease]:
-        """The workers taking requests (of those roles; holding that adapter)."""
+        """The workers taking requests (of those roles; holding that adapter):
+        serving, and healthy (their engine answers its canary)."""
         return [
             w
             for w in self.workers.values()
             if w.status == "serving"
+            and w.healthy
             and (roles is None or w.role in roles)
             and (lora is None or lora in w.loras)
         ]
@@ -186,6 +194,12 @@ class Pool:
             "decode": sorted(w.worker_id for w in self.live(DECODE_ROLES)),
             "prefill": sorted(w.worker_id for w in self.live(("prefill",))),
         }
+
+    def unhealthy(self) -> list[str]:
+        """The serving workers that are not live: their engine failed its canary."""
+        return sorted(
+            w.worker_id for w in self.workers.values() if w.status == "serving" and not w.healthy
+        )
 
     def kv_stats(self) -> KVStats | None:
         kv = self.kv
@@ -259,12 +273,16 @@ class Pool:
             route.fail(error.message, error.cause)
             route.end()
             raise error
+        fit = self._not_overloaded(candidates, request, route, moving=bool(tried))
         sessions, session = self.sessions, request.session_id
         if sessions is not None and session is not None and not tried:  # (not a migration)
             keep, outcome = sessions.choose(session, candidates)
+            if keep is not None and all(w.worker_id != keep.worker_id for w in fit):
+                keep, outcome = None, "moved_overloaded"
             self.stats.sessions[outcome] += 1
             if keep is not None:
-                candidates = [keep]  # the router still tells its cost (kv: the overlap)
+                fit = [keep]  # the router still tells its cost (kv: the overlap)
+        candidates = fit
         pick = self.router.choose(candidates, request, self.load)
         if sessions is not None and session is not None:
             sessions.pin(session, pick.worker_id)  # a migration's new worker, too
@@ -273,3 +291,28 @@ class Pool:
         if route.recording:
             route.set(pick_attributes(self.router, candidates, request, pick))
         return pick
+
+    def _not_overloaded(
+        self, candidates: list[Lease], request: EngineRequest, route: Span, moving: bool
+    ) -> list[Lease]:
+        """The candidates that are not past the overload limits. None of them:
+        a new request is refused ("overloaded", counted); a request that is
+        moving (its client has part of its answer) takes them all."""
+        overload = self.overload
+        if overload is None:
+            return candidates
+        load = self.load
+        fit = [w for w in candidates if overload.why(w, load) is None]
+        if fit or moving:
+            return fit or candidates
+        self.stats.overloaded += 1
+        reasons = "; ".join(f"{w.worker_id}: {overload.why(w, load)}" for w in candidates)
+        log.info("request %s refused: every worker is overloaded (%s)", request.request_id, reasons)
+        error = EngineError(
+            f"every worker of the model {self.card.name!r} is overloaded; retry later",
+            "unavailable",
+            cause="overloaded",
+        )
+        route.fail(error.message, error.cause)
+        route.end()
+        raise error

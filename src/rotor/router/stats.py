@@ -18,6 +18,7 @@ class PoolStats:
     decisions: collections.Counter[str] = field(default_factory=collections.Counter)
     migrations: collections.Counter[str] = field(default_factory=collections.Counter)
     no_worker: int = 0
+    overloaded: int = 0  # requests refused: every live worker past the overload limits
     # session affinity: what became of each turn that named a session (router/sessions.py)
     sessions: collections.Counter[str] = field(default_factory=collections.Counter)
     # disaggregation: (where, reason) of every prefill decision, and handovers

@@ -112,6 +112,7 @@ class Cluster:
             prefill_router=make_router(config, card),
             disagg=config.disagg,
             sessions=Sessions(config.session_ttl) if config.session_ttl > 0 else None,
+            overload=config.overload,
         )
         try:
             served = ServedModel.build(card, tok, card.tool_call_parser, card.reasoning_parser)
@@ -194,6 +195,7 @@ def frontend_server(config: FrontendConfig, announce: str = "") -> Any:
         request_log=open_request_log(http),
         answers=answers,
         kserve=kserve_options(http),
+        overload_status=config.overload_status,
     )
     return http_server(app, http, config.log_level, announce)
 

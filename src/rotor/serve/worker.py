@@ -1,5 +1,6 @@
 """`rotor worker`: build the engine (the same load / build steps as `rotor
-run`), register it on NATS, serve until SIGTERM, then withdraw, drain, stop."""
+run`), register it on NATS with its canary (`--canary-after`), serve until
+SIGTERM, then withdraw, drain, stop."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from rotor.config import WorkerConfig
 from rotor.engines.base import Engine, Lifecycle
 from rotor.engines.registry import engine_spec
 from rotor.model.tokenizer import Tokenizer
+from rotor.runtime.canary import Canary
 from rotor.runtime.nats.connect import connect
-from rotor.runtime.nats.worker import CardConflict, WorkerService
+from rotor.runtime.nats.worker import CardConflict, WorkerIdentity, WorkerService
 from rotor.serve.build import (
     StartupError,
     build_engine,
@@ -125,7 +127,13 @@ class _Worker:
             self.engine_started = True
         for name, path in config.model.loras:  # before the first lease, which lists them
             await load_startup_adapter(engine, name, path)
-        service = WorkerService(self.nc, engine, self.tok, role=self.config.role)
+        identity = WorkerIdentity.new()
+        canary = None
+        if config.canary.on and engine.card.capabilities.generates:  # (an embedder: none)
+            canary = Canary(engine, engine.card, config.canary, name=identity.worker_id)
+        service = WorkerService(
+            self.nc, engine, self.tok, identity, role=self.config.role, canary=canary
+        )
         await service.start()
         self.service = service
         settle()

@@ -29,6 +29,7 @@ _CODES = {
     500: grpc.StatusCode.INTERNAL,
     501: grpc.StatusCode.UNIMPLEMENTED,
     503: grpc.StatusCode.UNAVAILABLE,
+    529: grpc.StatusCode.UNAVAILABLE,  # every worker overloaded (--overload-status 529)
     504: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 

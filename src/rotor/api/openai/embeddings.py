@@ -31,7 +31,7 @@ def register_embeddings(app: FastAPI, responder: Responder, body_limit: int) -> 
             with responder.admission.queued():
                 done = await frontend.embed(entry, req)
         except REFUSALS as e:
-            error = api_error(e)
+            error = api_error(e, None, responder.overload_status)
             metrics.outcome(label, ENDPOINT, "false", str(error.status)).inc()
             raise error from None
         metrics.outcome(label, ENDPOINT, "false", "200").inc()

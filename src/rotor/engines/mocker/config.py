@@ -59,6 +59,10 @@ class MockerConfig:
     embedding_dim: int = 0
     # Simulated time a LoRA adapter takes to load (read and move its weights)
     lora_load_ms: float = 50.0
+    # A fault: the step loop stops after this many steps (0: never), for
+    # `wedge_seconds` of wall time (0: until switched off: MockerEngine.unwedge)
+    wedge_after_steps: int = 0
+    wedge_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_kv_blocks"):
@@ -75,6 +79,8 @@ class MockerConfig:
             "lora_load_ms",
             "host_kv_blocks",
             "disk_kv_blocks",
+            "wedge_after_steps",
+            "wedge_seconds",
         ):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"mocker {name} must be >= 0, got {getattr(self, name)}")

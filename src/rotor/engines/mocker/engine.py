@@ -239,6 +239,18 @@ class MockerEngine:
             kv_disk_blocks_loaded=kv.loaded.get("disk", 0),
         )
 
+    # -- the fault switch (engines/base.Wedge) ---------------------------------
+
+    def wedge(self, seconds: float = 0.0) -> None:
+        """Stop stepping for `seconds` of wall time (0: until `unwedge`)."""
+        self.step_loop.wedge(seconds)
+
+    def unwedge(self) -> None:
+        self.step_loop.unwedge()
+
+    def wedged(self) -> float | None:
+        return self.step_loop.wedged()
+
     # -- disaggregated serving: the KV handover ------------------------------
 
     def kv_fetcher(self, fetch: KVFetch) -> None:

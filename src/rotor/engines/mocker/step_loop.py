@@ -6,6 +6,11 @@ its request's outbox. At the engine's delivery points (after a slice of
 steps at speedup 0, after each step at a real pace) every outbox that filled
 goes to its stream (`MockerStream.deliver`), in the loop's own turn. A step
 that breaks fails every request rather than leave its clients hanging.
+
+A fault switch (`wedge`, docs/cli.md#the-wedge-switch) stops the steps
+for a while or until `unwedge`, as a hung device would: requests are still
+admitted and aborted and the event loop goes on (a worker keeps answering
+NATS and renewing its lease), but nothing is computed.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 
@@ -79,6 +85,12 @@ class StepLoop:
         self._paced_until = 0.0
         self._cut_short = False  # the last slice ended early, at a first token
         self._slice_steps = 0
+        # The fault switch: when the wedge ends (on `clock`; math.inf: at
+        # `unwedge`), None: not wedged; what a waiting wedge waits on; how
+        # many wedges there were.
+        self._wedged_until: float | None = None
+        self._unwedged: asyncio.Event | None = None
+        self.wedges = 0
 
     # -- lifecycle -------------------------------------------------------
 
@@ -102,10 +114,70 @@ class StepLoop:
         """There is work: sequences queued, or a held request resumed."""
         self._wake.set()
 
+    # -- the fault switch ----------------------------------------------------
+
+    def wedge(self, seconds: float = 0.0) -> None:
+        """Stop stepping for `seconds` (0: until `unwedge`), from the next
+        step on; a wedge under way is replaced."""
+        if not seconds >= 0:
+            raise ValueError(f"a wedge lasts 0 (until switched off) or more seconds, not {seconds}")
+        self._wedged_until = math.inf if seconds == 0 else self.clock() + seconds
+        self.wedges += 1
+        logger.warning(
+            "mocker wedged %s: no step until then",
+            "until switched off" if seconds == 0 else f"for {seconds:g} s",
+        )
+        if self._unwedged is not None:  # a wedge under way: its end is this one's
+            self._unwedged.set()
+
+    def unwedge(self) -> None:
+        """Step again now (nothing happens when not wedged)."""
+        if self._wedged_until is None:
+            return
+        self._wedged_until = None
+        logger.warning("mocker unwedged: stepping again")
+        if self._unwedged is not None:
+            self._unwedged.set()
+        self.wake()
+
+    def wedged(self) -> float | None:
+        """Seconds the wedge still lasts (math.inf: until switched off);
+        None: not wedged."""
+        until = self._wedged_until
+        if until is None:
+            return None
+        return max(until - self.clock(), 0.0)
+
+    async def _stay_wedged(self) -> None:
+        """Wait out the wedge; what the steps before it made reaches its readers first."""
+        self.deliver()
+        while (until := self._wedged_until) is not None:
+            left = until - self.clock()
+            if left <= 0:
+                self._wedged_until = None
+                logger.warning("mocker unwedged: stepping again")
+                break
+            told = self._unwedged = asyncio.Event()
+            if math.isinf(left):
+                await told.wait()
+                continue
+            waits = {asyncio.ensure_future(told.wait()), asyncio.ensure_future(self.sleep(left))}
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for wait in waits:
+                    wait.cancel()
+        self._unwedged = None
+        self._paced_until = 0.0  # the next step starts now, as after idling
+        self._start_slice()
+
     # -- the loop ----------------------------------------------------------
 
     async def _loop(self) -> None:
         while True:
+            if self._wedged_until is not None:
+                await self._stay_wedged()
+                continue
             if not self.scheduler.has_work():
                 # cleared first: a delivery that resumes a held request wakes it again
                 self._wake.clear()
@@ -142,6 +214,8 @@ class StepLoop:
             await self._hand_over(first)
         else:
             self.deliver()  # a step at real pace: its outputs go now
+        if self.steps == self.config.wedge_after_steps:  # the fault switch's flag
+            self.wedge(self.config.wedge_seconds)
 
     async def _hand_over(self, first: bool) -> None:
         """At ratio 0, after a step: the event loop's turn once the slice is

@@ -53,11 +53,16 @@ logger = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class _Scheduler:
-    """The last scheduler stats vLLM sent (each engine step sends them)."""
+    """The last scheduler stats vLLM sent (each engine step sends them), and
+    how many records came: each is a batch of the engine core's outputs,
+    which only a step makes, so a count that stops moving while requests
+    wait is an engine core that stopped stepping (a worker's canary reads
+    it as `EngineState.steps`)."""
 
     running: int = 0
     waiting: int = 0
     kv_usage: float = 0.0
+    steps: int = 0
 
 
 def _stat_logger_factory(into: _Scheduler) -> Callable[[Any, int], Any]:
@@ -75,6 +80,7 @@ def _stat_logger_factory(into: _Scheduler) -> Callable[[Any, int], Any]:
             mm_cache_stats: Any = None,
             engine_idx: int = 0,
         ) -> None:
+            into.steps += 1
             if scheduler_stats is not None:
                 into.running = scheduler_stats.num_running_reqs
                 into.waiting = scheduler_stats.num_waiting_reqs
@@ -344,6 +350,7 @@ class VLLMEngine:
             waiting=self._sched.waiting,
             running=self._sched.running,
             tokens_generated=self.tokens_generated,
+            steps=self._sched.steps,
             kv_blocks_total=total,
             kv_blocks_free=total - used,
             kv_blocks_cached=self.relay.num_cached,

@@ -6,6 +6,12 @@ every second (with its load), answers requests on its own subject by
 streaming numbered messages to the reply subject, stops a request the moment
 an abort arrives, relays its engine's KV events, and on SIGTERM withdraws its
 lease first, finishes what it has within the grace period, then stops.
+
+With a canary (runtime/canary.py) it watches its engine: once the engine
+fails its canary, its lease says it is unhealthy (frontends route nothing
+to it), it ends the requests it holds with an "unavailable" error (cause
+"unhealthy": the frontends move them to another worker) and refuses new
+ones the same way, until a canary answers again.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from rotor.protocol import codec
 from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest, EngineStream, pulled
 from rotor.protocol.kv import KVEvent
 from rotor.protocol.lease import LEASE_TTL_S, RENEW_S, Lease, Role
+from rotor.runtime.canary import Canary
 from rotor.runtime.nats import messages as wire
 from rotor.runtime.nats import subjects
 from rotor.runtime.nats.batcher import StepBatcher
@@ -89,7 +96,9 @@ class WorkerService:
         tokenizer: Tokenizer | None,
         identity: WorkerIdentity | None = None,
         role: Role = "agg",
+        canary: Canary | None = None,
     ) -> None:
+        """`canary`: the watch over the engine's health (None: none)."""
         self.nc = nc
         self.engine = engine
         self.identity = identity or WorkerIdentity.new()
@@ -104,7 +113,10 @@ class WorkerService:
             role=role,
         )
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._serving: dict[str, _Serving] = {}  # the generate requests of `_tasks`
         self._subs = Subscriptions(nc)
+        self.canary = canary
+        self._watch: asyncio.Task[None] | None = None
         self._renewer: asyncio.Task[None] | None = None
         self._kv_subject = subjects.kv_events(self.identity.worker_id)
         self._leaving = False
@@ -134,6 +146,8 @@ class WorkerService:
             self.engine.kv_events(self._relay_kv_event)
         await self._renew()
         self._renewer = asyncio.create_task(self._renew_forever(), name="lease-renewal")
+        if self.canary is not None:
+            self._watch = asyncio.create_task(self._watch_health(), name="canary")
         log.info("worker %s serves %r", wid, self.lease.model)
 
     async def republish(self) -> None:
@@ -168,9 +182,12 @@ class WorkerService:
         await self._batches.flush()  # the last messages of what finished
 
     async def stop(self) -> None:
-        if self._renewer is not None:
-            self._renewer.cancel()
-            await asyncio.gather(self._renewer, return_exceptions=True)
+        for task in (self._watch, self._renewer):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if self.canary is not None:
+            self.canary.stop()
         if isinstance(self.engine, KVEventSource):
             self.engine.kv_events(None)  # nobody relays them any more
         await self._subs.close()
@@ -256,6 +273,60 @@ class WorkerService:
                 except Exception:
                     pass
 
+    # -- health (the canary) -----------------------------------------------------------
+
+    async def _watch_health(self) -> None:
+        canary = self.canary
+        assert canary is not None
+        while True:
+            await self.check_health()
+            await canary.sleep(canary.policy.interval)
+
+    async def check_health(self) -> None:
+        """One look of the canary, and what a change of health does: the
+        lease says it at once; unhealthy, the requests held end as
+        "unavailable" (cause "unhealthy"), so the frontends move them."""
+        canary = self.canary
+        if canary is None:
+            return
+        healthy = canary.check()
+        if healthy is None:
+            return
+        self.lease.healthy = healthy
+        try:
+            await self._renew()
+        except Exception as e:  # the next renewal says it
+            log.warning("worker %s: could not renew its lease: %s", self.worker_id, e)
+        if not healthy:
+            await self.fail_requests(self._unhealthy_error())
+
+    def _unhealthy_error(self) -> EngineError:
+        return EngineError(
+            f"worker {self.worker_id}'s engine is not answering (it failed its canary)",
+            "unavailable",
+            cause="unhealthy",
+        )
+
+    async def fail_requests(self, error: EngineError) -> None:
+        """End every generate request this worker holds with `error` (their
+        engine streams are stopped), the error being each stream's last message."""
+        cancelled: list[_Serving] = []
+        ending = [serving for serving in self._serving.values() if not serving.reply.ended]
+        for serving in ending:
+            if serving.relay is not None and serving.stream is not None:
+                serving.relay.end(error)  # its end goes into its batch
+                serving.stream.stop()  # and nothing after it
+            else:  # not begun, or sent one message at a time: stopped, then told
+                serving.task.cancel()
+                cancelled.append(serving)
+        if cancelled:
+            await asyncio.gather(*(s.task for s in cancelled), return_exceptions=True)
+            for serving in cancelled:
+                if not serving.reply.ended:
+                    await serving.reply.send(wire.ERROR, codec.encode_error(error))
+        if ending:
+            log.warning("worker %s: ended %d request(s): %s", self.worker_id, len(ending), error)
+
     # -- requests --------------------------------------------------------------------
 
     async def _on_generate(self, msg: Msg) -> None:
@@ -267,35 +338,41 @@ class WorkerService:
             error = EngineError(f"malformed request: {e}", "internal")
             await self.nc.publish(msg.reply, wire.message(0, wire.ERROR, codec.encode_error(error)))
             return
+        refusal = None
         if self._leaving:
-            error = EngineError(
+            refusal = EngineError(
                 f"worker {self.worker_id} is shutting down", "unavailable", cause="shutting_down"
             )
-            await self.nc.publish(msg.reply, wire.message(0, wire.ERROR, codec.encode_error(error)))
+        elif not self.lease.healthy:  # (a frontend that predates the lease's field)
+            refusal = self._unhealthy_error()
+        if refusal is not None:
+            refused = codec.encode_error(refusal)
+            await self.nc.publish(msg.reply, wire.message(0, wire.ERROR, refused))
             return
         rid = request.request_id
         extra = {"rotor.worker_id": self.worker_id, "rotor.role": self.lease.role}
         span = remote_span(request, self.engine, msg.headers, extra)  # tracing on: its span
         # A frontend that takes its streams in batches names where (subjects.steps).
         steps = msg.headers.get(subjects.STEPS_HEADER) if msg.headers else None
-        serve = self._serve(request, msg.reply, span, steps)
-        task = asyncio.create_task(serve, name=f"serve-{rid}")
+        reply = _Reply(self.nc, self._batches, rid, msg.reply, steps)
+        task = asyncio.create_task(self._serve(request, reply, span), name=f"serve-{rid}")
         self._tasks[rid] = task
-        task.add_done_callback(lambda _: self._tasks.pop(rid, None))
+        self._serving[rid] = _Serving(task, reply)
 
-    async def _serve(
-        self,
-        request: EngineRequest,
-        reply: str,
-        span: Span = NO_SPAN,
-        steps: str | None = None,
-    ) -> None:
+        def over(_: object) -> None:
+            self._tasks.pop(rid, None)
+            self._serving.pop(rid, None)
+
+        task.add_done_callback(over)
+
+    async def _serve(self, request: EngineRequest, out_to: _Reply, span: Span = NO_SPAN) -> None:
         """The request's outputs, numbered, to its frontend: into that
-        frontend's batches (`steps`), each put by the engine in its own turn
-        (`Relay`: no task is woken per token here either), or one message
-        each to `reply` (a frontend that takes no batches)."""
+        frontend's batches (`out_to.steps`), each put by the engine in its
+        own turn (`Relay`: no task is woken per token here either), or one
+        message each to its reply subject (a frontend that takes no
+        batches)."""
         tracing.use(span)  # this task's (and its children's) span: a KV fetch's parent
-        out_to = _Reply(self.nc, self._batches, request.request_id, reply, steps)
+        steps = out_to.steps
 
         async def heartbeat() -> None:
             while True:
@@ -309,6 +386,9 @@ class WorkerService:
         try:
             if steps is not None:
                 relay = Relay(out_to.add_output, out_to.add_end)  # the end in the same batch
+                serving = self._serving.get(request.request_id)
+                if serving is not None:  # (fail_requests may end it)
+                    serving.relay, serving.stream = relay, stream
                 stream.subscribe(relay)
                 await relay.over
             else:
@@ -431,11 +511,22 @@ class WorkerService:
         return [int(h) for h in msgpack.unpackb(reply.data)["hashes"]]
 
 
+@dataclass
+class _Serving:
+    """A generate request being served: its task, where its messages go,
+    and the engine's stream and the relay it is subscribed to (once it is)."""
+
+    task: asyncio.Task[None]
+    reply: _Reply
+    relay: Relay | None = None
+    stream: EngineStream | None = None
+
+
 class _Reply:
     """Where one request's stream messages go, numbered: its frontend's
     batch (`steps`, added at once), or its own reply subject (published)."""
 
-    __slots__ = ("_nc", "_batches", "_rid", "_reply", "_steps", "_seq", "quiet")
+    __slots__ = ("_nc", "_batches", "_rid", "_reply", "_steps", "_seq", "quiet", "ended")
 
     def __init__(
         self, nc: Client, batches: StepBatcher, rid: str, reply: str, steps: str | None
@@ -444,6 +535,7 @@ class _Reply:
         self._rid, self._reply, self._steps = rid, reply, steps
         self._seq = 0
         self.quiet = False  # nothing was sent since the heartbeat's last look
+        self.ended = False  # its last message (done or error) went
 
     def add(self, kind: str, payload: bytes | None = None) -> None:
         """To the batch (a request whose frontend takes batches)."""
@@ -453,10 +545,16 @@ class _Reply:
         self._batches.add(steps, (self._rid, self._seq, kind, payload), size, wire.batch)
         self._seq += 1
         self.quiet = False
+        self.ended = self.ended or kind in (wire.DONE, wire.ERROR)
 
     @property
     def rid(self) -> str:
         return self._rid
+
+    @property
+    def steps(self) -> str | None:
+        """The frontend's batch subject (None: it takes no batches)."""
+        return self._steps
 
     def add_output(self, output: EngineOutput) -> None:
         """An output the engine put, to the batch."""
@@ -476,3 +574,4 @@ class _Reply:
         await self._nc.publish(self._reply, wire.message(self._seq, kind, payload))
         self._seq += 1
         self.quiet = False
+        self.ended = self.ended or kind in (wire.DONE, wire.ERROR)

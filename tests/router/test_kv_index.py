@@ -1,5 +1,7 @@
 """The KV prefix index: events in order, gaps and stale events refused, resync,
-workers leaving, overlaps against a brute-force reference, TTL expiry."""
+workers leaving, overlaps against a brute-force reference, TTL expiry; blocks
+per medium (device, host, disk), each counted where its best copy sits, and a
+snapshot's lower media."""
 
 from __future__ import annotations
 
@@ -11,8 +13,16 @@ from hypothesis import strategies as st
 
 from rotor.engines.mocker import MockerConfig, MockerEngine
 from rotor.protocol.engine import pulled
-from rotor.protocol.kv import AllCleared, BlocksRemoved, BlocksStored, KVSnapshot, block_hashes
-from rotor.router.kv_index import Applied, ApproxKVIndex, KVIndex, PrefixMap
+from rotor.protocol.kv import (
+    MEDIA,
+    AllCleared,
+    BlocksRemoved,
+    BlocksStored,
+    KVSnapshot,
+    Medium,
+    block_hashes,
+)
+from rotor.router.kv_index import Applied, ApproxKVIndex, KVIndex, Overlap, PrefixMap
 
 from support.clock import FakeClock
 from support.mocker import CARD, TOK
@@ -22,8 +32,10 @@ A = block_hashes(list(range(40)), BS)  # 10 chained blocks
 B = block_hashes(list(range(100, 124)), BS)  # 6 blocks, another prefix
 
 
-def stored(eid: int, hashes: list[int], parent: int | None = None) -> BlocksStored:
-    return BlocksStored(eid, hashes, parent, BS)
+def stored(
+    eid: int, hashes: list[int], parent: int | None = None, medium: Medium = "device"
+) -> BlocksStored:
+    return BlocksStored(eid, hashes, parent, BS, medium)
 
 
 def test_insert_gives_leading_overlap() -> None:
@@ -153,6 +165,93 @@ def test_block_size_mismatch_is_an_error() -> None:
         KVIndex(0)
 
 
+# -- media: device, host, disk ------------------------------------------------------
+
+
+def test_a_run_continues_through_any_medium_and_counts_each_block_where_it_is_best() -> None:
+    index = KVIndex(BS)
+    index.apply("w", stored(1, A[:4]))
+    index.apply("w", stored(2, A[4:7], A[3], "host"))
+    index.apply("w", stored(3, A[7:], A[6], "disk"))
+    assert index.overlaps(A) == {"w": 10}
+    assert index.matches(A) == {"w": Overlap(device=4, host=3, disk=3)}
+    # A copy higher up wins: A[:6] on disk too changes nothing; A[8] on the
+    # device too is a device block.
+    index.apply("w", stored(4, A[:6], None, "disk"))
+    index.apply("w", stored(5, [A[8]], A[7]))
+    assert index.matches(A) == {"w": Overlap(device=5, host=3, disk=2)}
+    assert (index.num_blocks("w"), index.num_blocks("w", "host")) == (5, 3)
+    assert index.num_blocks("w", "disk") == 9
+    assert index.blocks_of("w", "host") == set(A[4:7])
+    assert len(index) == 5  # distinct blocks on a device
+
+
+def test_a_block_moved_down_and_back_up() -> None:
+    index = KVIndex(BS)
+    index.apply("w", stored(1, A[:6]))
+    # offloaded: removed from the device, stored on the host
+    index.apply("w", BlocksRemoved(2, A[3:6]))
+    index.apply("w", stored(3, A[3:6], A[2], "host"))
+    assert index.matches(A[:6]) == {"w": Overlap(device=3, host=3)}
+    # to disk, and off the host
+    index.apply("w", stored(4, A[4:6], A[3], "disk"))
+    index.apply("w", BlocksRemoved(5, A[4:6], "host"))
+    assert index.matches(A[:6]) == {"w": Overlap(device=3, host=1, disk=2)}
+    # brought back up: stored on the device, gone from disk
+    index.apply("w", stored(6, A[3:6], A[2]))
+    index.apply("w", BlocksRemoved(7, A[4:6], "disk"))
+    assert index.matches(A[:6]) == {"w": Overlap(device=6)}  # (A[3] on the host too)
+    assert index.blocks_of("w", "host") == {A[3]}
+    # a removal names one medium: the device copy of A[3] alone goes
+    index.apply("w", BlocksRemoved(8, [A[3]]))
+    assert index.matches(A[:6]) == {"w": Overlap(device=5, host=1)}
+
+
+def test_a_hole_in_every_medium_ends_the_run() -> None:
+    index = KVIndex(BS)
+    index.apply("w0", stored(1, A[:3]))
+    index.apply("w0", stored(2, A[4:], A[3], "disk"))  # A[3] nowhere
+    index.apply("w1", stored(1, A[:2], None, "host"))
+    assert index.matches(A) == {"w0": Overlap(device=3), "w1": Overlap(host=2)}
+    assert index.overlaps(A) == {"w0": 3, "w1": 2}
+    assert index.matches(B) == {} and index.matches([]) == {}
+
+
+def test_clear_drops_every_medium() -> None:
+    index = KVIndex(BS)
+    index.apply("w", stored(1, A[:2]))
+    index.apply("w", stored(2, A[2:4], A[1], "host"))
+    index.apply("w", stored(3, A[4:6], A[3], "disk"))
+    index.apply("w", AllCleared(4))
+    assert index.matches(A) == {}
+    assert [index.num_blocks("w", m) for m in MEDIA] == [0, 0, 0]
+
+
+def test_a_snapshot_seeds_the_lower_media_and_replaces_them() -> None:
+    index = KVIndex(BS)
+    index.apply("w", stored(1, B, None, "host"))  # replaced by the snapshot below
+    pairs = [(h, A[i - 1] if i else None) for i, h in enumerate(A)]
+    snapshot = KVSnapshot(7, BS, pairs[:2], {"host": pairs[2:5], "disk": pairs[5:8]})
+    assert index.resync("w", snapshot)
+    assert index.matches(A) == {"w": Overlap(device=2, host=3, disk=3)}
+    assert index.matches(B) == {}
+    assert index.last_event_id("w") == 7
+    index.apply("w", stored(8, A[8:], A[7], "disk"))  # events go on from there
+    assert index.overlaps(A) == {"w": 10}
+
+
+def test_weighted_credit_and_the_header() -> None:
+    o = Overlap(device=8, host=3, disk=1, predicted=2)
+    assert o.blocks == 14
+    assert o.credit(0.75, 0.25) == 8 + 2 + 2.25 + 0.25
+    assert o.credit(0, 0) == 10
+    assert o.describe() == "device=8,host=3,disk=1,predicted=2"
+    # capped to a shorter prompt: the least credited blocks go first
+    assert o.capped(14) is o
+    assert o.capped(11) == Overlap(device=8, host=1, disk=0, predicted=2)
+    assert o.capped(7) == Overlap(device=7)
+
+
 # -- overlaps against a brute-force reference ------------------------------------
 
 chains = st.lists(st.integers(0, 3), min_size=0, max_size=12)  # token-ish block labels
@@ -195,6 +294,46 @@ def test_overlaps_match_brute_force(
     assert index.overlaps(query) == expected
     for worker, blocks in truth.items():
         assert index.blocks_of(worker) == blocks
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    held=st.lists(
+        st.tuples(st.integers(0, 3), chains, st.sampled_from(MEDIA), st.booleans()),
+        min_size=0,
+        max_size=25,
+    ),
+    prompt=chains,
+)
+def test_matches_per_medium_match_brute_force(
+    held: list[tuple[int, list[int], Medium, bool]], prompt: list[int]
+) -> None:
+    index = KVIndex(BS)
+    truth: dict[tuple[int, Medium], set[int]] = {}
+    eids: dict[int, int] = {}
+    for worker, labels, medium, remove in held:
+        eids[worker] = eids.get(worker, 0) + 1
+        hashes = chain_hashes(labels)
+        blocks = truth.setdefault((worker, medium), set())
+        if remove:
+            index.apply(worker, BlocksRemoved(eids[worker], hashes[len(hashes) // 2 :], medium))
+            blocks.difference_update(hashes[len(hashes) // 2 :])
+        else:
+            index.apply(worker, stored(eids[worker], hashes, None, medium))
+            blocks.update(hashes)
+    query = chain_hashes(prompt)
+    expected = {}
+    for worker in eids:
+        counts = dict.fromkeys(MEDIA, 0)
+        for h in query:
+            where = [m for m in MEDIA if h in truth.get((worker, m), ())]
+            if not where:
+                break
+            counts[where[0]] += 1  # MEDIA is best first
+        if sum(counts.values()):
+            expected[worker] = Overlap(**counts)
+    assert index.matches(query) == expected
+    assert index.overlaps(query) == {w: o.blocks for w, o in expected.items()}
 
 
 @settings(max_examples=100, deadline=None)

@@ -13,12 +13,23 @@ workers, and stops at the first block nobody holds.
 Overlap is the *leading* run a worker holds, as an engine's prefix match
 counts it: a worker that holds block 5 but not block 4 has an overlap of 4.
 
+Tiers: a worker's blocks sit in layers — the device's memory, and the lower
+media its engine offloads to (host memory, disk), plus the blocks this router
+*predicts* the worker will hold (below). One map per layer, the worker slots
+shared, so a block held in any layer continues a worker's run, and each block
+of the run is counted in the best layer that holds it, in the order device,
+predicted, host, disk (`Overlap`); the cost (router/kv_cost.py) weighs them.
+
 Two indexes share that core:
 - `KVIndex` is fed by workers' KV events, applied per worker strictly in event
   id order. A gap (a lost event) is reported, the worker's later events are
   held back, and `resync` with a snapshot replaces the worker's blocks and
   replays the held-back events that follow it, so the index converges even
-  while events keep flowing during the resync.
+  while events keep flowing during the resync. With a `predicted_ttl`, the
+  blocks a request routed to a worker will put there are *predicted* entries
+  until that worker's events name them (stored: they are real; removed: they
+  are gone) or the TTL runs out, so the requests that follow one of a prefix
+  find it before its events arrive.
 - `ApproxKVIndex` is for engines that publish no events: the router records
   its own decisions, and each record expires after a TTL.
 """
@@ -31,39 +42,105 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from rotor.protocol.kv import AllCleared, BlocksRemoved, BlocksStored, KVEvent, KVSnapshot
+from rotor.protocol.kv import (
+    AllCleared,
+    BlocksRemoved,
+    BlocksStored,
+    KVEvent,
+    KVSnapshot,
+    Medium,
+)
 
 WorkerId = Hashable
 MAX_HELD_EVENTS = 4096  # events held back per worker while it awaits a resync
 
+# The layers of `KVIndex`'s map, best first: a block in several is counted in the first.
+DEVICE, PREDICTED, HOST, DISK = 0, 1, 2, 3
+LAYERS = 4
+LAYER_OF_MEDIUM = {"device": DEVICE, "host": HOST, "disk": DISK}
+REAL_LAYERS = (DEVICE, HOST, DISK)
+
+
+@dataclass(frozen=True, slots=True)
+class Overlap:
+    """A worker's leading run of a prompt's blocks, each block counted once,
+    where its best copy sits: on the device, predicted (sent there, its
+    events not yet come: credited as the device), in host memory, on disk."""
+
+    device: int = 0
+    host: int = 0
+    disk: int = 0
+    predicted: int = 0
+
+    @property
+    def blocks(self) -> int:
+        """The run's length: what `x-rotor-kv-overlap` says."""
+        return self.device + self.host + self.disk + self.predicted
+
+    def credit(self, host_weight: float, disk_weight: float) -> float:
+        """The run in device blocks: a host or disk block counts its weight."""
+        return self.device + self.predicted + host_weight * self.host + disk_weight * self.disk
+
+    def capped(self, blocks: int) -> Overlap:
+        """At most `blocks` long, the least credited blocks let go first."""
+        excess = self.blocks - blocks
+        if excess <= 0:
+            return self
+        counts = {"disk": self.disk, "host": self.host, "predicted": self.predicted}
+        for name in counts:
+            cut = min(excess, counts[name])
+            counts[name] -= cut
+            excess -= cut
+        return Overlap(self.device - excess, counts["host"], counts["disk"], counts["predicted"])
+
+    def describe(self) -> str:
+        """`device=8,host=3,disk=1,predicted=0`: the value of `x-rotor-kv-tiers`."""
+        return f"device={self.device},host={self.host},disk={self.disk},predicted={self.predicted}"
+
+
+NO_OVERLAP = Overlap()
+
 
 class PrefixMap:
-    """Which workers hold which block hashes: hash -> bitmask of worker slots,
-    and per worker the set of its hashes (for clear and removal)."""
+    """Which workers hold which block hashes, in one or more layers: per layer,
+    hash -> bitmask of worker slots (the slots shared by the layers), and per
+    worker and layer the set of its hashes (for clear and removal)."""
 
     __slots__ = ("_masks", "_slots", "_workers", "_free", "_held")
 
-    def __init__(self) -> None:
-        self._masks: dict[int, int] = {}
+    def __init__(self, layers: int = 1) -> None:
+        if layers < 1:
+            raise ValueError(f"layers must be at least 1, got {layers}")
+        self._masks: list[dict[int, int]] = [{} for _ in range(layers)]
         self._slots: dict[WorkerId, int] = {}
         self._workers: list[WorkerId | None] = []  # slot -> worker
         self._free: list[int] = []  # slots of removed workers, reused
-        self._held: dict[WorkerId, set[int]] = {}
+        self._held: dict[WorkerId, list[set[int]]] = {}
 
     def __len__(self) -> int:
-        """Distinct block hashes held by any worker."""
+        """Distinct block hashes held by any worker in the first layer."""
+        return len(self._masks[0])
+
+    @property
+    def layers(self) -> int:
         return len(self._masks)
+
+    def layer_size(self, layer: int) -> int:
+        """Distinct block hashes held by any worker in the layer."""
+        return len(self._masks[layer])
 
     @property
     def workers(self) -> list[WorkerId]:
         return list(self._slots)
 
-    def blocks_of(self, worker: WorkerId) -> set[int]:
-        """A copy of the hashes the worker holds (empty for an unknown worker)."""
-        return set(self._held.get(worker, ()))
+    def blocks_of(self, worker: WorkerId, layer: int = 0) -> set[int]:
+        """A copy of the hashes the worker holds in the layer (empty for an unknown worker)."""
+        held = self._held.get(worker)
+        return set(held[layer]) if held is not None else set()
 
-    def num_blocks(self, worker: WorkerId) -> int:
-        return len(self._held.get(worker, ()))
+    def num_blocks(self, worker: WorkerId, layer: int = 0) -> int:
+        held = self._held.get(worker)
+        return len(held[layer]) if held is not None else 0
 
     def add_worker(self, worker: WorkerId) -> None:
         if worker in self._slots:
@@ -74,23 +151,24 @@ class PrefixMap:
         else:
             self._workers[slot] = worker
         self._slots[worker] = slot
-        self._held[worker] = set()
+        self._held[worker] = [set() for _ in self._masks]
 
-    def add(self, worker: WorkerId, hashes: Iterable[int]) -> None:
+    def add(self, worker: WorkerId, hashes: Iterable[int], layer: int = 0) -> None:
         self.add_worker(worker)
         bit = 1 << self._slots[worker]
-        masks, held = self._masks, self._held[worker]
+        masks, held = self._masks[layer], self._held[worker][layer]
         for h in hashes:
             if h not in held:
                 held.add(h)
                 masks[h] = masks.get(h, 0) | bit
 
-    def discard(self, worker: WorkerId, hashes: Iterable[int]) -> None:
-        held = self._held.get(worker)
-        if held is None:
+    def discard(self, worker: WorkerId, hashes: Iterable[int], layer: int = 0) -> None:
+        held_by_layer = self._held.get(worker)
+        if held_by_layer is None:
             return
+        held = held_by_layer[layer]
         keep = ~(1 << self._slots[worker])
-        masks = self._masks
+        masks = self._masks[layer]
         for h in hashes:
             if h in held:
                 held.discard(h)
@@ -100,10 +178,14 @@ class PrefixMap:
                 else:
                     del masks[h]
 
-    def clear(self, worker: WorkerId) -> None:
+    def clear(self, worker: WorkerId, layers: Iterable[int] | None = None) -> None:
+        """Drop the worker's hashes of those layers (None: of every layer)."""
         held = self._held.get(worker)
-        if held:
-            self.discard(worker, list(held))
+        if held is None:
+            return
+        for layer in range(len(self._masks)) if layers is None else layers:
+            if held[layer]:
+                self.discard(worker, list(held[layer]), layer)
 
     def remove_worker(self, worker: WorkerId) -> None:
         if worker not in self._slots:
@@ -115,11 +197,14 @@ class PrefixMap:
         self._free.append(slot)
 
     def overlaps(self, block_hashes: Sequence[int]) -> dict[WorkerId, int]:
-        """Per worker, how many leading blocks of the chain it holds; workers
-        holding none are left out."""
-        if not block_hashes:
+        """Per worker, how many leading blocks of the chain it holds in any
+        layer; workers holding none are left out."""
+        layered = [m for m in self._masks if m]
+        if len(layered) > 1:
+            return {w: sum(counts) for w, counts in self.matches(block_hashes).items()}
+        if not block_hashes or not layered:
             return {}
-        masks = self._masks
+        masks = layered[0]
         alive = masks.get(block_hashes[0], 0)
         out: dict[WorkerId, int] = {}
         if not alive:
@@ -144,6 +229,71 @@ class PrefixMap:
             alive ^= low
         return out
 
+    def matches(self, block_hashes: Sequence[int]) -> dict[WorkerId, list[int]]:
+        """Per worker, its leading run of the chain over every layer, as one
+        count per layer: each block counted in the first layer that holds it.
+        Workers holding none are left out.
+
+        One walk: per block, a lookup per layer that holds anything, the
+        workers still in the run are those holding it in some layer; a block
+        a worker holds in its best layer costs nothing more, one it holds only
+        lower down is counted bit by bit (so the price is what sits lower)."""
+        active = [(layer, m) for layer, m in enumerate(self._masks) if m]
+        if not block_hashes or not active:
+            return {}
+        layers = len(self._masks)
+        best, best_masks = active[0]
+        lower = active[1:]
+        runs: dict[int, int] = {}  # slot -> run length
+        below: dict[int, list[int]] = {}  # slot -> counts of blocks held only lower down
+        alive = 0
+        depth = 0
+        for depth, h in enumerate(block_hashes):  # noqa: B007 - read after the loop
+            top = best_masks.get(h, 0)
+            held = top
+            lows = []
+            for layer, masks in lower:
+                mask = masks.get(h, 0)
+                if mask:
+                    lows.append((layer, mask))
+                    held |= mask
+            still = held if depth == 0 else alive & held
+            gone = alive ^ still if depth else 0
+            while gone:
+                low = gone & -gone
+                runs[low.bit_length() - 1] = depth
+                gone ^= low
+            alive = still
+            if not alive:
+                break
+            rest = alive & ~top
+            for layer, mask in lows:
+                here = rest & mask
+                rest ^= here
+                while here:
+                    low = here & -here
+                    slot = low.bit_length() - 1
+                    counts = below.get(slot)
+                    if counts is None:
+                        counts = below[slot] = [0] * layers
+                    counts[layer] += 1
+                    here ^= low
+                if not rest:
+                    break
+        else:
+            depth = len(block_hashes)
+        while alive:
+            low = alive & -alive
+            runs[low.bit_length() - 1] = depth
+            alive ^= low
+        out: dict[WorkerId, list[int]] = {}
+        workers = self._workers
+        for slot, run in runs.items():
+            counts = below.get(slot) or [0] * layers
+            counts[best] = run - sum(counts)
+            out[workers[slot]] = counts
+        return out
+
 
 class Applied(enum.Enum):
     """What `KVIndex.apply` did with an event."""
@@ -166,7 +316,9 @@ class _Stream:
 
 
 class KVIndex:
-    """Every worker's KV blocks, from their KV events and snapshots.
+    """Every worker's KV blocks, from their KV events and snapshots, per medium
+    (a stored or removed event names its medium; a snapshot lists the device's
+    blocks and each lower medium's).
 
     A worker id names one worker *instance*: a restarted worker numbers its
     events from 1 again, so it must come back under a new id (or be removed
@@ -177,22 +329,22 @@ class KVIndex:
         if block_size < 1:
             raise ValueError(f"block_size must be at least 1, got {block_size}")
         self.block_size = block_size
-        self._map = PrefixMap()
+        self._map = PrefixMap(LAYERS)
         self._streams: dict[WorkerId, _Stream] = {}
 
     def __len__(self) -> int:
-        """Distinct block hashes held by any worker."""
+        """Distinct block hashes held by any worker on the device."""
         return len(self._map)
 
     @property
     def workers(self) -> list[WorkerId]:
         return list(self._streams)
 
-    def num_blocks(self, worker: WorkerId) -> int:
-        return self._map.num_blocks(worker)
+    def num_blocks(self, worker: WorkerId, medium: Medium = "device") -> int:
+        return self._map.num_blocks(worker, LAYER_OF_MEDIUM[medium])
 
-    def blocks_of(self, worker: WorkerId) -> set[int]:
-        return self._map.blocks_of(worker)
+    def blocks_of(self, worker: WorkerId, medium: Medium = "device") -> set[int]:
+        return self._map.blocks_of(worker, LAYER_OF_MEDIUM[medium])
 
     def last_event_id(self, worker: WorkerId) -> int | None:
         """The last event id applied for the worker (None: never heard of it)."""
@@ -225,16 +377,22 @@ class KVIndex:
         return Applied.APPLIED
 
     def resync(self, worker: WorkerId, snapshot: KVSnapshot) -> bool:
-        """Replace the worker's blocks with the snapshot's, then apply the events
-        held back since that follow it without a gap. False: the held events
-        still show a gap after the snapshot, so resync again (a later one)."""
+        """Replace the worker's blocks (every medium's) with the snapshot's,
+        then apply the events held back since that follow it without a gap.
+        False: the held events still show a gap after the snapshot, so
+        resync again (a later one)."""
         self._check_block_size(snapshot.block_size, worker)
         stream = self._streams.get(worker)
         if stream is None:
             stream = self._streams[worker] = _Stream()
-        self._map.add_worker(worker)
-        self._map.clear(worker)
-        self._map.add(worker, [h for h, _parent in snapshot.blocks])
+        pm = self._map
+        pm.add_worker(worker)
+        pm.clear(worker, REAL_LAYERS)
+        pm.add(worker, [h for h, _parent in snapshot.blocks], DEVICE)
+        for medium, blocks in snapshot.lower.items():
+            layer = LAYER_OF_MEDIUM.get(medium)
+            if layer is not None:
+                pm.add(worker, [h for h, _parent in blocks], layer)
         stream.last_id = snapshot.event_id
         held, stream.held = stream.held, {}
         stream.awaiting_resync = False
@@ -249,19 +407,25 @@ class KVIndex:
         self._map.remove_worker(worker)
 
     def overlaps(self, block_hashes: Sequence[int]) -> dict[WorkerId, int]:
-        """Per worker, how many leading blocks of the prompt's chain it holds
-        (workers holding none are left out)."""
+        """Per worker, how many leading blocks of the prompt's chain it holds,
+        in any medium (workers holding none are left out)."""
         return self._map.overlaps(block_hashes)
+
+    def matches(self, block_hashes: Sequence[int]) -> dict[WorkerId, Overlap]:
+        """Per worker, its leading run of the prompt's chain (in any medium),
+        each block counted where its best copy sits (workers holding none are
+        left out)."""
+        return {w: _overlap(c) for w, c in self._map.matches(block_hashes).items()}
 
     def _apply(self, worker: WorkerId, event: KVEvent) -> None:
         if isinstance(event, BlocksStored):
             if event.block_size:
                 self._check_block_size(event.block_size, worker)
-            self._map.add(worker, event.block_hashes)
+            self._map.add(worker, event.block_hashes, LAYER_OF_MEDIUM[event.medium])
         elif isinstance(event, BlocksRemoved):
-            self._map.discard(worker, event.block_hashes)
-        elif isinstance(event, AllCleared):
-            self._map.clear(worker)
+            self._map.discard(worker, event.block_hashes, LAYER_OF_MEDIUM[event.medium])
+        elif isinstance(event, AllCleared):  # every registration of every medium
+            self._map.clear(worker, REAL_LAYERS)
         else:
             raise TypeError(f"not a KV event: {type(event).__name__}")
 
@@ -276,6 +440,11 @@ class KVIndex:
     def _hold(stream: _Stream, event: KVEvent) -> None:
         if len(stream.held) < MAX_HELD_EVENTS:  # beyond that, the resync just retries
             stream.held[event.event_id] = event
+
+
+def _overlap(counts: list[int]) -> Overlap:
+    """A `PrefixMap.matches` count per layer of `KVIndex`'s map, as an Overlap."""
+    return Overlap(counts[DEVICE], counts[HOST], counts[DISK], counts[PREDICTED])
 
 
 class ApproxKVIndex:
@@ -342,3 +511,10 @@ class ApproxKVIndex:
     ) -> dict[WorkerId, int]:
         self.expire(now)
         return self._map.overlaps(block_hashes)
+
+    def matches(
+        self, block_hashes: Sequence[int], now: float | None = None
+    ) -> dict[WorkerId, Overlap]:
+        """`overlaps` as `KVIndex.matches` says them: every block is one this
+        router sent there, so each counts as predicted (credited as the device)."""
+        return {w: Overlap(predicted=n) for w, n in self.overlaps(block_hashes, now).items()}

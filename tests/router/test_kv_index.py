@@ -1,7 +1,9 @@
 """The KV prefix index: events in order, gaps and stale events refused, resync,
 workers leaving, overlaps against a brute-force reference, TTL expiry; blocks
 per medium (device, host, disk), each counted where its best copy sits, and a
-snapshot's lower media."""
+snapshot's lower media; predicted blocks created, confirmed, expired (on a
+fake clock), cleared by a removal and by the worker leaving, and credited as
+the larger of what is real and what is predicted."""
 
 from __future__ import annotations
 
@@ -252,6 +254,118 @@ def test_weighted_credit_and_the_header() -> None:
     assert o.capped(7) == Overlap(device=7)
 
 
+# -- predicted blocks -----------------------------------------------------------------
+
+
+def predicting(ttl: float = 2.0) -> tuple[KVIndex, FakeClock]:
+    clock = FakeClock(100.0)
+    return KVIndex(BS, predicted_ttl=ttl, clock=clock), clock
+
+
+def test_a_routed_prompt_is_predicted_beyond_what_the_device_holds() -> None:
+    index, _ = predicting()
+    index.apply("w", stored(1, A[:3]))
+    assert index.predict("w", A) == 7  # A[:3] are real already
+    assert index.matches(A) == {"w": Overlap(device=3, predicted=7)}
+    assert index.overlaps(A) == {"w": 10}
+    assert index.predicted_of("w") == set(A[3:])
+    assert index.num_blocks("w") == 3  # the real ones
+    # a worker never heard of before: all predicted, though it has sent no event
+    assert index.predict("fresh", B) == 6
+    assert index.matches(B) == {"fresh": Overlap(predicted=6)}
+    assert index.workers == ["w"]  # (no event stream yet)
+
+
+def test_its_events_confirm_a_prediction_and_the_rest_expire() -> None:
+    index, clock = predicting(ttl=2.0)
+    index.predict("w", A)
+    clock.now = 101.0
+    index.apply("w", stored(1, A[:6]))  # the worker's events catch up
+    assert index.matches(A) == {"w": Overlap(device=6, predicted=4)}
+    assert index.predicted_of("w") == set(A[6:])
+    clock.now = 101.999
+    assert index.matches(A) == {"w": Overlap(device=6, predicted=4)}
+    clock.now = 102.0  # two seconds after the prediction: the unconfirmed ones go
+    assert index.matches(A) == {"w": Overlap(device=6)}
+    assert index.predicted_of("w") == set()
+    assert index.num_blocks("w") == 6  # the confirmed ones are real, and stay
+
+
+def test_a_later_prediction_refreshes_the_ttl() -> None:
+    index, clock = predicting(ttl=2.0)
+    index.predict("w", A[:4])
+    clock.now = 101.5
+    index.predict("w", A[:2])  # A[:2] again: until 103.5
+    clock.now = 102.0
+    assert index.matches(A) == {"w": Overlap(predicted=2)}
+    assert index.expire(now=103.5) == 2
+    assert index.matches(A, now=103.5) == {}
+
+
+def test_a_stored_event_in_a_lower_medium_confirms_it_there() -> None:
+    index, _ = predicting()
+    index.predict("w", A[:4])
+    index.apply("w", stored(1, A[2:4], A[1], "host"))
+    assert index.matches(A) == {"w": Overlap(host=2, predicted=2)}
+
+
+def test_a_removal_clears_a_prediction_and_cuts_the_run() -> None:
+    index, _ = predicting()
+    index.predict("w", A)
+    index.apply("w", BlocksRemoved(1, [A[5]]))  # not held: but the worker named it
+    assert index.matches(A) == {"w": Overlap(predicted=5)}
+    index.apply("w", BlocksRemoved(2, [A[0]], "disk"))  # whatever the medium
+    assert index.matches(A) == {}
+    assert index.predicted_of("w") == set(A[1:5]) | set(A[6:])
+
+
+def test_a_worker_leaving_or_clearing_drops_its_predictions() -> None:
+    index, _ = predicting()
+    index.predict("w0", A)
+    index.predict("w1", A[:4])
+    index.apply("w1", stored(1, B))
+    index.remove_worker("w0")
+    assert index.matches(A) == {"w1": Overlap(predicted=4)}
+    index.predict("w2", B[:2])  # takes w0's slot: inherits none of its predictions
+    assert index.matches(A) == {"w1": Overlap(predicted=4)}
+    assert index.predicted_of("w0") == set()
+    index.apply("w1", AllCleared(2))
+    assert index.matches(A) == {} and index.matches(B) == {"w2": Overlap(predicted=2)}
+
+
+def test_a_snapshot_that_holds_a_predicted_block_confirms_it() -> None:
+    index, _ = predicting()
+    index.predict("w", A[:6])
+    pairs = [(h, A[i - 1] if i else None) for i, h in enumerate(A)]
+    index.resync("w", KVSnapshot(3, BS, pairs[:2], {"disk": pairs[2:3]}))
+    assert index.predicted_of("w") == set(A[3:6])
+    assert index.matches(A) == {"w": Overlap(device=2, disk=1, predicted=3)}
+
+
+def test_each_block_is_credited_the_larger_of_real_and_predicted() -> None:
+    index, _ = predicting()
+    index.apply("w", stored(1, A[:2]))
+    index.apply("w", stored(2, A[2:6], A[1], "host"))
+    index.apply("w", stored(3, A[6:8], A[5], "disk"))
+    index.predict("w", A[:4])  # A[2:4] are on the host: predicted, they count as the device
+    o = index.matches(A)["w"]
+    assert o == Overlap(device=2, host=2, disk=2, predicted=2)
+    assert o.credit(0.75, 0.25) == 2 + 2 + 1.5 + 0.5
+    # the larger of: the prediction gone, the host copies count again
+    index.apply("w", stored(4, A[2:4], A[1], "host"))  # (a stored event confirms it)
+    assert index.matches(A)["w"] == Overlap(device=2, host=4, disk=2)
+
+
+def test_no_ttl_predicts_nothing() -> None:
+    index = KVIndex(BS, clock=lambda: pytest.fail("the clock is not read"))
+    assert index.predict("w", A) == 0
+    assert index.matches(A) == {} and index.expire() == 0
+    with pytest.raises(ValueError, match="predicted_ttl"):
+        KVIndex(BS, predicted_ttl=-1)
+    with pytest.raises(ValueError, match="predicted_ttl"):
+        KVIndex(BS, predicted_ttl=float("inf"))
+
+
 # -- overlaps against a brute-force reference ------------------------------------
 
 chains = st.lists(st.integers(0, 3), min_size=0, max_size=12)  # token-ish block labels
@@ -442,3 +556,9 @@ def test_ttl_explicit_now_and_worker_leaving() -> None:
     assert index.overlaps(B, now=7.0) == {}
     with pytest.raises(ValueError, match="ttl"):
         ApproxKVIndex(ttl=0)
+
+
+def test_approximate_records_count_as_predicted() -> None:
+    index = ApproxKVIndex(ttl=5.0, clock=FakeClock(0.0))
+    index.record("w", A[:4])
+    assert index.matches(A) == {"w": Overlap(predicted=4)}

@@ -153,6 +153,14 @@ class PrefixMap:
         self._slots[worker] = slot
         self._held[worker] = [set() for _ in self._masks]
 
+    def missing(self, worker: WorkerId, hashes: Iterable[int], layer: int = 0) -> list[int]:
+        """Those of the hashes the worker does not hold in the layer."""
+        held = self._held.get(worker)
+        if held is None:
+            return list(hashes)
+        mine = held[layer]
+        return [h for h in hashes if h not in mine]
+
     def add(self, worker: WorkerId, hashes: Iterable[int], layer: int = 0) -> None:
         self.add_worker(worker)
         bit = 1 << self._slots[worker]
@@ -295,6 +303,66 @@ class PrefixMap:
         return out
 
 
+class _Expiring:
+    """Entries of one layer of a map that each last until their expiry: the
+    approximate index's records, `KVIndex`'s predicted blocks. A constant TTL
+    and a clock that never goes back keep `_until` sorted, oldest first."""
+
+    __slots__ = ("_map", "_layer", "ttl", "_until")
+
+    def __init__(self, pm: PrefixMap, layer: int, ttl: float) -> None:
+        self._map = pm
+        self._layer = layer
+        self.ttl = ttl
+        self._until: OrderedDict[tuple[WorkerId, int], float] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._until)
+
+    def record(self, worker: WorkerId, hashes: Iterable[int], now: float) -> None:
+        """The worker holds these until `now + ttl` (a later record refreshes that)."""
+        self.expire(now)
+        until = now + self.ttl
+        entries = self._until
+        added = []
+        for h in hashes:
+            key = (worker, h)
+            if key in entries:
+                entries.move_to_end(key)
+            else:
+                added.append(h)
+            entries[key] = until
+        self._map.add(worker, added, self._layer)
+
+    def expire(self, now: float) -> int:
+        """Drop the entries whose TTL has run out; how many were dropped."""
+        entries, dropped = self._until, 0
+        while entries:
+            key, until = next(iter(entries.items()))
+            if until > now:
+                break
+            del entries[key]
+            self._map.discard(key[0], (key[1],), self._layer)
+            dropped += 1
+        return dropped
+
+    def drop(self, worker: WorkerId, hashes: Iterable[int]) -> None:
+        """The worker's entries for these hashes go now."""
+        entries = self._until
+        if not entries:
+            return
+        gone = [h for h in hashes if entries.pop((worker, h), None) is not None]
+        if gone:
+            self._map.discard(worker, gone, self._layer)
+
+    def forget(self, worker: WorkerId) -> None:
+        """Every entry of the worker goes."""
+        held = self._map.blocks_of(worker, self._layer)
+        for h in held:
+            self._until.pop((worker, h), None)
+        self._map.discard(worker, held, self._layer)
+
+
 class Applied(enum.Enum):
     """What `KVIndex.apply` did with an event."""
 
@@ -318,19 +386,38 @@ class _Stream:
 class KVIndex:
     """Every worker's KV blocks, from their KV events and snapshots, per medium
     (a stored or removed event names its medium; a snapshot lists the device's
-    blocks and each lower medium's).
+    blocks and each lower medium's), and with `predicted_ttl` > 0 the blocks
+    the router predicts (`predict`).
+
+    A predicted block is the worker's until one of its events names it — a
+    stored event (any medium) makes it real, a removal drops it, and so does
+    a cleared cache or a snapshot that holds it — or until `predicted_ttl`
+    seconds on `clock` have passed, or the worker leaves. It counts as a
+    device block (`Overlap.predicted`): the worker will have computed it.
 
     A worker id names one worker *instance*: a restarted worker numbers its
     events from 1 again, so it must come back under a new id (or be removed
     and resynced), or all its events would look stale.
     """
 
-    def __init__(self, block_size: int) -> None:
+    def __init__(
+        self,
+        block_size: int,
+        predicted_ttl: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`predicted_ttl`: seconds a predicted block counts unconfirmed (0:
+        nothing is predicted). `clock` must not go backwards."""
         if block_size < 1:
             raise ValueError(f"block_size must be at least 1, got {block_size}")
+        if not 0 <= predicted_ttl < float("inf"):
+            raise ValueError(f"predicted_ttl must be a finite number >= 0, got {predicted_ttl}")
         self.block_size = block_size
+        self.predicted_ttl = predicted_ttl
+        self.clock = clock
         self._map = PrefixMap(LAYERS)
         self._streams: dict[WorkerId, _Stream] = {}
+        self._predicted = _Expiring(self._map, PREDICTED, predicted_ttl)
 
     def __len__(self) -> int:
         """Distinct block hashes held by any worker on the device."""
@@ -345,6 +432,31 @@ class KVIndex:
 
     def blocks_of(self, worker: WorkerId, medium: Medium = "device") -> set[int]:
         return self._map.blocks_of(worker, LAYER_OF_MEDIUM[medium])
+
+    def predicted_of(self, worker: WorkerId) -> set[int]:
+        """The worker's predicted blocks (expired ones may linger until the
+        next `expire`, `predict`, `overlaps` or `matches`)."""
+        return self._map.blocks_of(worker, PREDICTED)
+
+    def predict(
+        self, worker: WorkerId, block_hashes: Sequence[int], now: float | None = None
+    ) -> int:
+        """A request with this prompt was sent to the worker: the blocks it does
+        not hold on its device (it computes them, or brings them up) are
+        predicted there for `predicted_ttl` seconds (a later prediction
+        refreshes that); how many. Nothing with a TTL of 0."""
+        if not self.predicted_ttl:
+            return 0
+        self._map.add_worker(worker)
+        new = self._map.missing(worker, block_hashes, DEVICE)
+        self._predicted.record(worker, new, self.clock() if now is None else now)
+        return len(new)
+
+    def expire(self, now: float | None = None) -> int:
+        """Drop the predictions whose TTL has run out; how many were dropped."""
+        if not self._predicted:
+            return 0
+        return self._predicted.expire(self.clock() if now is None else now)
 
     def last_event_id(self, worker: WorkerId) -> int | None:
         """The last event id applied for the worker (None: never heard of it)."""
@@ -388,11 +500,15 @@ class KVIndex:
         pm = self._map
         pm.add_worker(worker)
         pm.clear(worker, REAL_LAYERS)
-        pm.add(worker, [h for h, _parent in snapshot.blocks], DEVICE)
+        device = [h for h, _parent in snapshot.blocks]
+        pm.add(worker, device, DEVICE)
+        self._predicted.drop(worker, device)
         for medium, blocks in snapshot.lower.items():
             layer = LAYER_OF_MEDIUM.get(medium)
             if layer is not None:
-                pm.add(worker, [h for h, _parent in blocks], layer)
+                hashes = [h for h, _parent in blocks]
+                pm.add(worker, hashes, layer)
+                self._predicted.drop(worker, hashes)
         stream.last_id = snapshot.event_id
         held, stream.held = stream.held, {}
         stream.awaiting_resync = False
@@ -402,19 +518,29 @@ class KVIndex:
         return not stream.awaiting_resync
 
     def remove_worker(self, worker: WorkerId) -> None:
-        """Forget the worker and its blocks (it left, or its lease expired)."""
+        """Forget the worker, its blocks and its predictions (it left, or its
+        lease expired)."""
         self._streams.pop(worker, None)
+        self._predicted.forget(worker)
         self._map.remove_worker(worker)
 
-    def overlaps(self, block_hashes: Sequence[int]) -> dict[WorkerId, int]:
+    def overlaps(
+        self, block_hashes: Sequence[int], now: float | None = None
+    ) -> dict[WorkerId, int]:
         """Per worker, how many leading blocks of the prompt's chain it holds,
-        in any medium (workers holding none are left out)."""
+        in any medium or predicted (workers holding none are left out)."""
+        self.expire(now)
         return self._map.overlaps(block_hashes)
 
-    def matches(self, block_hashes: Sequence[int]) -> dict[WorkerId, Overlap]:
-        """Per worker, its leading run of the prompt's chain (in any medium),
-        each block counted where its best copy sits (workers holding none are
-        left out)."""
+    def matches(
+        self, block_hashes: Sequence[int], now: float | None = None
+    ) -> dict[WorkerId, Overlap]:
+        """Per worker, its leading run of the prompt's chain (in any medium, or
+        predicted), each block counted where its best copy sits — a real device
+        copy, else a prediction, else the host, else disk: so a block is
+        credited the larger of what is real and what is predicted (workers
+        holding none are left out)."""
+        self.expire(now)
         return {w: _overlap(c) for w, c in self._map.matches(block_hashes).items()}
 
     def _apply(self, worker: WorkerId, event: KVEvent) -> None:
@@ -422,10 +548,13 @@ class KVIndex:
             if event.block_size:
                 self._check_block_size(event.block_size, worker)
             self._map.add(worker, event.block_hashes, LAYER_OF_MEDIUM[event.medium])
+            self._predicted.drop(worker, event.block_hashes)  # real now
         elif isinstance(event, BlocksRemoved):
             self._map.discard(worker, event.block_hashes, LAYER_OF_MEDIUM[event.medium])
+            self._predicted.drop(worker, event.block_hashes)  # its events know better
         elif isinstance(event, AllCleared):  # every registration of every medium
             self._map.clear(worker, REAL_LAYERS)
+            self._predicted.forget(worker)
         else:
             raise TypeError(f"not a KV event: {type(event).__name__}")
 
@@ -459,8 +588,7 @@ class ApproxKVIndex:
         self.ttl = ttl
         self.clock = clock
         self._map = PrefixMap()
-        # (worker, hash) -> expiry, oldest expiry first (a constant TTL keeps it sorted)
-        self._expiry: OrderedDict[tuple[WorkerId, int], float] = OrderedDict()
+        self._records = _Expiring(self._map, 0, ttl)
 
     def __len__(self) -> int:
         return len(self._map)
@@ -477,33 +605,15 @@ class ApproxKVIndex:
     ) -> None:
         """The worker was sent a prompt with these blocks: it holds them until
         `now + ttl` (a later record refreshes that)."""
-        now = self.clock() if now is None else now
-        self.expire(now)
-        until = now + self.ttl
-        expiry = self._expiry
-        for h in block_hashes:
-            key = (worker, h)
-            if key in expiry:
-                expiry.move_to_end(key)
-            expiry[key] = until
-        self._map.add(worker, block_hashes)
+        self._map.add_worker(worker)
+        self._records.record(worker, block_hashes, self.clock() if now is None else now)
 
     def expire(self, now: float | None = None) -> int:
         """Drop the records whose TTL has run out; how many were dropped."""
-        now = self.clock() if now is None else now
-        expiry, dropped = self._expiry, 0
-        while expiry:
-            key, until = next(iter(expiry.items()))
-            if until > now:
-                break
-            del expiry[key]
-            self._map.discard(key[0], (key[1],))
-            dropped += 1
-        return dropped
+        return self._records.expire(self.clock() if now is None else now)
 
     def remove_worker(self, worker: WorkerId) -> None:
-        for key in [k for k in self._expiry if k[0] == worker]:
-            del self._expiry[key]
+        self._records.forget(worker)
         self._map.remove_worker(worker)
 
     def overlaps(

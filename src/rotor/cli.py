@@ -35,6 +35,8 @@ from rotor.router.disagg import (
     POLICIES,
     DisaggPolicy,
 )
+from rotor.router.kv_cost import DEFAULT_DISK_HIT_WEIGHT, DEFAULT_HOST_HIT_WEIGHT
+from rotor.router.kv_index import DEFAULT_PREDICTED_TTL_S
 
 USAGE = """\
 rotor run [in=INPUT] [out=ENGINE] [flags] [-- ENGINE_ARGS...]
@@ -206,6 +208,31 @@ FRONTEND_FLAGS = [
         action="store_true",
     ),
     Flag("--router-ttl", "kv router with --no-kv-events: seconds a decision counts", float, 120.0),
+    Flag(
+        "--router-host-hit-weight",
+        "kv router: what a cached block in a worker's host memory is worth against one on "
+        "its device (1)",
+        float,
+        DEFAULT_HOST_HIT_WEIGHT,
+        minimum=0,
+        maximum=1,
+    ),
+    Flag(
+        "--router-disk-hit-weight",
+        "kv router: what a cached block on a worker's disk is worth (at most the host's)",
+        float,
+        DEFAULT_DISK_HIT_WEIGHT,
+        minimum=0,
+        maximum=1,
+    ),
+    Flag(
+        "--router-predicted-ttl",
+        "kv router: seconds a routed request's blocks count as predicted on its worker "
+        "until its KV events confirm them (0: off)",
+        float,
+        DEFAULT_PREDICTED_TTL_S,
+        minimum=0,
+    ),
     Flag(
         "--session-ttl",
         "seconds a session (x-rotor-session-id) stays on the worker of its last turn; 0: off",
@@ -626,6 +653,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "frontend":
         from rotor.serve.frontend import run_frontend
 
+        if args.router_disk_hit_weight > args.router_host_hit_weight:
+            parser.exit(
+                2,
+                f"rotor frontend: --router-disk-hit-weight ({args.router_disk_hit_weight:g}) "
+                f"must be at most --router-host-hit-weight ({args.router_host_hit_weight:g})\n",
+            )
+
         return run_frontend(
             FrontendConfig(
                 http=_http_config(args),
@@ -637,6 +671,9 @@ def main(argv: list[str] | None = None) -> int:
                 kv_overlap_weight=args.kv_overlap_weight,
                 kv_events=not args.no_kv_events,
                 router_ttl=args.router_ttl,
+                router_host_hit_weight=args.router_host_hit_weight,
+                router_disk_hit_weight=args.router_disk_hit_weight,
+                router_predicted_ttl=args.router_predicted_ttl,
                 session_ttl=args.session_ttl,
                 disagg=DisaggPolicy(
                     policy=args.disagg_policy,

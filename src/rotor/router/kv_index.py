@@ -54,6 +54,17 @@ from rotor.protocol.kv import (
 WorkerId = Hashable
 MAX_HELD_EVENTS = 4096  # events held back per worker while it awaits a resync
 
+# How long a routed request's blocks count as predicted on its worker when
+# its KV events have not confirmed them (--router-predicted-ttl). The events
+# confirm or drop an entry as soon as they name its block, so the TTL only
+# bounds a guess they never speak of (a request aborted before its worker
+# scheduled it, say): it must outlast the gap it bridges — the worker's event
+# lag (up to the 1 s that docs/benchmarks.md measures) plus the wait in a busy
+# worker's queue before the engine registers the blocks — and a guess that
+# outlives its truth costs little (the prefix's next request goes where it
+# was sent, and is computed there).
+DEFAULT_PREDICTED_TTL_S = 5.0
+
 # The layers of `KVIndex`'s map, best first: a block in several is counted in the first.
 DEVICE, PREDICTED, HOST, DISK = 0, 1, 2, 3
 LAYERS = 4

@@ -301,6 +301,14 @@ WORKER_FLAGS = [
         "agg",
         choices=ROLES,
     ),
+    Flag(
+        "--kv-events-delay-ms",
+        "a test switch: hold each step's KV events back this long before publishing them, "
+        "in order (the lag of a loaded machine, on purpose)",
+        int,
+        0,
+        minimum=0,
+    ),
 ]
 # rotor planner (rotor/planner, serve/planner.py)
 PLANNER_FLAGS = [
@@ -700,6 +708,7 @@ def main(argv: list[str] | None = None) -> int:
                 system_host=args.system_host,
                 grace_period=args.grace_period,
                 role=args.disaggregation_mode,
+                kv_events_delay_ms=args.kv_events_delay_ms,
                 otlp_endpoint=args.otlp_endpoint,
                 log_level=args.log_level,
                 log_format=args.log_format,

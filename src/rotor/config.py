@@ -92,6 +92,7 @@ class WorkerConfig:
     system_host: str = "127.0.0.1"  # the address the system port binds
     grace_period: float = 30.0  # seconds to finish running requests on SIGTERM
     role: Role = "agg"  # --disaggregation-mode (its choices are the roles)
+    kv_events_delay_ms: int = 0  # a test switch: each step's KV events held back this long
     otlp_endpoint: str | None = None  # tracing: the OTLP/HTTP collector (rotor.tracing)
     log_level: str = "warning"
     log_format: str = "text"  # text | json (rotor.logs)

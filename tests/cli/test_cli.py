@@ -62,6 +62,7 @@ def test_help_shows_defaults(capsys: pytest.CaptureFixture[str]) -> None:
         (["worker", "--log-format", ""], "--log-format", "invalid choice: ''"),
         (["frontend", "--router-host-hit-weight", "1.5"], "--router-host-hit-weight", "at most 1"),
         (["frontend", "--router-predicted-ttl", "-1"], "--router-predicted-ttl", "at least 0"),
+        (["worker", "--kv-events-delay-ms", "-5"], "--kv-events-delay-ms", "at least 0"),
         (
             ["frontend", "--router-disk-hit-weight", "0.9"],
             "--router-disk-hit-weight",

@@ -125,7 +125,13 @@ class _Worker:
             self.engine_started = True
         for name, path in config.model.loras:  # before the first lease, which lists them
             await load_startup_adapter(engine, name, path)
-        service = WorkerService(self.nc, engine, self.tok, role=self.config.role)
+        service = WorkerService(
+            self.nc,
+            engine,
+            self.tok,
+            role=config.role,
+            kv_events_delay=config.kv_events_delay_ms / 1000,
+        )
         await service.start()
         self.service = service
         settle()

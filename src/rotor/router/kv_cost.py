@@ -33,7 +33,7 @@ import random
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
-from rotor.router.kv_index import NO_OVERLAP, Overlap
+from rotor.router.kv_index import Overlap
 
 WorkerId = Hashable
 
@@ -68,7 +68,13 @@ class Candidate:
     decode_blocks: int
     cost: float
     queue_length: int = 0
-    tiers: Overlap = NO_OVERLAP  # the O(w) blocks by where each sits
+    media: Overlap | None = None  # the O(w) blocks by where each sits (None: on the device)
+
+    @property
+    def tiers(self) -> Overlap:
+        """The O(w) blocks by where each sits."""
+        media = self.media
+        return media if media is not None else Overlap(self.overlap_blocks)
 
     @property
     def load(self) -> float:
@@ -169,20 +175,33 @@ class KVCost:
         self, worker: WorkerId, prompt_blocks: int, overlap: int | Overlap, load: WorkerLoad
     ) -> Candidate:
         """One worker's terms; an overlap given as a number is on the device."""
-        tiers = overlap if isinstance(overlap, Overlap) else Overlap(device=overlap)
-        tiers = tiers.capped(prompt_blocks)
-        new = prompt_blocks - self.credit(tiers)
+        # (written out: this runs for every candidate of every decision)
+        media: Overlap | None = None
+        if isinstance(overlap, Overlap):
+            media = overlap
+            device, host, disk, predicted = media
+            blocks = device + host + disk + predicted
+            if blocks > prompt_blocks:
+                media = media.capped(prompt_blocks)
+                device, host, disk, predicted = media
+                blocks = prompt_blocks
+            new = prompt_blocks - (
+                device + predicted + self.host_weight * host + self.disk_weight * disk
+            )
+        else:
+            blocks = min(overlap, prompt_blocks)
+            new = prompt_blocks - blocks
         pending = load.pending_prefill_blocks(self.block_size)
         cost = self.overlap_weight * (new + pending) + load.active_decode_blocks
         return Candidate(
             worker,
-            tiers.blocks,
+            blocks,
             new,
             pending,
             load.active_decode_blocks,
             cost,
             load.queue_length,
-            tiers,
+            media,
         )
 
     def choose(

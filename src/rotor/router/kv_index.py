@@ -41,6 +41,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from rotor.protocol.kv import (
     AllCleared,
@@ -72,11 +73,11 @@ LAYER_OF_MEDIUM = {"device": DEVICE, "host": HOST, "disk": DISK}
 REAL_LAYERS = (DEVICE, HOST, DISK)
 
 
-@dataclass(frozen=True, slots=True)
-class Overlap:
+class Overlap(NamedTuple):
     """A worker's leading run of a prompt's blocks, each block counted once,
     where its best copy sits: on the device, predicted (sent there, its
-    events not yet come: credited as the device), in host memory, on disk."""
+    events not yet come: credited as the device), in host memory, on disk.
+    (A named tuple: one is made per candidate of every decision.)"""
 
     device: int = 0
     host: int = 0
@@ -143,6 +144,10 @@ class PrefixMap:
     @property
     def workers(self) -> list[WorkerId]:
         return list(self._slots)
+
+    def active_layers(self) -> list[int]:
+        """The layers that hold any block."""
+        return [layer for layer, masks in enumerate(self._masks) if masks]
 
     def blocks_of(self, worker: WorkerId, layer: int = 0) -> set[int]:
         """A copy of the hashes the worker holds in the layer (empty for an unknown worker)."""
@@ -221,32 +226,10 @@ class PrefixMap:
         layered = [m for m in self._masks if m]
         if len(layered) > 1:
             return {w: sum(counts) for w, counts in self.matches(block_hashes).items()}
-        if not block_hashes or not layered:
+        if not layered:
             return {}
-        masks = layered[0]
-        alive = masks.get(block_hashes[0], 0)
-        out: dict[WorkerId, int] = {}
-        if not alive:
-            return out
         workers = self._workers
-        depth = 1
-        for h in block_hashes[1:]:
-            still = alive & masks.get(h, 0)
-            if still != alive:
-                gone = alive ^ still
-                while gone:
-                    low = gone & -gone
-                    out[workers[low.bit_length() - 1]] = depth
-                    gone ^= low
-                alive = still
-                if not alive:
-                    return out
-            depth += 1
-        while alive:
-            low = alive & -alive
-            out[workers[low.bit_length() - 1]] = depth
-            alive ^= low
-        return out
+        return {workers[slot]: run for slot, run in _runs(layered[0], block_hashes).items()}
 
     def matches(self, block_hashes: Sequence[int]) -> dict[WorkerId, list[int]]:
         """Per worker, its leading run of the chain over every layer, as one
@@ -263,6 +246,13 @@ class PrefixMap:
         layers = len(self._masks)
         best, best_masks = active[0]
         lower = active[1:]
+        if not lower:  # one layer holds anything: the plain walk
+            out_one: dict[WorkerId, list[int]] = {}
+            for slot, run in _runs(best_masks, block_hashes).items():
+                per_layer = [0] * layers
+                per_layer[best] = run
+                out_one[self._workers[slot]] = per_layer
+            return out_one
         runs: dict[int, int] = {}  # slot -> run length
         below: dict[int, list[int]] = {}  # slot -> counts of blocks held only lower down
         alive = 0
@@ -312,6 +302,36 @@ class PrefixMap:
             counts[best] = run - sum(counts)
             out[workers[slot]] = counts
         return out
+
+
+def _runs(masks: dict[int, int], block_hashes: Sequence[int]) -> dict[int, int]:
+    """Per worker slot, the leading run of the chain in one map (one dict
+    lookup and one AND per block, until nobody is left); slots holding none
+    are left out."""
+    if not block_hashes:
+        return {}
+    alive = masks.get(block_hashes[0], 0)
+    out: dict[int, int] = {}
+    if not alive:
+        return out
+    depth = 1
+    for h in block_hashes[1:]:
+        still = alive & masks.get(h, 0)
+        if still != alive:
+            gone = alive ^ still
+            while gone:
+                low = gone & -gone
+                out[low.bit_length() - 1] = depth
+                gone ^= low
+            alive = still
+            if not alive:
+                return out
+        depth += 1
+    while alive:
+        low = alive & -alive
+        out[low.bit_length() - 1] = depth
+        alive ^= low
+    return out
 
 
 class _Expiring:
@@ -552,7 +572,12 @@ class KVIndex:
         credited the larger of what is real and what is predicted (workers
         holding none are left out)."""
         self.expire(now)
-        return {w: _overlap(c) for w, c in self._map.matches(block_hashes).items()}
+        pm = self._map
+        active = pm.active_layers()
+        if len(active) == 1:  # (the usual: only the device's blocks, or only predictions)
+            make = _ONE_LAYER[active[0]]
+            return {w: make(n) for w, n in pm.overlaps(block_hashes).items()}
+        return {w: _overlap(c) for w, c in pm.matches(block_hashes).items()}
 
     def _apply(self, worker: WorkerId, event: KVEvent) -> None:
         if isinstance(event, BlocksStored):
@@ -585,6 +610,15 @@ class KVIndex:
 def _overlap(counts: list[int]) -> Overlap:
     """A `PrefixMap.matches` count per layer of `KVIndex`'s map, as an Overlap."""
     return Overlap(counts[DEVICE], counts[HOST], counts[DISK], counts[PREDICTED])
+
+
+# A run held in one layer of `KVIndex`'s map, as an Overlap.
+_ONE_LAYER: dict[int, Callable[[int], Overlap]] = {
+    DEVICE: lambda n: Overlap(n),
+    HOST: lambda n: Overlap(host=n),
+    DISK: lambda n: Overlap(disk=n),
+    PREDICTED: lambda n: Overlap(predicted=n),
+}
 
 
 class ApproxKVIndex:

@@ -110,9 +110,6 @@ class Overlap(NamedTuple):
         return f"device={self.device},host={self.host},disk={self.disk},predicted={self.predicted}"
 
 
-NO_OVERLAP = Overlap()
-
-
 class PrefixMap:
     """Which workers hold which block hashes, in one or more layers: per layer,
     hash -> bitmask of worker slots (the slots shared by the layers), and per

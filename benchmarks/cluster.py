@@ -5,6 +5,8 @@ a nats-server, N mocker workers, one or two frontends, all real processes.
     python benchmarks/cluster.py hop-split          # the same at 32 streams, interleaved, per process
     python benchmarks/cluster.py scale              # throughput with 1, 2, 4 workers (and 2 frontends)
     python benchmarks/cluster.py kv                 # shared prefixes: kv vs round_robin routing
+    python benchmarks/cluster.py kv-delay [ROUNDS]  # the same, the workers' KV events late
+                                                    # (0, 200, 1000 ms), predicted routing off/on
     python benchmarks/cluster.py http-workers       # frontend --http-workers 1 vs 2, interleaved
 
 Prints the `rotor bench` summaries it collected (results in bench-results/cluster-*).
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -124,10 +127,21 @@ class Cluster:
         return [self.procs[0].pid, *workers, *fronts, *(c for f in fronts for c in children(f))]
 
     def close(self) -> None:
-        for p in reversed(self.procs):
+        """Frontends and workers first, then nats-server (a worker leaving
+        withdraws its lease there); a process that does not end in 20 s is
+        killed, so the next run starts clean."""
+        nats, rest = self.procs[0], self.procs[1:]
+        for p in reversed(rest):
             p.terminate()
-        for p in self.procs:
-            p.wait(20)
+        for p in rest:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                print(f"  (pid {p.pid} did not stop in 20 s: killed)", file=sys.stderr)
+                p.kill()
+                p.wait()
+        nats.terminate()
+        nats.wait(20)
 
 
 LOAD = ("--input-len", "160", "--output-len", "128", "--num-requests", "256")
@@ -259,29 +273,62 @@ def scale() -> None:
             c.close()
 
 
+# 16 prefixes of ~1450 tokens (300 words of the test tokenizer); each worker holds ~5.
+KV_WORKER = ("out=mocker", "--speedup-ratio", "1", "--num-kv-blocks", "560")
+KV_LOAD = (
+    "--shared-prefix", "16x300", "--input-len", "308", "--output-len", "32",
+    "--num-requests", "128", "--concurrency", "8", "--seed", "1", "--warmup", "0",
+)  # fmt: skip
+
+
+def kv_run(label: str, worker_args: tuple[str, ...], frontend_args: tuple[str, ...]) -> float:
+    """The shared-prefix load on 4 workers: its summary printed, its cache hit ratio."""
+    c = Cluster(4, worker_args=KV_WORKER + worker_args, frontend_args=frontend_args)
+    try:
+        results = bench(c.frontends[0][0], c.pids, label, *KV_LOAD)
+        print(f"{label}:")
+        for line in summary(results):
+            print(line)
+        per: dict[str, int] = {}
+        tiers: dict[str, int] = {}
+        m = httpx.get(c.frontends[0][0] + "/metrics").text
+        for line in m.splitlines():
+            value = int(float(line.rsplit(" ", 1)[1])) if not line.startswith("#") else 0
+            if line.startswith("rotor_router_decisions_total{"):
+                per[line.split('worker="')[1].split('"')[0]] = value
+            elif line.startswith("rotor_router_kv_tier_blocks_total{"):
+                medium = line.split('medium="')[1].split('"')[0]
+                tiers[medium] = tiers.get(medium, 0) + value
+        print("  requests per worker:", sorted(per.values()))
+        if tiers:
+            print("  overlap blocks by where they sat:", tiers)
+        return float(results["levels"][0]["summary"].get("cache_hit_ratio", 0))
+    finally:
+        c.close()
+
+
 def kv() -> None:
-    # 16 prefixes of ~1450 tokens (300 words of the test tokenizer); each worker holds ~5.
-    worker = ("out=mocker", "--speedup-ratio", "1", "--num-kv-blocks", "560")
-    load = (
-        "--shared-prefix", "16x300", "--input-len", "308", "--output-len", "32",
-        "--num-requests", "128", "--concurrency", "8", "--seed", "1", "--warmup", "0",
-    )  # fmt: skip
     for router in ("round_robin", "kv"):
-        c = Cluster(4, worker_args=worker, frontend_args=("--router", router))
-        try:
-            results = bench(c.frontends[0][0], c.pids, f"kv-{router}", *load)
-            print(f"--router {router}:")
-            for line in summary(results):
-                print(line)
-            per: dict[str, int] = {}
-            m = httpx.get(c.frontends[0][0] + "/metrics").text
-            for line in m.splitlines():
-                if line.startswith("rotor_router_decisions_total{"):
-                    worker_id = line.split('worker="')[1].split('"')[0]
-                    per[worker_id] = int(float(line.rsplit(" ", 1)[1]))
-            print("  requests per worker:", sorted(per.values()))
-        finally:
-            c.close()
+        kv_run(f"kv-{router}", (), ("--router", router))
+
+
+def kv_delay(rounds: int = 1) -> None:
+    """`--router kv` with the workers' KV events held back 0, 200 and 1000 ms
+    (`--kv-events-delay-ms`), predicted routing off (`--router-predicted-ttl
+    0`) and on (its default); rounds interleaved, so a busy machine spreads
+    over every setting. Prints each setting's hit ratios and their median."""
+    ratios: dict[tuple[int, str], list[float]] = {}
+    for r in range(rounds):
+        for delay in (0, 200, 1000):
+            for predicted in ("off", "on"):
+                ttl = ("--router-predicted-ttl", "0") if predicted == "off" else ()
+                label = f"kv-delay{delay}-predicted-{predicted}-round{r}"
+                hit = kv_run(label, ("--kv-events-delay-ms", str(delay)), ("--router", "kv", *ttl))
+                ratios.setdefault((delay, predicted), []).append(hit)
+    print("\nKV events late by | predicted routing | cache hit ratio (median [each round])")
+    for (delay, predicted), hits in ratios.items():
+        each = ", ".join(f"{h:.3f}" for h in hits)
+        print(f"{delay} ms | {predicted} | {statistics.median(hits):.3f} [{each}]")
 
 
 def http_workers() -> None:
@@ -304,4 +351,7 @@ def http_workers() -> None:
 if __name__ == "__main__":
     modes = {"hop": hop, "hop-split": hop_split, "scale": scale, "kv": kv}
     modes["http-workers"] = http_workers
-    modes[sys.argv[1]]()
+    if sys.argv[1] == "kv-delay":
+        kv_delay(int(sys.argv[2]) if len(sys.argv) > 2 else 1)
+    else:
+        modes[sys.argv[1]]()

@@ -16,11 +16,18 @@ seed, 100-200 output tokens, concurrency 8. Each engine's KV cache holds
     python benchmarks/kv_router_sim.py                 # kv vs round_robin vs kv-approx
     python benchmarks/kv_router_sim.py --sweep         # overlap_weight sweep for kv
     python benchmarks/kv_router_sim.py --cost          # decision time + index memory
+    python benchmarks/kv_router_sim.py --delay         # KV events late: predicted routing off/on
 
 Reported: prompt-cache hit ratio (cached / prompt tokens) against the ideal
 (only each prefix's first request misses), TTFT p50/p90 in simulated ms,
 requests per worker; with --cost, decision time p50/p99 for 4/16/64 workers
 holding 10k blocks each and index memory per block (tracemalloc).
+
+`--delay` runs kv with each engine's KV events reaching the index 0, 200 and
+1000 simulated ms late (through the worker's own delay, runtime/nats/kv_delay.py),
+predicted routing off and on. Its queues are seconds deep (TTFT p50 in
+seconds), so a second's lag moves its hit ratio little; the lag that hurts is
+measured on real processes (`python benchmarks/cluster.py kv-delay`).
 
 Why overlap_weight 4 (`--sweep`): the decode term counts every KV block a
 worker's running sequences hold, ~100 for one request of this workload, the
@@ -50,7 +57,8 @@ from rotor.model.builtin import builtin_test_model
 from rotor.protocol.engine import EngineRequest, SamplingParams, StopParams, pulled
 from rotor.protocol.kv import BlocksStored, block_hashes
 from rotor.router.kv_cost import DEFAULT_OVERLAP_WEIGHT, KVCost, WorkerLoad
-from rotor.router.kv_index import Applied, ApproxKVIndex, KVIndex
+from rotor.router.kv_index import DEFAULT_PREDICTED_TTL_S, Applied, ApproxKVIndex, KVIndex
+from rotor.runtime.nats.kv_delay import DelayedKVEvents
 
 BLOCK = 16
 CARD, TOK = builtin_test_model()
@@ -163,18 +171,33 @@ class RoundRobin(Router):
 
 class KVRouter(Router):
     def __init__(
-        self, engines: list[MockerEngine], weight: float, temperature: float, approx_ttl: float
+        self,
+        engines: list[MockerEngine],
+        weight: float,
+        temperature: float,
+        approx_ttl: float,
+        events_delay: float = 0.0,
+        predicted_ttl: float = 0.0,
     ) -> None:
+        """`events_delay`: simulated seconds each engine step's KV events take
+        to reach the index (the worker's `--kv-events-delay-ms`);
+        `predicted_ttl`: the frontend's `--router-predicted-ttl`."""
         super().__init__(engines)
         self.cost = KVCost(BLOCK, weight, temperature, random.Random(7))
         self.approx = ApproxKVIndex(approx_ttl) if approx_ttl else None
-        self.index = KVIndex(BLOCK)
+        loop = asyncio.get_running_loop()
+        self.index = KVIndex(BLOCK, predicted_ttl, loop.time)
         self.name = (
             f"kv-approx(w={weight:g})" if approx_ttl else f"kv(w={weight:g},T={temperature:g})"
         )
+        if events_delay or predicted_ttl:
+            self.name = f"kv(late {events_delay * 1000:g} ms, predicted {predicted_ttl:g} s)"
         if not approx_ttl:
             for w, engine in enumerate(engines):
-                self.index.resync(w, engine.kv_events(self._sink(w)))
+                sink = self._sink(w)
+                if events_delay:
+                    sink = DelayedKVEvents(events_delay, sink).add
+                self.index.resync(w, engine.kv_events(sink))
 
     def _sink(self, worker: int) -> Callable:
         def sink(event) -> None:
@@ -186,13 +209,15 @@ class KVRouter(Router):
     def route(self, tokens: list[int], now: float) -> int:
         hashes = block_hashes(tokens, BLOCK)
         if self.approx is not None:  # not `or`: an empty index is falsy (it has a len)
-            overlaps = self.approx.overlaps(hashes, now)
+            overlaps = self.approx.matches(hashes, now)
         else:
-            overlaps = self.index.overlaps(hashes)
+            overlaps = self.index.matches(hashes)
         loads = {w: mocker_load(e) for w, e in enumerate(self.engines)}
         decision = self.cost.choose(len(hashes), overlaps, loads)
         if self.approx is not None:
             self.approx.record(decision.worker, hashes, now)
+        else:
+            self.index.predict(decision.worker, hashes)
         return decision.worker
 
 
@@ -301,7 +326,7 @@ def decision_cost(workers: int, blocks_each: int = 10_000, trials: int = 2000) -
     times = []
     for hashes in prompts:
         t0 = time.perf_counter_ns()
-        cost.choose(len(hashes), index.overlaps(hashes), loads)
+        cost.choose(len(hashes), index.matches(hashes), loads)
         times.append((time.perf_counter_ns() - t0) / 1000)
     q = statistics.quantiles(times, n=100)
     toks = [rng.randrange(2**32) for _ in range(1536)]
@@ -346,6 +371,9 @@ def main() -> None:
     ap.add_argument("--cost", action="store_true", help="decision time and index memory only")
     ap.add_argument("--kv-blocks", type=int, default=640, help="KV blocks per engine")
     ap.add_argument("--ttl", type=float, default=120.0, help="kv-approx TTL (simulated s)")
+    ap.add_argument(
+        "--delay", action="store_true", help="KV events 0, 200, 1000 ms late: predicted off/on"
+    )
     args = ap.parse_args()
     if args.cost:
         for w in (4, 16, 64):
@@ -354,8 +382,17 @@ def main() -> None:
         print(memory_per_block(shared=True))
         return
     routers: list[Callable[[list[MockerEngine]], Router]] = [RoundRobin]
+    if args.delay:
+        for late in (0.0, 0.2, 1.0):
+            for ttl in (0.0, DEFAULT_PREDICTED_TTL_S):
+                routers.append(
+                    lambda e, late=late, ttl=ttl: KVRouter(
+                        e, DEFAULT_OVERLAP_WEIGHT, 0.0, 0.0, late, ttl
+                    )
+                )
+        args.sweep = True  # (no approximate router)
     weights = (0.5, 1.0, 2.0, 4.0, 8.0) if args.sweep else (DEFAULT_OVERLAP_WEIGHT,)
-    for wt in weights:
+    for wt in () if args.delay else weights:
         routers.append(lambda e, wt=wt: KVRouter(e, wt, 0.0, 0.0))
     if not args.sweep:
         routers.append(lambda e: KVRouter(e, DEFAULT_OVERLAP_WEIGHT, 0.0, args.ttl))

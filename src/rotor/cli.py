@@ -35,6 +35,8 @@ from rotor.router.disagg import (
     POLICIES,
     DisaggPolicy,
 )
+from rotor.router.kv_cost import DEFAULT_DISK_HIT_WEIGHT, DEFAULT_HOST_HIT_WEIGHT
+from rotor.router.kv_index import DEFAULT_PREDICTED_TTL_S
 from rotor.router.overload import Overload
 from rotor.runtime.canary import DEFAULT_AFTER_S as DEFAULT_CANARY_AFTER_S
 from rotor.runtime.canary import DEFAULT_TIMEOUT_S as DEFAULT_CANARY_TIMEOUT_S
@@ -220,6 +222,31 @@ FRONTEND_FLAGS = [
     ),
     Flag("--router-ttl", "kv router with --no-kv-events: seconds a decision counts", float, 120.0),
     Flag(
+        "--router-host-hit-weight",
+        "kv router: what a cached block in a worker's host memory is worth against one on "
+        "its device (1)",
+        float,
+        DEFAULT_HOST_HIT_WEIGHT,
+        minimum=0,
+        maximum=1,
+    ),
+    Flag(
+        "--router-disk-hit-weight",
+        "kv router: what a cached block on a worker's disk is worth (at most the host's)",
+        float,
+        DEFAULT_DISK_HIT_WEIGHT,
+        minimum=0,
+        maximum=1,
+    ),
+    Flag(
+        "--router-predicted-ttl",
+        "kv router: seconds a routed request's blocks count as predicted on its worker "
+        "until its KV events confirm them (0: off)",
+        float,
+        DEFAULT_PREDICTED_TTL_S,
+        minimum=0,
+    ),
+    Flag(
         "--session-ttl",
         "seconds a session (x-rotor-session-id) stays on the worker of its last turn; 0: off",
         float,
@@ -322,6 +349,14 @@ WORKER_FLAGS = [
         float,
         DEFAULT_CANARY_TIMEOUT_S,
         minimum=0.001,
+    ),
+    Flag(
+        "--kv-events-delay-ms",
+        "a test switch: hold each step's KV events back this long before publishing them, "
+        "in order (the lag of a loaded machine, on purpose)",
+        int,
+        0,
+        minimum=0,
     ),
 ]
 # rotor planner (rotor/planner, serve/planner.py)
@@ -675,6 +710,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "frontend":
         from rotor.serve.frontend import run_frontend
 
+        if args.router_disk_hit_weight > args.router_host_hit_weight:
+            parser.exit(
+                2,
+                f"rotor frontend: --router-disk-hit-weight ({args.router_disk_hit_weight:g}) "
+                f"must be at most --router-host-hit-weight ({args.router_host_hit_weight:g})\n",
+            )
+
         return run_frontend(
             FrontendConfig(
                 http=_http_config(args),
@@ -686,6 +728,9 @@ def main(argv: list[str] | None = None) -> int:
                 kv_overlap_weight=args.kv_overlap_weight,
                 kv_events=not args.no_kv_events,
                 router_ttl=args.router_ttl,
+                router_host_hit_weight=args.router_host_hit_weight,
+                router_disk_hit_weight=args.router_disk_hit_weight,
+                router_predicted_ttl=args.router_predicted_ttl,
                 session_ttl=args.session_ttl,
                 disagg=DisaggPolicy(
                     policy=args.disagg_policy,
@@ -715,6 +760,7 @@ def main(argv: list[str] | None = None) -> int:
                 grace_period=args.grace_period,
                 role=args.disaggregation_mode,
                 canary=CanaryPolicy(args.canary_after, args.canary_timeout),
+                kv_events_delay_ms=args.kv_events_delay_ms,
                 otlp_endpoint=args.otlp_endpoint,
                 log_level=args.log_level,
                 log_format=args.log_format,

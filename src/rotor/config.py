@@ -96,6 +96,7 @@ class WorkerConfig:
     role: Role = "agg"  # --disaggregation-mode (its choices are the roles)
     # --canary-after, --canary-timeout: the watch over the engine's health
     canary: CanaryPolicy = field(default_factory=CanaryPolicy)
+    kv_events_delay_ms: int = 0  # a test switch: each step's KV events held back this long
     otlp_endpoint: str | None = None  # tracing: the OTLP/HTTP collector (rotor.tracing)
     log_level: str = "warning"
     log_format: str = "text"  # text | json (rotor.logs)
@@ -114,6 +115,11 @@ class FrontendConfig:
     kv_overlap_weight: float = 4.0
     kv_events: bool = True  # False: --no-kv-events, the router records its own decisions
     router_ttl: float = 120.0  # how long a recorded decision counts (--no-kv-events)
+    # kv: what a block in host memory, or on disk, is worth against one on the device
+    router_host_hit_weight: float = 0.75
+    router_disk_hit_weight: float = 0.25
+    # kv: seconds a routed request's blocks count as predicted on its worker (0: off)
+    router_predicted_ttl: float = 5.0  # (router/kv_index.DEFAULT_PREDICTED_TTL_S)
     session_ttl: float = 300.0  # seconds a session stays pinned after its last turn (0: off)
     # disaggregated serving: where each request of a model with prefill workers is prefilled
     disagg: DisaggPolicy = field(default_factory=DisaggPolicy)

@@ -60,6 +60,14 @@ def test_help_shows_defaults(capsys: pytest.CaptureFixture[str]) -> None:
         (["run", "--log-format", "xml"], "--log-format", "invalid choice: 'xml'"),
         (["frontend", "--log-format", "yaml"], "--log-format", "invalid choice: 'yaml'"),
         (["worker", "--log-format", ""], "--log-format", "invalid choice: ''"),
+        (["frontend", "--router-host-hit-weight", "1.5"], "--router-host-hit-weight", "at most 1"),
+        (["frontend", "--router-predicted-ttl", "-1"], "--router-predicted-ttl", "at least 0"),
+        (["worker", "--kv-events-delay-ms", "-5"], "--kv-events-delay-ms", "at least 0"),
+        (
+            ["frontend", "--router-disk-hit-weight", "0.9"],
+            "--router-disk-hit-weight",
+            "(0.9) must be at most --router-host-hit-weight (0.75)",
+        ),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_flag(args: list[str], flag: str, why: str) -> None:

@@ -1,8 +1,14 @@
 """`--router kv` for real: three mocker workers publishing KV events, a
-frontend routing on them, and the prefix cache hits that result."""
+frontend routing on them, and the prefix cache hits that result; and
+predicted routing: with the workers' KV events held back
+(`--kv-events-delay-ms`), a prefix's second request goes to the first one's
+worker before that worker's events arrive, where a frontend with
+`--router-predicted-ttl 0` sends it elsewhere."""
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Iterator
 
 import httpx
@@ -107,3 +113,112 @@ def test_a_dead_workers_blocks_leave_the_index(
     after = ask(frontend, system_prompt("volcanoes"), "q3")
     assert after.headers["x-rotor-worker"] != victim
     assert int(after.headers["x-rotor-kv-overlap"]) <= 2  # nobody else holds the prefix
+
+
+# -- predicted routing: the KV events late on purpose ------------------------------------
+
+DELAY_MS = 4000  # the workers' KV events reach the frontends this late
+
+
+@pytest.fixture(scope="module")
+def late_events() -> Iterator[tuple[Frontend, Frontend, dict[str, Worker]]]:
+    """Two mocker workers (10 ms a decode step) whose KV events are held back
+    DELAY_MS, a frontend predicting, and one with `--router-predicted-ttl 0`."""
+    with nats_server() as nats:
+        late = ("out=mocker", "--speedup-ratio", "1", "--kv-events-delay-ms", str(DELAY_MS))
+        workers = {w.id: w for w in (start_worker(nats, *late) for _ in range(2))}
+        predicting = start_frontend(nats, "--router", "kv")
+        blind = start_frontend(nats, "--router", "kv", "--router-predicted-ttl", "0")
+        try:
+            for frontend in (predicting, blind):
+                frontend.wait_workers(MODEL, set(workers))
+            yield predicting, blind, workers
+        finally:
+            for frontend in (predicting, blind):
+                frontend.proc.stop()
+            for w in workers.values():
+                w.proc.stop()
+
+
+def kv_used(frontend: Frontend, worker: str) -> int:
+    """The KV blocks the worker's last lease says it uses, as the frontend saw it."""
+    body = httpx.get(frontend.url + "/health", timeout=5).json()
+    return next(w["kv_blocks_used"] for w in body["workers"][MODEL] if w["id"] == worker)
+
+
+class LongAnswer(threading.Thread):
+    """A streamed answer of 20,000 tokens (200 s at 10 ms a step), read until
+    `stop()`: a request that keeps its worker busy with its prefix cached."""
+
+    def __init__(self, frontend: Frontend, system: str) -> None:
+        super().__init__(daemon=True)
+        self.body = {
+            "model": MODEL,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": "go"}],
+            "max_tokens": 20000,
+            "ignore_eos": True,
+            "stream": True,
+        }
+        self.url = frontend.v1 + "/chat/completions"
+        self.worker: str | None = None
+        self.streaming = threading.Event()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        with httpx.stream("POST", self.url, json=self.body, timeout=60) as r:
+            self.worker = r.headers["x-rotor-worker"]
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    assert "error" not in json.loads(line[6:])
+                    self.streaming.set()
+                if self.done.is_set():
+                    return  # closing the stream aborts it on the worker
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(30)
+
+
+def test_a_second_request_follows_the_first_before_its_kv_events_come(
+    late_events: tuple[Frontend, Frontend, dict[str, Worker]],
+) -> None:
+    predicting, blind, workers = late_events
+    system = system_prompt("lighthouses")
+    first = LongAnswer(predicting, system)
+    first.start()
+    try:
+        wait_for("the first answer to stream", first.streaming.is_set, 30)
+        busy = first.worker
+        assert busy is not None
+        (idle,) = set(workers) - {busy}
+        # both frontends see the first one's worker busy (its lease), and
+        # neither has heard of its blocks (its events are late)
+        for frontend in (predicting, blind):
+            wait_for("the busy worker's lease", lambda f=frontend: kv_used(f, busy) > 5)
+        assert indexed(predicting, busy) == 0
+
+        second = ask(predicting, system, "a second, different question")
+        assert second.headers["x-rotor-worker"] == busy
+        overlap = int(second.headers["x-rotor-kv-overlap"])
+        assert overlap > 5
+        tiers = dict(t.split("=") for t in second.headers["x-rotor-kv-tiers"].split(","))
+        assert int(tiers["predicted"]) == overlap and int(tiers["device"]) == 0
+        cached = second.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert cached >= overlap * 16 - 16  # the worker really had them
+        assert indexed(predicting, busy) == 0  # decided, and answered, before the events
+
+        # the frontend that does not predict knows nothing yet, and avoids the busy worker
+        elsewhere = ask(blind, system, "a third question")
+        assert elsewhere.headers["x-rotor-worker"] == idle
+        assert elsewhere.headers["x-rotor-kv-overlap"] == "0"
+        assert indexed(blind, busy) == 0
+    finally:
+        first.stop()
+    predicted = predicting.metric("rotor_router_kv_tier_blocks_total", 'medium="predicted"')
+    assert predicted >= overlap
+
+    # the events come: the prediction is confirmed, the blocks are real
+    wait_for("the late events", lambda: indexed(predicting, busy) > 0, DELAY_MS / 1000 + 15)
+    later = ask(predicting, system, "a fourth question")
+    tiers = dict(t.split("=") for t in later.headers["x-rotor-kv-tiers"].split(","))
+    assert int(tiers["device"]) > 5 and tiers["predicted"] == "0"

@@ -1,4 +1,5 @@
-"""The KV cost: hand-computed cases, tie-breaking, temperature sampling, the explanation."""
+"""The KV cost: hand-computed cases, tie-breaking, temperature sampling, the explanation;
+the overlap weighted by where its blocks sit (device, predicted, host, disk)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections import Counter
 import pytest
 
 from rotor.router.kv_cost import KVCost, WorkerLoad
+from rotor.router.kv_index import Overlap
 
 BS = 16
 
@@ -113,6 +115,47 @@ def test_decision_explains_itself() -> None:
     assert d.header == "8"
 
 
+def test_a_lower_mediums_blocks_count_their_weight() -> None:
+    cost = KVCost(BS, overlap_weight=1.0)  # host 0.75, disk 0.25 by default
+    loads = {w: WorkerLoad() for w in ("device", "host", "disk", "predicted")}
+    overlaps = {
+        "device": Overlap(device=6),  # credit 6: 4 blocks to compute
+        "host": Overlap(device=2, host=8),  # 2 + 6 = 8: 2 blocks' work (8 moved up at 1/4 each)
+        "disk": Overlap(device=2, disk=8),  # 2 + 2 = 4
+        "predicted": Overlap(device=1, predicted=6),  # a prediction counts as the device: 7
+    }
+    d = cost.choose(10, overlaps, loads)
+    by = {c.worker: c for c in d.candidates}
+    assert {w: c.new_prefill_blocks for w, c in by.items()} == {
+        "device": 4,
+        "host": 2,
+        "disk": 6,
+        "predicted": 3,
+    }
+    assert [c.worker for c in d.candidates] == ["host", "predicted", "device", "disk"]
+    assert d.worker == "host" and d.overlap_blocks == 10 and d.header == "10"
+    assert d.tiers == Overlap(device=2, host=8)
+    assert d.tiers_header == "device=2,host=8,disk=0,predicted=0"
+    # weights of 0: only the device's blocks count (the run still says 10 blocks)
+    flat = KVCost(BS, overlap_weight=1.0, host_weight=0, disk_weight=0)
+    assert flat.choose(10, overlaps, loads).worker == "predicted"
+    assert flat.credit(Overlap(device=2, host=8)) == 2
+
+
+def test_tiers_in_the_explanation() -> None:
+    d = KVCost(BS, overlap_weight=1.0).choose(
+        10,
+        {"w1": Overlap(device=4, host=2, predicted=3), "w2": Overlap(disk=4)},
+        {"w1": WorkerLoad(), "w2": WorkerLoad()},
+    )
+    line = d.log_line()
+    assert line.startswith(
+        "kv route -> w1 (cheapest) overlap 9/10 blocks (device=4,host=2,disk=0,predicted=3) | "
+    )
+    assert "w1: cost=1.5 overlap=9 [host=2 predicted=3] prefill=1.5+0 decode=0" in line
+    assert "w2: cost=9 overlap=4 [disk=4] prefill=9+0 decode=0" in line
+
+
 def test_bad_arguments_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="no live worker"):
         KVCost(BS).choose(3, {"a": 1}, {})
@@ -124,3 +167,9 @@ def test_bad_arguments_are_clear_errors() -> None:
         KVCost(0)
     with pytest.raises(ValueError, match="prompt_blocks"):
         KVCost(BS).choose(-1, {}, {"a": WorkerLoad()})
+    with pytest.raises(ValueError, match="disk <= host <= 1"):
+        KVCost(BS, host_weight=1.5)
+    with pytest.raises(ValueError, match="host 0.5, disk 0.75"):
+        KVCost(BS, host_weight=0.5, disk_weight=0.75)
+    with pytest.raises(ValueError, match="0 <= disk"):
+        KVCost(BS, disk_weight=-0.1)

@@ -1,5 +1,9 @@
 """The KV prefix index: events in order, gaps and stale events refused, resync,
-workers leaving, overlaps against a brute-force reference, TTL expiry."""
+workers leaving, overlaps against a brute-force reference, TTL expiry; blocks
+per medium (device, host, disk), each counted where its best copy sits, and a
+snapshot's lower media; predicted blocks created, confirmed, expired (on a
+fake clock), cleared by a removal and by the worker leaving, and credited as
+the larger of what is real and what is predicted."""
 
 from __future__ import annotations
 
@@ -11,8 +15,16 @@ from hypothesis import strategies as st
 
 from rotor.engines.mocker import MockerConfig, MockerEngine
 from rotor.protocol.engine import pulled
-from rotor.protocol.kv import AllCleared, BlocksRemoved, BlocksStored, KVSnapshot, block_hashes
-from rotor.router.kv_index import Applied, ApproxKVIndex, KVIndex, PrefixMap
+from rotor.protocol.kv import (
+    MEDIA,
+    AllCleared,
+    BlocksRemoved,
+    BlocksStored,
+    KVSnapshot,
+    Medium,
+    block_hashes,
+)
+from rotor.router.kv_index import Applied, ApproxKVIndex, KVIndex, Overlap, PrefixMap
 
 from support.clock import FakeClock
 from support.mocker import CARD, TOK
@@ -22,8 +34,10 @@ A = block_hashes(list(range(40)), BS)  # 10 chained blocks
 B = block_hashes(list(range(100, 124)), BS)  # 6 blocks, another prefix
 
 
-def stored(eid: int, hashes: list[int], parent: int | None = None) -> BlocksStored:
-    return BlocksStored(eid, hashes, parent, BS)
+def stored(
+    eid: int, hashes: list[int], parent: int | None = None, medium: Medium = "device"
+) -> BlocksStored:
+    return BlocksStored(eid, hashes, parent, BS, medium)
 
 
 def test_insert_gives_leading_overlap() -> None:
@@ -153,6 +167,205 @@ def test_block_size_mismatch_is_an_error() -> None:
         KVIndex(0)
 
 
+# -- media: device, host, disk ------------------------------------------------------
+
+
+def test_a_run_continues_through_any_medium_and_counts_each_block_where_it_is_best() -> None:
+    index = KVIndex(BS)
+    index.apply("w", stored(1, A[:4]))
+    index.apply("w", stored(2, A[4:7], A[3], "host"))
+    index.apply("w", stored(3, A[7:], A[6], "disk"))
+    assert index.overlaps(A) == {"w": 10}
+    assert index.matches(A) == {"w": Overlap(device=4, host=3, disk=3)}
+    # A copy higher up wins: A[:6] on disk too changes nothing; A[8] on the
+    # device too is a device block.
+    index.apply("w", stored(4, A[:6], None, "disk"))
+    index.apply("w", stored(5, [A[8]], A[7]))
+    assert index.matches(A) == {"w": Overlap(device=5, host=3, disk=2)}
+    assert (index.num_blocks("w"), index.num_blocks("w", "host")) == (5, 3)
+    assert index.num_blocks("w", "disk") == 9
+    assert index.blocks_of("w", "host") == set(A[4:7])
+    assert len(index) == 5  # distinct blocks on a device
+
+
+def test_a_block_moved_down_and_back_up() -> None:
+    index = KVIndex(BS)
+    index.apply("w", stored(1, A[:6]))
+    # offloaded: removed from the device, stored on the host
+    index.apply("w", BlocksRemoved(2, A[3:6]))
+    index.apply("w", stored(3, A[3:6], A[2], "host"))
+    assert index.matches(A[:6]) == {"w": Overlap(device=3, host=3)}
+    # to disk, and off the host
+    index.apply("w", stored(4, A[4:6], A[3], "disk"))
+    index.apply("w", BlocksRemoved(5, A[4:6], "host"))
+    assert index.matches(A[:6]) == {"w": Overlap(device=3, host=1, disk=2)}
+    # brought back up: stored on the device, gone from disk
+    index.apply("w", stored(6, A[3:6], A[2]))
+    index.apply("w", BlocksRemoved(7, A[4:6], "disk"))
+    assert index.matches(A[:6]) == {"w": Overlap(device=6)}  # (A[3] on the host too)
+    assert index.blocks_of("w", "host") == {A[3]}
+    # a removal names one medium: the device copy of A[3] alone goes
+    index.apply("w", BlocksRemoved(8, [A[3]]))
+    assert index.matches(A[:6]) == {"w": Overlap(device=5, host=1)}
+
+
+def test_a_hole_in_every_medium_ends_the_run() -> None:
+    index = KVIndex(BS)
+    index.apply("w0", stored(1, A[:3]))
+    index.apply("w0", stored(2, A[4:], A[3], "disk"))  # A[3] nowhere
+    index.apply("w1", stored(1, A[:2], None, "host"))
+    assert index.matches(A) == {"w0": Overlap(device=3), "w1": Overlap(host=2)}
+    assert index.overlaps(A) == {"w0": 3, "w1": 2}
+    assert index.matches(B) == {} and index.matches([]) == {}
+
+
+def test_clear_drops_every_medium() -> None:
+    index = KVIndex(BS)
+    index.apply("w", stored(1, A[:2]))
+    index.apply("w", stored(2, A[2:4], A[1], "host"))
+    index.apply("w", stored(3, A[4:6], A[3], "disk"))
+    index.apply("w", AllCleared(4))
+    assert index.matches(A) == {}
+    assert [index.num_blocks("w", m) for m in MEDIA] == [0, 0, 0]
+
+
+def test_a_snapshot_seeds_the_lower_media_and_replaces_them() -> None:
+    index = KVIndex(BS)
+    index.apply("w", stored(1, B, None, "host"))  # replaced by the snapshot below
+    pairs = [(h, A[i - 1] if i else None) for i, h in enumerate(A)]
+    snapshot = KVSnapshot(7, BS, pairs[:2], {"host": pairs[2:5], "disk": pairs[5:8]})
+    assert index.resync("w", snapshot)
+    assert index.matches(A) == {"w": Overlap(device=2, host=3, disk=3)}
+    assert index.matches(B) == {}
+    assert index.last_event_id("w") == 7
+    index.apply("w", stored(8, A[8:], A[7], "disk"))  # events go on from there
+    assert index.overlaps(A) == {"w": 10}
+
+
+def test_weighted_credit_and_the_header() -> None:
+    o = Overlap(device=8, host=3, disk=1, predicted=2)
+    assert o.blocks == 14
+    assert o.credit(0.75, 0.25) == 8 + 2 + 2.25 + 0.25
+    assert o.credit(0, 0) == 10
+    assert o.describe() == "device=8,host=3,disk=1,predicted=2"
+    # capped to a shorter prompt: the least credited blocks go first
+    assert o.capped(14) is o
+    assert o.capped(11) == Overlap(device=8, host=1, disk=0, predicted=2)
+    assert o.capped(7) == Overlap(device=7)
+
+
+# -- predicted blocks -----------------------------------------------------------------
+
+
+def predicting(ttl: float = 2.0) -> tuple[KVIndex, FakeClock]:
+    clock = FakeClock(100.0)
+    return KVIndex(BS, predicted_ttl=ttl, clock=clock), clock
+
+
+def test_a_routed_prompt_is_predicted_beyond_what_the_device_holds() -> None:
+    index, _ = predicting()
+    index.apply("w", stored(1, A[:3]))
+    assert index.predict("w", A) == 7  # A[:3] are real already
+    assert index.matches(A) == {"w": Overlap(device=3, predicted=7)}
+    assert index.overlaps(A) == {"w": 10}
+    assert index.predicted_of("w") == set(A[3:])
+    assert index.num_blocks("w") == 3  # the real ones
+    # a worker never heard of before: all predicted, though it has sent no event
+    assert index.predict("fresh", B) == 6
+    assert index.matches(B) == {"fresh": Overlap(predicted=6)}
+    assert index.workers == ["w"]  # (no event stream yet)
+
+
+def test_its_events_confirm_a_prediction_and_the_rest_expire() -> None:
+    index, clock = predicting(ttl=2.0)
+    index.predict("w", A)
+    clock.now = 101.0
+    index.apply("w", stored(1, A[:6]))  # the worker's events catch up
+    assert index.matches(A) == {"w": Overlap(device=6, predicted=4)}
+    assert index.predicted_of("w") == set(A[6:])
+    clock.now = 101.999
+    assert index.matches(A) == {"w": Overlap(device=6, predicted=4)}
+    clock.now = 102.0  # two seconds after the prediction: the unconfirmed ones go
+    assert index.matches(A) == {"w": Overlap(device=6)}
+    assert index.predicted_of("w") == set()
+    assert index.num_blocks("w") == 6  # the confirmed ones are real, and stay
+
+
+def test_a_later_prediction_refreshes_the_ttl() -> None:
+    index, clock = predicting(ttl=2.0)
+    index.predict("w", A[:4])
+    clock.now = 101.5
+    index.predict("w", A[:2])  # A[:2] again: until 103.5
+    clock.now = 102.0
+    assert index.matches(A) == {"w": Overlap(predicted=2)}
+    assert index.expire(now=103.5) == 2
+    assert index.matches(A, now=103.5) == {}
+
+
+def test_a_stored_event_in_a_lower_medium_confirms_it_there() -> None:
+    index, _ = predicting()
+    index.predict("w", A[:4])
+    index.apply("w", stored(1, A[2:4], A[1], "host"))
+    assert index.matches(A) == {"w": Overlap(host=2, predicted=2)}
+
+
+def test_a_removal_clears_a_prediction_and_cuts_the_run() -> None:
+    index, _ = predicting()
+    index.predict("w", A)
+    index.apply("w", BlocksRemoved(1, [A[5]]))  # not held: but the worker named it
+    assert index.matches(A) == {"w": Overlap(predicted=5)}
+    index.apply("w", BlocksRemoved(2, [A[0]], "disk"))  # whatever the medium
+    assert index.matches(A) == {}
+    assert index.predicted_of("w") == set(A[1:5]) | set(A[6:])
+
+
+def test_a_worker_leaving_or_clearing_drops_its_predictions() -> None:
+    index, _ = predicting()
+    index.predict("w0", A)
+    index.predict("w1", A[:4])
+    index.apply("w1", stored(1, B))
+    index.remove_worker("w0")
+    assert index.matches(A) == {"w1": Overlap(predicted=4)}
+    index.predict("w2", B[:2])  # takes w0's slot: inherits none of its predictions
+    assert index.matches(A) == {"w1": Overlap(predicted=4)}
+    assert index.predicted_of("w0") == set()
+    index.apply("w1", AllCleared(2))
+    assert index.matches(A) == {} and index.matches(B) == {"w2": Overlap(predicted=2)}
+
+
+def test_a_snapshot_that_holds_a_predicted_block_confirms_it() -> None:
+    index, _ = predicting()
+    index.predict("w", A[:6])
+    pairs = [(h, A[i - 1] if i else None) for i, h in enumerate(A)]
+    index.resync("w", KVSnapshot(3, BS, pairs[:2], {"disk": pairs[2:3]}))
+    assert index.predicted_of("w") == set(A[3:6])
+    assert index.matches(A) == {"w": Overlap(device=2, disk=1, predicted=3)}
+
+
+def test_each_block_is_credited_the_larger_of_real_and_predicted() -> None:
+    index, _ = predicting()
+    index.apply("w", stored(1, A[:2]))
+    index.apply("w", stored(2, A[2:6], A[1], "host"))
+    index.apply("w", stored(3, A[6:8], A[5], "disk"))
+    index.predict("w", A[:4])  # A[2:4] are on the host: predicted, they count as the device
+    o = index.matches(A)["w"]
+    assert o == Overlap(device=2, host=2, disk=2, predicted=2)
+    assert o.credit(0.75, 0.25) == 2 + 2 + 1.5 + 0.5
+    # the larger of: the prediction gone, the host copies count again
+    index.apply("w", stored(4, A[2:4], A[1], "host"))  # (a stored event confirms it)
+    assert index.matches(A)["w"] == Overlap(device=2, host=4, disk=2)
+
+
+def test_no_ttl_predicts_nothing() -> None:
+    index = KVIndex(BS, clock=lambda: pytest.fail("the clock is not read"))
+    assert index.predict("w", A) == 0
+    assert index.matches(A) == {} and index.expire() == 0
+    with pytest.raises(ValueError, match="predicted_ttl"):
+        KVIndex(BS, predicted_ttl=-1)
+    with pytest.raises(ValueError, match="predicted_ttl"):
+        KVIndex(BS, predicted_ttl=float("inf"))
+
+
 # -- overlaps against a brute-force reference ------------------------------------
 
 chains = st.lists(st.integers(0, 3), min_size=0, max_size=12)  # token-ish block labels
@@ -195,6 +408,46 @@ def test_overlaps_match_brute_force(
     assert index.overlaps(query) == expected
     for worker, blocks in truth.items():
         assert index.blocks_of(worker) == blocks
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    held=st.lists(
+        st.tuples(st.integers(0, 3), chains, st.sampled_from(MEDIA), st.booleans()),
+        min_size=0,
+        max_size=25,
+    ),
+    prompt=chains,
+)
+def test_matches_per_medium_match_brute_force(
+    held: list[tuple[int, list[int], Medium, bool]], prompt: list[int]
+) -> None:
+    index = KVIndex(BS)
+    truth: dict[tuple[int, Medium], set[int]] = {}
+    eids: dict[int, int] = {}
+    for worker, labels, medium, remove in held:
+        eids[worker] = eids.get(worker, 0) + 1
+        hashes = chain_hashes(labels)
+        blocks = truth.setdefault((worker, medium), set())
+        if remove:
+            index.apply(worker, BlocksRemoved(eids[worker], hashes[len(hashes) // 2 :], medium))
+            blocks.difference_update(hashes[len(hashes) // 2 :])
+        else:
+            index.apply(worker, stored(eids[worker], hashes, None, medium))
+            blocks.update(hashes)
+    query = chain_hashes(prompt)
+    expected = {}
+    for worker in eids:
+        counts = dict.fromkeys(MEDIA, 0)
+        for h in query:
+            where = [m for m in MEDIA if h in truth.get((worker, m), ())]
+            if not where:
+                break
+            counts[where[0]] += 1  # MEDIA is best first
+        if sum(counts.values()):
+            expected[worker] = Overlap(**counts)
+    assert index.matches(query) == expected
+    assert index.overlaps(query) == {w: o.blocks for w, o in expected.items()}
 
 
 @settings(max_examples=100, deadline=None)
@@ -303,3 +556,9 @@ def test_ttl_explicit_now_and_worker_leaving() -> None:
     assert index.overlaps(B, now=7.0) == {}
     with pytest.raises(ValueError, match="ttl"):
         ApproxKVIndex(ttl=0)
+
+
+def test_approximate_records_count_as_predicted() -> None:
+    index = ApproxKVIndex(ttl=5.0, clock=FakeClock(0.0))
+    index.record("w", A[:4])
+    assert index.matches(A) == {"w": Overlap(predicted=4)}

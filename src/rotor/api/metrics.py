@@ -123,6 +123,12 @@ class _RouterCollector:
             "kv router: requests routed to a worker holding part of their prefix",
             labels=["model", "worker"],
         )
+        kv_tiers = CounterMetricFamily(
+            "rotor_router_kv_tier_blocks",
+            "kv router: the chosen worker's overlap blocks by where each sat "
+            "(device, host, disk, or predicted: sent there, its KV events not yet come)",
+            labels=["model", "worker", "medium"],
+        )
         disagg = CounterMetricFamily(
             "rotor_disagg_prefill",
             "Prefill decisions of models with prefill workers: where (remote, local, "
@@ -156,6 +162,8 @@ class _RouterCollector:
                     kv_overlap.add_metric([model, worker], count)
                 for worker, count in kv.hits.items():
                     kv_hits.add_metric([model, worker], count)
+                for (worker, medium), count in kv.tier_blocks.items():
+                    kv_tiers.add_metric([model, worker, medium], count)
             for worker, count in stats.decisions.items():
                 decisions.add_metric([model, worker], count)
             for cause, count in stats.migrations.items():
@@ -171,7 +179,7 @@ class _RouterCollector:
                 blocks.add_metric([model, w["id"]], w["kv_blocks_used"])
         yield from (decisions, migrations, no_worker, overloaded, workers, unhealthy)
         yield from (active, blocks)
-        yield from (kv_prompt, kv_overlap, kv_hits, disagg, handover, sessions)
+        yield from (kv_prompt, kv_overlap, kv_hits, kv_tiers, disagg, handover, sessions)
 
 
 class _AdmissionCollector:

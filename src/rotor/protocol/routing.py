@@ -74,3 +74,8 @@ class KVCounts(Protocol):
 
     @property
     def hits(self) -> Mapping[str, int]: ...
+
+    @property
+    def tier_blocks(self) -> Mapping[tuple[str, str], int]:
+        """Blocks found, by (worker, where each sat: device, host, disk, predicted)."""
+        ...

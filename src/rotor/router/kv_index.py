@@ -13,12 +13,23 @@ workers, and stops at the first block nobody holds.
 Overlap is the *leading* run a worker holds, as an engine's prefix match
 counts it: a worker that holds block 5 but not block 4 has an overlap of 4.
 
+Tiers: a worker's blocks sit in layers — the device's memory, and the lower
+media its engine offloads to (host memory, disk), plus the blocks this router
+*predicts* the worker will hold (below). One map per layer, the worker slots
+shared, so a block held in any layer continues a worker's run, and each block
+of the run is counted in the best layer that holds it, in the order device,
+predicted, host, disk (`Overlap`); the cost (router/kv_cost.py) weighs them.
+
 Two indexes share that core:
 - `KVIndex` is fed by workers' KV events, applied per worker strictly in event
   id order. A gap (a lost event) is reported, the worker's later events are
   held back, and `resync` with a snapshot replaces the worker's blocks and
   replays the held-back events that follow it, so the index converges even
-  while events keep flowing during the resync.
+  while events keep flowing during the resync. With a `predicted_ttl`, the
+  blocks a request routed to a worker will put there are *predicted* entries
+  until that worker's events name them (stored: they are real; removed: they
+  are gone) or the TTL runs out, so the requests that follow one of a prefix
+  find it before its events arrive.
 - `ApproxKVIndex` is for engines that publish no events: the router records
   its own decisions, and each record expires after a TTL.
 """
@@ -30,40 +41,119 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from rotor.protocol.kv import AllCleared, BlocksRemoved, BlocksStored, KVEvent, KVSnapshot
+from rotor.protocol.kv import (
+    AllCleared,
+    BlocksRemoved,
+    BlocksStored,
+    KVEvent,
+    KVSnapshot,
+    Medium,
+)
 
 WorkerId = Hashable
 MAX_HELD_EVENTS = 4096  # events held back per worker while it awaits a resync
 
+# How long a routed request's blocks count as predicted on its worker when
+# its KV events have not confirmed them (--router-predicted-ttl). The events
+# confirm or drop an entry as soon as they name its block, so the TTL only
+# bounds a guess they never speak of (a request aborted before its worker
+# scheduled it, say): it must outlast the gap it bridges — the worker's event
+# lag (up to the 1 s that docs/benchmarks.md measures) plus the wait in a busy
+# worker's queue before the engine registers the blocks — and a guess that
+# outlives its truth costs little (the prefix's next request goes where it
+# was sent, and is computed there).
+DEFAULT_PREDICTED_TTL_S = 5.0
+
+# The layers of `KVIndex`'s map, best first: a block in several is counted in the first.
+DEVICE, PREDICTED, HOST, DISK = 0, 1, 2, 3
+LAYERS = 4
+LAYER_OF_MEDIUM = {"device": DEVICE, "host": HOST, "disk": DISK}
+REAL_LAYERS = (DEVICE, HOST, DISK)
+
+
+class Overlap(NamedTuple):
+    """A worker's leading run of a prompt's blocks, each block counted once,
+    where its best copy sits: on the device, predicted (sent there, its
+    events not yet come: credited as the device), in host memory, on disk.
+    (A named tuple: one is made per candidate of every decision.)"""
+
+    device: int = 0
+    host: int = 0
+    disk: int = 0
+    predicted: int = 0
+
+    @property
+    def blocks(self) -> int:
+        """The run's length: what `x-rotor-kv-overlap` says."""
+        return self.device + self.host + self.disk + self.predicted
+
+    def credit(self, host_weight: float, disk_weight: float) -> float:
+        """The run in device blocks: a host or disk block counts its weight."""
+        return self.device + self.predicted + host_weight * self.host + disk_weight * self.disk
+
+    def capped(self, blocks: int) -> Overlap:
+        """At most `blocks` long, the least credited blocks let go first."""
+        excess = self.blocks - blocks
+        if excess <= 0:
+            return self
+        counts = {"disk": self.disk, "host": self.host, "predicted": self.predicted}
+        for name in counts:
+            cut = min(excess, counts[name])
+            counts[name] -= cut
+            excess -= cut
+        return Overlap(self.device - excess, counts["host"], counts["disk"], counts["predicted"])
+
+    def describe(self) -> str:
+        """`device=8,host=3,disk=1,predicted=0`: the value of `x-rotor-kv-tiers`."""
+        return f"device={self.device},host={self.host},disk={self.disk},predicted={self.predicted}"
+
 
 class PrefixMap:
-    """Which workers hold which block hashes: hash -> bitmask of worker slots,
-    and per worker the set of its hashes (for clear and removal)."""
+    """Which workers hold which block hashes, in one or more layers: per layer,
+    hash -> bitmask of worker slots (the slots shared by the layers), and per
+    worker and layer the set of its hashes (for clear and removal)."""
 
     __slots__ = ("_masks", "_slots", "_workers", "_free", "_held")
 
-    def __init__(self) -> None:
-        self._masks: dict[int, int] = {}
+    def __init__(self, layers: int = 1) -> None:
+        if layers < 1:
+            raise ValueError(f"layers must be at least 1, got {layers}")
+        self._masks: list[dict[int, int]] = [{} for _ in range(layers)]
         self._slots: dict[WorkerId, int] = {}
         self._workers: list[WorkerId | None] = []  # slot -> worker
         self._free: list[int] = []  # slots of removed workers, reused
-        self._held: dict[WorkerId, set[int]] = {}
+        self._held: dict[WorkerId, list[set[int]]] = {}
 
     def __len__(self) -> int:
-        """Distinct block hashes held by any worker."""
+        """Distinct block hashes held by any worker in the first layer."""
+        return len(self._masks[0])
+
+    @property
+    def layers(self) -> int:
         return len(self._masks)
+
+    def layer_size(self, layer: int) -> int:
+        """Distinct block hashes held by any worker in the layer."""
+        return len(self._masks[layer])
 
     @property
     def workers(self) -> list[WorkerId]:
         return list(self._slots)
 
-    def blocks_of(self, worker: WorkerId) -> set[int]:
-        """A copy of the hashes the worker holds (empty for an unknown worker)."""
-        return set(self._held.get(worker, ()))
+    def active_layers(self) -> list[int]:
+        """The layers that hold any block."""
+        return [layer for layer, masks in enumerate(self._masks) if masks]
 
-    def num_blocks(self, worker: WorkerId) -> int:
-        return len(self._held.get(worker, ()))
+    def blocks_of(self, worker: WorkerId, layer: int = 0) -> set[int]:
+        """A copy of the hashes the worker holds in the layer (empty for an unknown worker)."""
+        held = self._held.get(worker)
+        return set(held[layer]) if held is not None else set()
+
+    def num_blocks(self, worker: WorkerId, layer: int = 0) -> int:
+        held = self._held.get(worker)
+        return len(held[layer]) if held is not None else 0
 
     def add_worker(self, worker: WorkerId) -> None:
         if worker in self._slots:
@@ -74,23 +164,32 @@ class PrefixMap:
         else:
             self._workers[slot] = worker
         self._slots[worker] = slot
-        self._held[worker] = set()
+        self._held[worker] = [set() for _ in self._masks]
 
-    def add(self, worker: WorkerId, hashes: Iterable[int]) -> None:
+    def missing(self, worker: WorkerId, hashes: Iterable[int], layer: int = 0) -> list[int]:
+        """Those of the hashes the worker does not hold in the layer."""
+        held = self._held.get(worker)
+        if held is None:
+            return list(hashes)
+        mine = held[layer]
+        return [h for h in hashes if h not in mine]
+
+    def add(self, worker: WorkerId, hashes: Iterable[int], layer: int = 0) -> None:
         self.add_worker(worker)
         bit = 1 << self._slots[worker]
-        masks, held = self._masks, self._held[worker]
+        masks, held = self._masks[layer], self._held[worker][layer]
         for h in hashes:
             if h not in held:
                 held.add(h)
                 masks[h] = masks.get(h, 0) | bit
 
-    def discard(self, worker: WorkerId, hashes: Iterable[int]) -> None:
-        held = self._held.get(worker)
-        if held is None:
+    def discard(self, worker: WorkerId, hashes: Iterable[int], layer: int = 0) -> None:
+        held_by_layer = self._held.get(worker)
+        if held_by_layer is None:
             return
+        held = held_by_layer[layer]
         keep = ~(1 << self._slots[worker])
-        masks = self._masks
+        masks = self._masks[layer]
         for h in hashes:
             if h in held:
                 held.discard(h)
@@ -100,10 +199,14 @@ class PrefixMap:
                 else:
                     del masks[h]
 
-    def clear(self, worker: WorkerId) -> None:
+    def clear(self, worker: WorkerId, layers: Iterable[int] | None = None) -> None:
+        """Drop the worker's hashes of those layers (None: of every layer)."""
         held = self._held.get(worker)
-        if held:
-            self.discard(worker, list(held))
+        if held is None:
+            return
+        for layer in range(len(self._masks)) if layers is None else layers:
+            if held[layer]:
+                self.discard(worker, list(held[layer]), layer)
 
     def remove_worker(self, worker: WorkerId) -> None:
         if worker not in self._slots:
@@ -115,34 +218,177 @@ class PrefixMap:
         self._free.append(slot)
 
     def overlaps(self, block_hashes: Sequence[int]) -> dict[WorkerId, int]:
-        """Per worker, how many leading blocks of the chain it holds; workers
-        holding none are left out."""
-        if not block_hashes:
+        """Per worker, how many leading blocks of the chain it holds in any
+        layer; workers holding none are left out."""
+        layered = [m for m in self._masks if m]
+        if len(layered) > 1:
+            return {w: sum(counts) for w, counts in self.matches(block_hashes).items()}
+        if not layered:
             return {}
-        masks = self._masks
-        alive = masks.get(block_hashes[0], 0)
-        out: dict[WorkerId, int] = {}
-        if not alive:
-            return out
         workers = self._workers
-        depth = 1
-        for h in block_hashes[1:]:
-            still = alive & masks.get(h, 0)
-            if still != alive:
-                gone = alive ^ still
-                while gone:
-                    low = gone & -gone
-                    out[workers[low.bit_length() - 1]] = depth
-                    gone ^= low
-                alive = still
-                if not alive:
-                    return out
-            depth += 1
+        return {workers[slot]: run for slot, run in _runs(layered[0], block_hashes).items()}
+
+    def matches(self, block_hashes: Sequence[int]) -> dict[WorkerId, list[int]]:
+        """Per worker, its leading run of the chain over every layer, as one
+        count per layer: each block counted in the first layer that holds it.
+        Workers holding none are left out.
+
+        One walk: per block, a lookup per layer that holds anything, the
+        workers still in the run are those holding it in some layer; a block
+        a worker holds in its best layer costs nothing more, one it holds only
+        lower down is counted bit by bit (so the price is what sits lower)."""
+        active = [(layer, m) for layer, m in enumerate(self._masks) if m]
+        if not block_hashes or not active:
+            return {}
+        layers = len(self._masks)
+        best, best_masks = active[0]
+        lower = active[1:]
+        if not lower:  # one layer holds anything: the plain walk
+            out_one: dict[WorkerId, list[int]] = {}
+            for slot, run in _runs(best_masks, block_hashes).items():
+                per_layer = [0] * layers
+                per_layer[best] = run
+                out_one[self._workers[slot]] = per_layer
+            return out_one
+        runs: dict[int, int] = {}  # slot -> run length
+        below: dict[int, list[int]] = {}  # slot -> counts of blocks held only lower down
+        alive = 0
+        depth = 0
+        for depth, h in enumerate(block_hashes):  # noqa: B007 - read after the loop
+            top = best_masks.get(h, 0)
+            held = top
+            lows = []
+            for layer, masks in lower:
+                mask = masks.get(h, 0)
+                if mask:
+                    lows.append((layer, mask))
+                    held |= mask
+            still = held if depth == 0 else alive & held
+            gone = alive ^ still if depth else 0
+            while gone:
+                low = gone & -gone
+                runs[low.bit_length() - 1] = depth
+                gone ^= low
+            alive = still
+            if not alive:
+                break
+            rest = alive & ~top
+            for layer, mask in lows:
+                here = rest & mask
+                rest ^= here
+                while here:
+                    low = here & -here
+                    slot = low.bit_length() - 1
+                    counts = below.get(slot)
+                    if counts is None:
+                        counts = below[slot] = [0] * layers
+                    counts[layer] += 1
+                    here ^= low
+                if not rest:
+                    break
+        else:
+            depth = len(block_hashes)
         while alive:
             low = alive & -alive
-            out[workers[low.bit_length() - 1]] = depth
+            runs[low.bit_length() - 1] = depth
             alive ^= low
+        out: dict[WorkerId, list[int]] = {}
+        workers = self._workers
+        for slot, run in runs.items():
+            counts = below.get(slot) or [0] * layers
+            counts[best] = run - sum(counts)
+            out[workers[slot]] = counts
         return out
+
+
+def _runs(masks: dict[int, int], block_hashes: Sequence[int]) -> dict[int, int]:
+    """Per worker slot, the leading run of the chain in one map (one dict
+    lookup and one AND per block, until nobody is left); slots holding none
+    are left out."""
+    if not block_hashes:
+        return {}
+    alive = masks.get(block_hashes[0], 0)
+    out: dict[int, int] = {}
+    if not alive:
+        return out
+    depth = 1
+    for h in block_hashes[1:]:
+        still = alive & masks.get(h, 0)
+        if still != alive:
+            gone = alive ^ still
+            while gone:
+                low = gone & -gone
+                out[low.bit_length() - 1] = depth
+                gone ^= low
+            alive = still
+            if not alive:
+                return out
+        depth += 1
+    while alive:
+        low = alive & -alive
+        out[low.bit_length() - 1] = depth
+        alive ^= low
+    return out
+
+
+class _Expiring:
+    """Entries of one layer of a map that each last until their expiry: the
+    approximate index's records, `KVIndex`'s predicted blocks. A constant TTL
+    and a clock that never goes back keep `_until` sorted, oldest first."""
+
+    __slots__ = ("_map", "_layer", "ttl", "_until")
+
+    def __init__(self, pm: PrefixMap, layer: int, ttl: float) -> None:
+        self._map = pm
+        self._layer = layer
+        self.ttl = ttl
+        self._until: OrderedDict[tuple[WorkerId, int], float] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._until)
+
+    def record(self, worker: WorkerId, hashes: Iterable[int], now: float) -> None:
+        """The worker holds these until `now + ttl` (a later record refreshes that)."""
+        self.expire(now)
+        until = now + self.ttl
+        entries = self._until
+        added = []
+        for h in hashes:
+            key = (worker, h)
+            if key in entries:
+                entries.move_to_end(key)
+            else:
+                added.append(h)
+            entries[key] = until
+        self._map.add(worker, added, self._layer)
+
+    def expire(self, now: float) -> int:
+        """Drop the entries whose TTL has run out; how many were dropped."""
+        entries, dropped = self._until, 0
+        while entries:
+            key, until = next(iter(entries.items()))
+            if until > now:
+                break
+            del entries[key]
+            self._map.discard(key[0], (key[1],), self._layer)
+            dropped += 1
+        return dropped
+
+    def drop(self, worker: WorkerId, hashes: Iterable[int]) -> None:
+        """The worker's entries for these hashes go now."""
+        entries = self._until
+        if not entries:
+            return
+        gone = [h for h in hashes if entries.pop((worker, h), None) is not None]
+        if gone:
+            self._map.discard(worker, gone, self._layer)
+
+    def forget(self, worker: WorkerId) -> None:
+        """Every entry of the worker goes."""
+        held = self._map.blocks_of(worker, self._layer)
+        for h in held:
+            self._until.pop((worker, h), None)
+        self._map.discard(worker, held, self._layer)
 
 
 class Applied(enum.Enum):
@@ -166,33 +412,79 @@ class _Stream:
 
 
 class KVIndex:
-    """Every worker's KV blocks, from their KV events and snapshots.
+    """Every worker's KV blocks, from their KV events and snapshots, per medium
+    (a stored or removed event names its medium; a snapshot lists the device's
+    blocks and each lower medium's), and with `predicted_ttl` > 0 the blocks
+    the router predicts (`predict`).
+
+    A predicted block is the worker's until one of its events names it — a
+    stored event (any medium) makes it real, a removal drops it, and so does
+    a cleared cache or a snapshot that holds it — or until `predicted_ttl`
+    seconds on `clock` have passed, or the worker leaves. It counts as a
+    device block (`Overlap.predicted`): the worker will have computed it.
 
     A worker id names one worker *instance*: a restarted worker numbers its
     events from 1 again, so it must come back under a new id (or be removed
     and resynced), or all its events would look stale.
     """
 
-    def __init__(self, block_size: int) -> None:
+    def __init__(
+        self,
+        block_size: int,
+        predicted_ttl: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`predicted_ttl`: seconds a predicted block counts unconfirmed (0:
+        nothing is predicted). `clock` must not go backwards."""
         if block_size < 1:
             raise ValueError(f"block_size must be at least 1, got {block_size}")
+        if not 0 <= predicted_ttl < float("inf"):
+            raise ValueError(f"predicted_ttl must be a finite number >= 0, got {predicted_ttl}")
         self.block_size = block_size
-        self._map = PrefixMap()
+        self.predicted_ttl = predicted_ttl
+        self.clock = clock
+        self._map = PrefixMap(LAYERS)
         self._streams: dict[WorkerId, _Stream] = {}
+        self._predicted = _Expiring(self._map, PREDICTED, predicted_ttl)
 
     def __len__(self) -> int:
-        """Distinct block hashes held by any worker."""
+        """Distinct block hashes held by any worker on the device."""
         return len(self._map)
 
     @property
     def workers(self) -> list[WorkerId]:
         return list(self._streams)
 
-    def num_blocks(self, worker: WorkerId) -> int:
-        return self._map.num_blocks(worker)
+    def num_blocks(self, worker: WorkerId, medium: Medium = "device") -> int:
+        return self._map.num_blocks(worker, LAYER_OF_MEDIUM[medium])
 
-    def blocks_of(self, worker: WorkerId) -> set[int]:
-        return self._map.blocks_of(worker)
+    def blocks_of(self, worker: WorkerId, medium: Medium = "device") -> set[int]:
+        return self._map.blocks_of(worker, LAYER_OF_MEDIUM[medium])
+
+    def predicted_of(self, worker: WorkerId) -> set[int]:
+        """The worker's predicted blocks (expired ones may linger until the
+        next `expire`, `predict`, `overlaps` or `matches`)."""
+        return self._map.blocks_of(worker, PREDICTED)
+
+    def predict(
+        self, worker: WorkerId, block_hashes: Sequence[int], now: float | None = None
+    ) -> int:
+        """A request with this prompt was sent to the worker: the blocks it does
+        not hold on its device (it computes them, or brings them up) are
+        predicted there for `predicted_ttl` seconds (a later prediction
+        refreshes that); how many. Nothing with a TTL of 0."""
+        if not self.predicted_ttl:
+            return 0
+        self._map.add_worker(worker)
+        new = self._map.missing(worker, block_hashes, DEVICE)
+        self._predicted.record(worker, new, self.clock() if now is None else now)
+        return len(new)
+
+    def expire(self, now: float | None = None) -> int:
+        """Drop the predictions whose TTL has run out; how many were dropped."""
+        if not self._predicted:
+            return 0
+        return self._predicted.expire(self.clock() if now is None else now)
 
     def last_event_id(self, worker: WorkerId) -> int | None:
         """The last event id applied for the worker (None: never heard of it)."""
@@ -225,16 +517,26 @@ class KVIndex:
         return Applied.APPLIED
 
     def resync(self, worker: WorkerId, snapshot: KVSnapshot) -> bool:
-        """Replace the worker's blocks with the snapshot's, then apply the events
-        held back since that follow it without a gap. False: the held events
-        still show a gap after the snapshot, so resync again (a later one)."""
+        """Replace the worker's blocks (every medium's) with the snapshot's,
+        then apply the events held back since that follow it without a gap.
+        False: the held events still show a gap after the snapshot, so
+        resync again (a later one)."""
         self._check_block_size(snapshot.block_size, worker)
         stream = self._streams.get(worker)
         if stream is None:
             stream = self._streams[worker] = _Stream()
-        self._map.add_worker(worker)
-        self._map.clear(worker)
-        self._map.add(worker, [h for h, _parent in snapshot.blocks])
+        pm = self._map
+        pm.add_worker(worker)
+        pm.clear(worker, REAL_LAYERS)
+        device = [h for h, _parent in snapshot.blocks]
+        pm.add(worker, device, DEVICE)
+        self._predicted.drop(worker, device)
+        for medium, blocks in snapshot.lower.items():
+            layer = LAYER_OF_MEDIUM.get(medium)
+            if layer is not None:
+                hashes = [h for h, _parent in blocks]
+                pm.add(worker, hashes, layer)
+                self._predicted.drop(worker, hashes)
         stream.last_id = snapshot.event_id
         held, stream.held = stream.held, {}
         stream.awaiting_resync = False
@@ -244,24 +546,48 @@ class KVIndex:
         return not stream.awaiting_resync
 
     def remove_worker(self, worker: WorkerId) -> None:
-        """Forget the worker and its blocks (it left, or its lease expired)."""
+        """Forget the worker, its blocks and its predictions (it left, or its
+        lease expired)."""
         self._streams.pop(worker, None)
+        self._predicted.forget(worker)
         self._map.remove_worker(worker)
 
-    def overlaps(self, block_hashes: Sequence[int]) -> dict[WorkerId, int]:
-        """Per worker, how many leading blocks of the prompt's chain it holds
-        (workers holding none are left out)."""
+    def overlaps(
+        self, block_hashes: Sequence[int], now: float | None = None
+    ) -> dict[WorkerId, int]:
+        """Per worker, how many leading blocks of the prompt's chain it holds,
+        in any medium or predicted (workers holding none are left out)."""
+        self.expire(now)
         return self._map.overlaps(block_hashes)
+
+    def matches(
+        self, block_hashes: Sequence[int], now: float | None = None
+    ) -> dict[WorkerId, Overlap]:
+        """Per worker, its leading run of the prompt's chain (in any medium, or
+        predicted), each block counted where its best copy sits — a real device
+        copy, else a prediction, else the host, else disk: so a block is
+        credited the larger of what is real and what is predicted (workers
+        holding none are left out)."""
+        self.expire(now)
+        pm = self._map
+        active = pm.active_layers()
+        if len(active) == 1:  # (the usual: only the device's blocks, or only predictions)
+            make = _ONE_LAYER[active[0]]
+            return {w: make(n) for w, n in pm.overlaps(block_hashes).items()}
+        return {w: _overlap(c) for w, c in pm.matches(block_hashes).items()}
 
     def _apply(self, worker: WorkerId, event: KVEvent) -> None:
         if isinstance(event, BlocksStored):
             if event.block_size:
                 self._check_block_size(event.block_size, worker)
-            self._map.add(worker, event.block_hashes)
+            self._map.add(worker, event.block_hashes, LAYER_OF_MEDIUM[event.medium])
+            self._predicted.drop(worker, event.block_hashes)  # real now
         elif isinstance(event, BlocksRemoved):
-            self._map.discard(worker, event.block_hashes)
-        elif isinstance(event, AllCleared):
-            self._map.clear(worker)
+            self._map.discard(worker, event.block_hashes, LAYER_OF_MEDIUM[event.medium])
+            self._predicted.drop(worker, event.block_hashes)  # its events know better
+        elif isinstance(event, AllCleared):  # every registration of every medium
+            self._map.clear(worker, REAL_LAYERS)
+            self._predicted.forget(worker)
         else:
             raise TypeError(f"not a KV event: {type(event).__name__}")
 
@@ -278,6 +604,20 @@ class KVIndex:
             stream.held[event.event_id] = event
 
 
+def _overlap(counts: list[int]) -> Overlap:
+    """A `PrefixMap.matches` count per layer of `KVIndex`'s map, as an Overlap."""
+    return Overlap(counts[DEVICE], counts[HOST], counts[DISK], counts[PREDICTED])
+
+
+# A run held in one layer of `KVIndex`'s map, as an Overlap.
+_ONE_LAYER: dict[int, Callable[[int], Overlap]] = {
+    DEVICE: lambda n: Overlap(n),
+    HOST: lambda n: Overlap(host=n),
+    DISK: lambda n: Overlap(disk=n),
+    PREDICTED: lambda n: Overlap(predicted=n),
+}
+
+
 class ApproxKVIndex:
     """Blocks the router *believes* workers hold, for engines without KV events:
     the router records each decision's prompt blocks for the chosen worker, and
@@ -290,8 +630,7 @@ class ApproxKVIndex:
         self.ttl = ttl
         self.clock = clock
         self._map = PrefixMap()
-        # (worker, hash) -> expiry, oldest expiry first (a constant TTL keeps it sorted)
-        self._expiry: OrderedDict[tuple[WorkerId, int], float] = OrderedDict()
+        self._records = _Expiring(self._map, 0, ttl)
 
     def __len__(self) -> int:
         return len(self._map)
@@ -308,33 +647,15 @@ class ApproxKVIndex:
     ) -> None:
         """The worker was sent a prompt with these blocks: it holds them until
         `now + ttl` (a later record refreshes that)."""
-        now = self.clock() if now is None else now
-        self.expire(now)
-        until = now + self.ttl
-        expiry = self._expiry
-        for h in block_hashes:
-            key = (worker, h)
-            if key in expiry:
-                expiry.move_to_end(key)
-            expiry[key] = until
-        self._map.add(worker, block_hashes)
+        self._map.add_worker(worker)
+        self._records.record(worker, block_hashes, self.clock() if now is None else now)
 
     def expire(self, now: float | None = None) -> int:
         """Drop the records whose TTL has run out; how many were dropped."""
-        now = self.clock() if now is None else now
-        expiry, dropped = self._expiry, 0
-        while expiry:
-            key, until = next(iter(expiry.items()))
-            if until > now:
-                break
-            del expiry[key]
-            self._map.discard(key[0], (key[1],))
-            dropped += 1
-        return dropped
+        return self._records.expire(self.clock() if now is None else now)
 
     def remove_worker(self, worker: WorkerId) -> None:
-        for key in [k for k in self._expiry if k[0] == worker]:
-            del self._expiry[key]
+        self._records.forget(worker)
         self._map.remove_worker(worker)
 
     def overlaps(
@@ -342,3 +663,10 @@ class ApproxKVIndex:
     ) -> dict[WorkerId, int]:
         self.expire(now)
         return self._map.overlaps(block_hashes)
+
+    def matches(
+        self, block_hashes: Sequence[int], now: float | None = None
+    ) -> dict[WorkerId, Overlap]:
+        """`overlaps` as `KVIndex.matches` says them: every block is one this
+        router sent there, so each counts as predicted (credited as the device)."""
+        return {w: Overlap(predicted=n) for w, n in self.overlaps(block_hashes, now).items()}

@@ -38,9 +38,11 @@ def pick_attributes(
     router: Router, candidates: list[Lease], request: EngineRequest, pick: Pick
 ) -> dict[str, Any]:
     """What a routing decision's span says: the mode, the candidates, the
-    worker chosen, and (kv) the prefix it already holds."""
+    worker chosen, and (kv) the prefix it already holds, in all and by where
+    its blocks sit (`rotor.kv.device_blocks`, `…host_blocks`, `…disk_blocks`,
+    `…predicted_blocks`)."""
     overlap = pick.headers.get("x-rotor-kv-overlap")
-    return {
+    attributes: dict[str, Any] = {
         "rotor.router": type(router).__name__,
         "rotor.candidates": [w.worker_id for w in candidates],
         "rotor.worker_id": pick.worker_id,
@@ -48,3 +50,9 @@ def pick_attributes(
         "rotor.kv.overlap_blocks": int(overlap) if overlap is not None else None,
         "rotor.kv.prefill_tokens": pick.prefill_tokens,
     }
+    tiers = pick.headers.get("x-rotor-kv-tiers")
+    if tiers is not None:  # device=8,host=3,disk=1,predicted=0
+        for item in tiers.split(","):
+            medium, _, count = item.partition("=")
+            attributes[f"rotor.kv.{medium}_blocks"] = int(count)
+    return attributes

@@ -152,8 +152,19 @@ def make_router(config: FrontendConfig, card: ModelCard) -> Router:
                 "%r publishes no KV events: kv routing records its own decisions", card.name
             )
             block_size = APPROX_BLOCK_SIZE
-        cost = KVCost(block_size, config.kv_overlap_weight, config.router_temperature)
-        return KVRouter(block_size, cost, approx_ttl=config.router_ttl if approx else None)
+        cost = KVCost(
+            block_size,
+            config.kv_overlap_weight,
+            config.router_temperature,
+            host_weight=config.router_host_hit_weight,
+            disk_weight=config.router_disk_hit_weight,
+        )
+        return KVRouter(
+            block_size,
+            cost,
+            approx_ttl=config.router_ttl if approx else None,
+            predicted_ttl=config.router_predicted_ttl,
+        )
     raise StartupError(f"--router {mode!r} is not one of round_robin, random, least_loaded, kv")
 
 

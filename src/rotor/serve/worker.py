@@ -132,7 +132,13 @@ class _Worker:
         if config.canary.on and engine.card.capabilities.generates:  # (an embedder: none)
             canary = Canary(engine, engine.card, config.canary, name=identity.worker_id)
         service = WorkerService(
-            self.nc, engine, self.tok, identity, role=self.config.role, canary=canary
+            self.nc,
+            engine,
+            self.tok,
+            identity,
+            role=config.role,
+            canary=canary,
+            kv_events_delay=config.kv_events_delay_ms / 1000,
         )
         await service.start()
         self.service = service

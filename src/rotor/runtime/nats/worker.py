@@ -51,6 +51,7 @@ from rotor.runtime.canary import Canary
 from rotor.runtime.nats import messages as wire
 from rotor.runtime.nats import subjects
 from rotor.runtime.nats.batcher import StepBatcher
+from rotor.runtime.nats.kv_delay import DelayedKVEvents
 from rotor.runtime.nats.subscriptions import Subscriptions
 from rotor.runtime.relay import Relay
 from rotor.tracing import NO_SPAN, Span
@@ -97,8 +98,11 @@ class WorkerService:
         identity: WorkerIdentity | None = None,
         role: Role = "agg",
         canary: Canary | None = None,
+        kv_events_delay: float = 0.0,
     ) -> None:
-        """`canary`: the watch over the engine's health (None: none)."""
+        """`canary`: the watch over the engine's health (None: none).
+        `kv_events_delay`: seconds each step's KV events are held back
+        (`--kv-events-delay-ms`, a test switch; 0: none)."""
         self.nc = nc
         self.engine = engine
         self.identity = identity or WorkerIdentity.new()
@@ -121,6 +125,9 @@ class WorkerService:
         self._kv_subject = subjects.kv_events(self.identity.worker_id)
         self._leaving = False
         self._batches = StepBatcher(nc)  # stream messages, one NATS message per frontend per step
+        self._kv_delay = (
+            DelayedKVEvents(kv_events_delay, self._publish_kv_event) if kv_events_delay else None
+        )
 
     @property
     def worker_id(self) -> str:
@@ -190,6 +197,8 @@ class WorkerService:
             self.canary.stop()
         if isinstance(self.engine, KVEventSource):
             self.engine.kv_events(None)  # nobody relays them any more
+        if self._kv_delay is not None:
+            self._kv_delay.close()
         await self._subs.close()
         for task in self._tasks.values():
             task.cancel()
@@ -463,7 +472,14 @@ class WorkerService:
     # -- KV events -------------------------------------------------------------------
 
     def _relay_kv_event(self, event: KVEvent) -> None:
-        """From the engine's cache, in order: a step's events go as one message."""
+        """From the engine's cache, in order: a step's events go as one message
+        (held back first, with a delay)."""
+        if self._kv_delay is not None:
+            self._kv_delay.add(event)
+        else:
+            self._publish_kv_event(event)
+
+    def _publish_kv_event(self, event: KVEvent) -> None:
         size = KV_EVENT_BYTES + HASH_BYTES * len(getattr(event, "block_hashes", ()))
         self._batches.add(self._kv_subject, event, size, codec.encode_kv_events)
 

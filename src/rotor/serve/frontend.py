@@ -66,7 +66,7 @@ class Cluster:
     async def start(self) -> None:
         nc = await connect(self.config.nats, "frontend")
         self._stop.append(_Drain(nc))
-        plane = RequestPlane(nc)
+        plane = RequestPlane(nc, on_gone=self._worker_gone)
         await plane.start()
         self._stop.append(plane)
         sync = KVSync(KVSnapshots(nc), self._kv_router_of)
@@ -90,6 +90,11 @@ class Cluster:
     async def stop(self) -> None:
         while self._stop:
             await self._stop.pop().stop()
+
+    def _worker_gone(self, worker: str) -> None:
+        """A request found nobody serving `worker`: out of its pool at once."""
+        if self.discovery is not None:
+            self.discovery.gone(worker)
 
     def _kv_router_of(self, worker: str) -> KVRouter | None:
         pool = self.discovery.pool_of(worker) if self.discovery is not None else None

@@ -8,6 +8,14 @@ request's `OutputStream` (runtime/stream.py: the reader both transports
 share). A worker whose lease ended (`worker_gone`) fails its streams at once.
 Workers send the streams of a frontend's requests in batches, one message per
 step (`rotor.steps.<frontend>`, runtime/nats/batcher.py).
+
+A request published to a worker nobody serves any more (killed, or cut off
+from NATS, before its lease ran out) is answered by NATS itself: "no
+responders", an empty message with status 503 on the reply subject. Its
+stream ends "unavailable" with cause worker_gone (a pool moves it to another
+worker), and the plane tells its owner (`on_gone`), who drops the worker at
+once rather than when its lease runs out; a worker that is in fact alive
+comes back with its next lease.
 """
 
 from __future__ import annotations
@@ -15,11 +23,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 
 import msgpack
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import MaxPayloadError, NoRespondersError
+from nats.js.api import Header
 
 from rotor.protocol import codec
 from rotor.protocol.engine import EngineError, EngineRequest
@@ -32,6 +42,24 @@ log = logging.getLogger("rotor.request_plane")
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
 EMBED_FILL = 0.8  # the share of the server's max payload one embed message (or its answer) fills
 _NUMBER_BYTES = 5  # msgpack's most for a token id (u32) or a float32, with its marker
+NO_RESPONDERS = "503"  # the status of NATS's answer to a request nobody subscribes to
+
+
+def no_responders(msg: Msg) -> bool:
+    """NATS's own answer that nobody took the request: an empty message
+    whose status header says 503 (no worker can have sent it: theirs are
+    never empty)."""
+    headers = msg.headers
+    return (
+        not msg.data and headers is not None and headers.get(Header.STATUS.value) == NO_RESPONDERS
+    )
+
+
+def gone(worker_id: str) -> EngineError:
+    """The error of a request whose worker NATS found nobody serving."""
+    return EngineError(
+        f"worker {worker_id} is gone (NATS: no responders)", "unavailable", cause="worker_gone"
+    )
 
 
 def embed_runs(inputs: list[list[int]], width: int, limit: int) -> list[list[list[int]]]:
@@ -58,10 +86,19 @@ def embed_runs(inputs: list[list[int]], width: int, limit: int) -> list[list[lis
 class RequestPlane:
     """The frontend's inbox for every remote request's outputs."""
 
-    def __init__(self, nc: Client, frontend_id: str | None = None) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        frontend_id: str | None = None,
+        on_gone: Callable[[str], None] | None = None,
+    ) -> None:
+        """`on_gone(worker_id)`: a request found that nobody serves the
+        worker's subjects any more (NATS's "no responders")."""
         self.nc = nc
         self.frontend_id = frontend_id or uuid.uuid4().hex[:12]
+        self.on_gone = on_gone
         self._streams: dict[str, OutputStream] = {}
+        self._worker_of: dict[str, str] = {}  # request id → its worker
         self._by_worker: dict[str, set[str]] = {}
         self._publishing: set[asyncio.Task[None]] = set()
         self._subs = Subscriptions(nc)
@@ -75,9 +112,21 @@ class RequestPlane:
         await self._subs.close()
 
     async def _on_msg(self, msg: Msg) -> None:
-        stream = self._streams.get(msg.subject.rsplit(".", 1)[-1])
-        if stream is not None:
-            messages.put_message(msg.data, stream)
+        rid = msg.subject.rsplit(".", 1)[-1]
+        stream = self._streams.get(rid)
+        if stream is None:
+            return
+        if no_responders(msg):
+            worker = self._worker_of.get(rid, "?")
+            stream.fail(gone(worker))
+            self._found_gone(worker)
+            return
+        messages.put_message(msg.data, stream)
+
+    def _found_gone(self, worker_id: str) -> None:
+        log.warning("worker %s answers no requests (NATS: no responders)", worker_id)
+        if self.on_gone is not None:
+            self.on_gone(worker_id)
 
     async def _on_batch(self, msg: Msg) -> None:
         messages.put_batch(msg.data, self._streams)
@@ -108,12 +157,14 @@ class RequestPlane:
 
         def ended() -> None:
             self._streams.pop(rid, None)
+            self._worker_of.pop(rid, None)
             ids = self._by_worker.get(worker_id)
             if ids is not None:
                 ids.discard(rid)
 
         async def send() -> None:
             self._streams[rid] = stream
+            self._worker_of[rid] = worker_id
             self._by_worker.setdefault(worker_id, set()).add(rid)
             await self.nc.publish(
                 subjects.generate(worker_id),
@@ -159,9 +210,8 @@ class RequestPlane:
         try:
             reply = await self.nc.request(subjects.embed(worker_id), data, timeout=timeout)
         except NoRespondersError:
-            raise EngineError(
-                f"worker {worker_id} is gone", "unavailable", cause="worker_gone"
-            ) from None
+            self._found_gone(worker_id)
+            raise gone(worker_id) from None
         except MaxPayloadError:
             raise EngineError(
                 f"an input of {len(inputs[0])} tokens is too large for one NATS message",

@@ -64,9 +64,16 @@ class Cluster:
         self.discovery: Discovery | None = None
 
     async def start(self) -> None:
-        nc = await connect(self.config.nats, "frontend")
+        planes: list[RequestPlane] = []
+
+        async def reconnected() -> None:
+            for plane in planes:
+                plane.reconnected()
+
+        nc = await connect(self.config.nats, "frontend", reconnected)
         self._stop.append(_Drain(nc))
         plane = RequestPlane(nc, on_gone=self._worker_gone)
+        planes.append(plane)
         await plane.start()
         self._stop.append(plane)
         sync = KVSync(KVSnapshots(nc), self._kv_router_of)

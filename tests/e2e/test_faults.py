@@ -7,7 +7,10 @@ frontend killed under it, its retry on the other frontend is."""
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import httpx
 import pytest
@@ -19,12 +22,16 @@ from support.cluster import (
     nats_server,
     start_frontend,
     start_worker,
+    wait_for,
 )
 
 pytestmark = pytest.mark.e2e
 
 SLOW = ("out=mocker", "--speedup-ratio", "1")  # 10 ms per decode step
 ASK = [{"role": "user", "content": "Tell me a story"}]
+STORY = " ".join(f"w{i}" for i in range(30))  # ~90 tokens: ~1 s an answer
+CLIENTS = 6
+GONE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError)  # its frontend is gone
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +85,244 @@ def test_requests_routed_to_a_killed_worker_before_its_lease_ends_move_to_anothe
         assert frontend.metric("rotor_router_migrations_total", moved) >= 1
         assert f"worker {dead.id} answers no requests" in frontend.log
         assert "not a stream message" not in frontend.log
+    finally:
+        for w in workers:
+            w.proc.stop()
+
+
+# -- clients streaming through both frontends ------------------------------------------------
+
+
+@dataclass
+class Answer:
+    frontend: str
+    text: str = ""
+    finish: str | None = None
+    error: str | None = None  # None: the whole story, finished
+    started_after_fault: bool = False
+
+
+@dataclass
+class Client:
+    """One client's answers: each request a list of attempts (a retry on the
+    other frontend after its frontend was gone)."""
+
+    requests: list[list[Answer]] = field(default_factory=list)
+
+    def whole_after_fault(self) -> int:
+        return sum(1 for r in self.requests if r[0].started_after_fault and r[-1].error is None)
+
+
+class Load:
+    """`CLIENTS` threads streaming the story in a closed loop, their requests
+    alternating between the frontends; a request whose frontend is gone
+    (it cannot connect, or the connection broke) is retried once on the
+    other, as a client behind a load balancer would."""
+
+    def __init__(self, urls: list[str], model: str) -> None:
+        self.urls = urls
+        self.model = model
+        self.clients = [Client() for _ in range(CLIENTS)]
+        self.faulted = threading.Event()
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(CLIENTS)
+        ]
+
+    def __enter__(self) -> Load:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(60)
+            assert not t.is_alive(), "a client hung"
+
+    def fault(self) -> None:
+        """From now on, requests count as started after the fault."""
+        self.faulted.set()
+
+    def _run(self, i: int) -> None:
+        turn = i
+        while not self._stop.is_set():
+            turn += 1
+            url = self.urls[turn % len(self.urls)]
+            after = self.faulted.is_set()
+            first = self._ask(url, after)
+            attempts = [first]
+            if first.error is not None and first.error.startswith("gone"):
+                other = self.urls[(turn + 1) % len(self.urls)]
+                attempts.append(self._ask(other, after))
+            self.clients[i].requests.append(attempts)
+
+    def _ask(self, url: str, after: bool) -> Answer:
+        answer = Answer(url, started_after_fault=after)
+        body = {"model": self.model, "messages": ASK, "stream": True, "mock": {"output": STORY}}
+        pieces: list[str] = []
+        try:
+            with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as r:
+                if r.status_code != 200:
+                    answer.error = f"http {r.status_code}: {r.read()[:300]!r}"
+                    return answer
+                for line in r.iter_lines():
+                    if not line.startswith("data: {"):
+                        continue
+                    chunk = json.loads(line[6:])
+                    if "error" in chunk:
+                        answer.error = f"error event: {chunk['error']}"
+                        return answer
+                    for c in chunk["choices"]:
+                        pieces.append(c["delta"].get("content") or "")
+                        answer.finish = c.get("finish_reason") or answer.finish
+        except GONE as e:
+            answer.error = f"gone: {type(e).__name__}: {e}"
+            return answer
+        answer.text = "".join(pieces)
+        if answer.text != STORY or answer.finish != "stop":
+            answer.error = f"not the whole story ({answer.finish}): {answer.text!r}"
+        return answer
+
+    # -- what the tests observe ---------------------------------------------------------------
+
+    def answered(self, n: int = 1) -> bool:
+        """Every client has `n` whole answers (of requests started after the
+        fault, once there was one): the load is steady, or back."""
+        if self.faulted.is_set():
+            return all(c.whole_after_fault() >= n for c in self.clients)
+        return all(sum(1 for r in c.requests if r[-1].error is None) >= n for c in self.clients)
+
+    def requests(self) -> list[list[Answer]]:
+        return [r for c in self.clients for r in c.requests]
+
+    def lost(self) -> list[Answer]:
+        """The requests that failed for good."""
+        return [r[-1] for r in self.requests() if r[-1].error is not None]
+
+
+def steady(load: Load) -> None:
+    wait_for("every client to have an answer", load.answered, 60, detail=lambda: str(load.lost()))
+
+
+def back(load: Load, n: int = 2) -> None:
+    wait_for(
+        f"every client to have {n} answers begun after the fault",
+        lambda: load.answered(n),
+        60,
+        detail=lambda: str(load.lost()),
+    )
+
+
+@pytest.fixture
+def model(request: pytest.FixtureRequest) -> str:
+    """A model of the test's own: its workers are the ones it may hurt."""
+    return request.node.name.removeprefix("test_").replace("_", "-")[:40]
+
+
+def test_a_worker_killed_under_load_loses_no_request(
+    nats: Nats, frontends: list[Frontend], model: str
+) -> None:
+    workers = workers_of(nats, model, 3)
+    try:
+        for f in frontends:
+            f.wait_workers(model, {w.id for w in workers})
+        with Load([f.url for f in frontends], model) as load:
+            steady(load)
+            load.fault()
+            workers[0].proc.kill()
+            for f in frontends:  # gone from both pools (its lease, or a request that met it)
+                f.wait_workers(model, {w.id for w in workers[1:]}, timeout=15)
+            back(load)
+        assert load.lost() == []
+    finally:
+        for w in workers:
+            w.proc.stop()
+
+
+def test_a_worker_drained_under_load_loses_no_request(
+    nats: Nats, frontends: list[Frontend], model: str
+) -> None:
+    workers = workers_of(nats, model, 3)
+    try:
+        for f in frontends:
+            f.wait_workers(model, {w.id for w in workers})
+        with Load([f.url for f in frontends], model) as load:
+            steady(load)
+            load.fault()
+            workers[0].proc.terminate()
+            assert workers[0].proc.process.wait(30) == 0  # it finished what it had, and left
+            back(load)
+        assert load.lost() == []
+    finally:
+        for w in workers:
+            w.proc.stop()
+
+
+def test_a_frontend_killed_under_load_fails_only_its_own_requests_and_their_retries_succeed(
+    nats: Nats, frontends: list[Frontend], model: str
+) -> None:
+    workers = workers_of(nats, model, 2)
+    doomed = start_frontend(nats)
+    try:
+        for f in (frontends[0], doomed):
+            f.wait_workers(model, {w.id for w in workers})
+        with Load([frontends[0].url, doomed.url], model) as load:
+            steady(load)
+            load.fault()
+            doomed.proc.kill()
+            back(load)
+        assert load.lost() == []
+        failed = [r[0] for r in load.requests() if r[0].error is not None]
+        assert failed, "no request was in flight on the killed frontend"
+        assert all(a.frontend == doomed.url and a.error.startswith("gone") for a in failed)
+    finally:
+        doomed.proc.stop()
+        for w in workers:
+            w.proc.stop()
+
+
+def test_a_wedged_engine_loses_no_request(
+    nats: Nats, frontends: list[Frontend], model: str
+) -> None:
+    """An engine stuck for a while (the mocker's wedge switch, from branch
+    `health`): its streams wait, or move, but none is lost."""
+    workers = workers_of(nats, model, 2)
+    try:
+        switch = f"{workers[0].system_url}/debug/wedge"
+        wedge = httpx.post(switch, json={"seconds": 0}, timeout=5)
+        if wedge.status_code in (404, 405):
+            pytest.skip("the mocker's wedge switch (POST /debug/wedge) is not available yet")
+        for f in frontends:
+            f.wait_workers(model, {w.id for w in workers})
+        with Load([f.url for f in frontends], model) as load:
+            steady(load)
+            load.fault()
+            httpx.post(switch, json={"seconds": 5}, timeout=5).raise_for_status()
+            back(load)
+        assert load.lost() == []
+    finally:
+        for w in workers:
+            w.proc.stop()
+
+
+def test_nats_restarted_under_load_loses_no_request(
+    nats: Nats, frontends: list[Frontend], model: str
+) -> None:
+    """Last: the module's nats-server restarts (an empty store); every
+    process reconnects, workers register again."""
+    workers = workers_of(nats, model, 2)
+    try:
+        for f in frontends:
+            f.wait_workers(model, {w.id for w in workers})
+        with Load([f.url for f in frontends], model) as load:
+            steady(load)
+            load.fault()
+            nats.restart()
+            back(load)
+        assert load.lost() == []
+        for f in frontends:
+            f.wait_workers(model, {w.id for w in workers})
     finally:
         for w in workers:
             w.proc.stop()

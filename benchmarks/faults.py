@@ -578,14 +578,15 @@ def table(scenario: str, results: list[dict[str, Any]], command: str) -> str:
         lines.append(f"not available yet: {missing[0]['not_available']}")
         return "\n".join(lines) + "\n"
     lines += [
-        "| run | requests | failed at first try | retried → ok | lost | TTFT p50 / p99 ms before → after | ITL p50 / p99 ms before → after | longest gap after (ms) | recovery (s) | lowest second after | migrations | machine busy (ours) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run | requests | in flight at the fault (per frontend) | failed at first try | retried → ok | lost | TTFT p50 / p99 ms before → after | ITL p50 / p99 ms before → after | longest gap after (ms) | recovery (s) | lowest second after | migrations | machine busy (ours) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         b, a = r["before"], r["after"]
         m = r["machine"]
         lines.append(
-            f"| {r['run']} | {r['requests']} | {causes(r['failed_first_try'])} "
+            f"| {r['run']} | {r['requests']} | {' + '.join(map(str, r['in_flight_at_fault'] or []))} "
+            f"| {causes(r['failed_first_try'])} "
             f"| {r['retried']} → {r['retried_ok']} | {causes(r['lost'])} "
             f"| {fmt(b['ttft_ms_p50'])} / {fmt(b['ttft_ms_p99'])} → {fmt(a['ttft_ms_p50'])} / {fmt(a['ttft_ms_p99'])} "
             f"| {fmt(b['itl_ms_p50'], 1)} / {fmt(b['itl_ms_p99'], 1)} → {fmt(a['itl_ms_p50'], 1)} / {fmt(a['itl_ms_p99'], 1)} "

@@ -282,6 +282,38 @@ def test_a_frontend_killed_under_load_fails_only_its_own_requests_and_their_retr
             w.proc.stop()
 
 
+def test_a_frontend_killed_mid_answer_stops_its_work_on_the_worker(nats: Nats, model: str) -> None:
+    """A dead frontend sends no abort: its worker learns it from NATS (its
+    batches to that frontend answered "no responders") and stops the
+    request, rather than run it to its end (50 s here) for nobody."""
+    (worker,) = workers_of(nats, model, 1)
+    doomed = start_frontend(nats)
+    try:
+        doomed.wait_workers(model, {worker.id})
+        body = {"model": model, "messages": ASK, "stream": True}
+        body |= {"max_tokens": 5000, "ignore_eos": True}
+
+        def ask() -> None:
+            try:
+                with httpx.stream("POST", doomed.v1 + "/chat/completions", json=body) as r:
+                    for _ in r.iter_lines():
+                        pass
+            except httpx.HTTPError:
+                pass  # its frontend is killed under it
+
+        asking = threading.Thread(target=ask, daemon=True)
+        asking.start()
+        active = lambda: worker.metric("rotor_engine_active_requests")  # noqa: E731
+        wait_for("the request to run on the worker", lambda: active() == 1)
+        doomed.proc.kill()
+        wait_for("the worker to stop it", lambda: active() == 0, timeout=10)
+        asking.join(10)
+        assert "frontend" in worker.proc.text() and "is gone" in worker.proc.text()
+    finally:
+        doomed.proc.stop()
+        worker.proc.stop()
+
+
 def test_a_wedged_engine_loses_no_request(
     nats: Nats, frontends: list[Frontend], model: str
 ) -> None:

@@ -41,7 +41,6 @@ import msgpack
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import MaxPayloadError, NoRespondersError
-from nats.js.api import Header
 
 from rotor.protocol import codec
 from rotor.protocol.engine import EngineError, EngineRequest
@@ -54,22 +53,11 @@ log = logging.getLogger("rotor.request_plane")
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
 EMBED_FILL = 0.8  # the share of the server's max payload one embed message (or its answer) fills
 _NUMBER_BYTES = 5  # msgpack's most for a token id (u32) or a float32, with its marker
-NO_RESPONDERS = "503"  # the status of NATS's answer to a request nobody subscribes to
 # After this frontend reconnected to NATS, how long its workers may take to be
 # back (they reconnect every 0.5 s and renew their lease every 1 s), and how
 # long a request that found nobody then waits before it is sent again.
 RECONNECT_GRACE_S = 3.0
 RESEND_S = 0.2
-
-
-def no_responders(msg: Msg) -> bool:
-    """NATS's own answer that nobody took the request: an empty message
-    whose status header says 503 (no worker can have sent it: theirs are
-    never empty)."""
-    headers = msg.headers
-    return (
-        not msg.data and headers is not None and headers.get(Header.STATUS.value) == NO_RESPONDERS
-    )
 
 
 def gone(worker_id: str) -> EngineError:
@@ -152,7 +140,7 @@ class RequestPlane:
         stream = self._streams.get(rid)
         if stream is None:
             return
-        if no_responders(msg):
+        if messages.no_responders(msg):
             sent = self._sent.get(rid)
             if sent is None:
                 return

@@ -6,6 +6,13 @@ every second (with its load), answers requests on its own subject by
 streaming numbered messages to the reply subject, stops a request the moment
 an abort arrives, relays its engine's KV events, and on SIGTERM withdraws its
 lease first, finishes what it has within the grace period, then stops.
+
+A frontend that dies sends no aborts: its requests would run on to their
+end for nobody. The worker's batches to a frontend carry a reply subject of
+the worker's (`rotor.worker.<id>.unread.<frontend>`), where NATS answers "no
+responders" once nobody reads the frontend's subject; the worker then stops
+every request of that frontend. (A frontend only cut off from NATS a moment
+moves those requests anyway when it is back: runtime/nats/request_plane.py.)
 """
 
 from __future__ import annotations
@@ -108,7 +115,9 @@ class WorkerService:
         self._renewer: asyncio.Task[None] | None = None
         self._kv_subject = subjects.kv_events(self.identity.worker_id)
         self._leaving = False
-        self._batches = StepBatcher(nc)  # stream messages, one NATS message per frontend per step
+        # stream messages, one NATS message per frontend per step
+        self._batches = StepBatcher(nc, self._reply_of)
+        self._of_frontend: dict[str, set[str]] = {}  # steps subject → its requests here
 
     @property
     def worker_id(self) -> str:
@@ -126,6 +135,7 @@ class WorkerService:
         if isinstance(self.engine, Embedder) and self.engine.card.capabilities.embedding_dim:
             await self._subs.add(subjects.embed(wid), self._on_embed)
         await self._subs.add(subjects.kv_snapshot(wid), self._on_kv_snapshot)
+        await self._subs.add(subjects.unread_all(wid), self._on_unread)
         if isinstance(self.engine, KVHold):
             await self._subs.add(subjects.kv_fetch(wid), self._on_kv_fetch)
         if isinstance(self.engine, KVHandover):
@@ -281,7 +291,20 @@ class WorkerService:
         serve = self._serve(request, msg.reply, span, steps)
         task = asyncio.create_task(serve, name=f"serve-{rid}")
         self._tasks[rid] = task
-        task.add_done_callback(lambda _: self._tasks.pop(rid, None))
+        if steps is None:
+            task.add_done_callback(lambda _: self._tasks.pop(rid, None))
+            return
+        self._of_frontend.setdefault(steps, set()).add(rid)
+
+        def done(_: object) -> None:
+            self._tasks.pop(rid, None)
+            rids = self._of_frontend.get(steps)
+            if rids is not None:
+                rids.discard(rid)
+                if not rids:
+                    del self._of_frontend[steps]
+
+        task.add_done_callback(done)
 
     async def _serve(
         self,
@@ -372,6 +395,32 @@ class WorkerService:
         except MaxPayloadError:  # (the frontend sizes its runs so that this cannot happen)
             too_big = EngineError("the vectors are more than one NATS message holds", "internal")
             await self.nc.publish(reply, codec.encode_embed_error(too_big))
+
+    def _reply_of(self, subject: str) -> str:
+        """A batch to a frontend carries this worker's unread subject for it."""
+        if subject.startswith(subjects.STEPS_PREFIX):
+            return subjects.unread(self.worker_id, subject[len(subjects.STEPS_PREFIX) :])
+        return ""
+
+    async def _on_unread(self, msg: Msg) -> None:
+        """NATS says nobody reads a frontend's batches: it is gone, and its
+        requests here stop."""
+        if not wire.no_responders(msg):
+            return
+        frontend = msg.subject.rsplit(".", 1)[-1]
+        rids = self._of_frontend.pop(subjects.steps(frontend), set())
+        if rids:
+            log.warning(
+                "worker %s: frontend %s is gone (NATS: no responders); stopping its %d request(s)",
+                self.worker_id,
+                frontend,
+                len(rids),
+            )
+        for rid in rids:
+            self.engine.abort(rid)
+            task = self._tasks.get(rid)
+            if task is not None:
+                task.cancel()
 
     async def _on_abort(self, msg: Msg) -> None:
         rid = msg.data.decode(errors="replace")

@@ -33,3 +33,23 @@ async def test_a_worker_unheard_for_the_ttl_is_dropped() -> None:
     other = Lease("w3", "m", "card", "other-compat", "h:3")
     await discovery.on_lease(other)
     assert "w3" not in pool.workers  # a card that disagrees is refused
+
+
+async def test_a_worker_found_gone_leaves_its_pool_at_once_and_a_lease_brings_it_back() -> None:
+    """The request plane found nobody serving w1 (NATS: no responders): it
+    leaves the pool before its lease runs out; a worker that was only cut off
+    from NATS a moment comes back with its next lease."""
+    inbox = FakeInbox()
+    pool = Pool(ModelCard("m"), inbox, RoundRobin())  # type: ignore[arg-type]
+    discovery = Discovery(lambda *a: pool, None, clock=lambda: 100.0)  # type: ignore[arg-type]
+    discovery.pools["m"] = pool
+    discovery.compat["m"] = "compat"
+    await discovery.on_lease(lease("w1"))
+    await discovery.on_lease(lease("w2"))
+    discovery.gone("w1")
+    assert set(pool.workers) == {"w2"} and inbox.gone == ["w1"]
+    discovery.gone("w1")  # (told twice: once is enough)
+    discovery.gone("unknown")
+    assert inbox.gone == ["w1"]
+    await discovery.on_lease(lease("w1"))
+    assert set(pool.workers) == {"w1", "w2"}

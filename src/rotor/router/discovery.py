@@ -1,10 +1,11 @@
 """The frontend side of discovery: which workers are live, for which model.
 
 Leases arrive from the runtime (runtime/nats/leases.py reads them off NATS)
-and are judged here. A worker not heard from for `lease_ttl` is gone; one
-whose lease says its engine is unhealthy (it failed its canary) stays known
-but is not live (router/pool.Pool.live) until a lease says it answers again.
-The first worker of a model brings its card (fetched once, by hash, from a
+and are judged here. A worker not heard from for `lease_ttl` is gone, and so
+is one the request plane found nobody serving (`gone`); one whose lease says
+its engine is unhealthy (it failed its canary) stays known but is not live
+(router/pool.Pool.live) until a lease says it answers again. The
+first worker of a model brings its card (fetched once, by hash, from a
 `CardSource`) and so the model's pool (`new_model`); a worker whose card
 disagrees with its model's (another tokenizer or template) is refused with a
 log line.
@@ -132,6 +133,13 @@ class Discovery:
             self.compat[lease.model] = lease.compat
             self.pools[lease.model] = self.new_model(card, tok)
             log.info("model %r is served (card %s)", lease.model, lease.card[:12])
+
+    def gone(self, worker_id: str) -> None:
+        """The request plane found nobody serving the worker (a request to it
+        was answered "no responders"): it is dropped now, not when its lease
+        runs out. A worker that is alive after all (cut off from NATS a
+        moment) comes back with its next lease."""
+        self._drop(worker_id, "answers no requests: gone")
 
     def _drop(self, worker_id: str, why: str) -> None:
         model, _ = self.seen.pop(worker_id, (None, 0.0))

@@ -64,9 +64,16 @@ class Cluster:
         self.discovery: Discovery | None = None
 
     async def start(self) -> None:
-        nc = await connect(self.config.nats, "frontend")
+        planes: list[RequestPlane] = []
+
+        async def reconnected() -> None:
+            for plane in planes:
+                plane.reconnected()
+
+        nc = await connect(self.config.nats, "frontend", reconnected)
         self._stop.append(_Drain(nc))
-        plane = RequestPlane(nc)
+        plane = RequestPlane(nc, on_gone=self._worker_gone)
+        planes.append(plane)
         await plane.start()
         self._stop.append(plane)
         sync = KVSync(KVSnapshots(nc), self._kv_router_of)
@@ -90,6 +97,11 @@ class Cluster:
     async def stop(self) -> None:
         while self._stop:
             await self._stop.pop().stop()
+
+    def _worker_gone(self, worker: str) -> None:
+        """A request found nobody serving `worker`: out of its pool at once."""
+        if self.discovery is not None:
+            self.discovery.gone(worker)
 
     def _kv_router_of(self, worker: str) -> KVRouter | None:
         pool = self.discovery.pool_of(worker) if self.discovery is not None else None

@@ -15,7 +15,9 @@ it to the socket in one write.
 Order holds: a subject's items are added in order, batches go out in the
 order they were closed, by one publisher task. A batch that grows past half
 the server's max payload is closed at once, so no message outgrows what
-NATS carries.
+NATS carries. A subject may have a reply subject (`reply_of`): nobody
+answers a batch, but NATS says "no responders" there when nobody reads the
+subject any more.
 """
 
 from __future__ import annotations
@@ -45,8 +47,10 @@ class _Batch:
 
 
 class StepBatcher:
-    def __init__(self, nc: Client) -> None:
+    def __init__(self, nc: Client, reply_of: Callable[[str], str] | None = None) -> None:
+        """`reply_of(subject)`: the reply subject its batches carry ("": none)."""
         self._nc = nc
+        self._reply_of = reply_of
         self._open: dict[str, _Batch] = {}  # subject → its batch of this turn
         self._closed: collections.deque[tuple[str, _Batch]] = collections.deque()
         self._turn_end_due = False
@@ -105,8 +109,9 @@ class StepBatcher:
             self._ready.clear()
             while self._closed:
                 subject, batch = self._closed.popleft()
+                reply = self._reply_of(subject) if self._reply_of is not None else ""
                 try:
-                    await self._nc.publish(subject, batch.encode(batch.items))
+                    await self._nc.publish(subject, batch.encode(batch.items), reply=reply)
                 except Exception as e:  # lost: the readers see the gap, or silence
                     log.warning(
                         "a batch of %d messages to %s was not sent: %s",

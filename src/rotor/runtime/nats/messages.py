@@ -18,6 +18,8 @@ import logging
 from typing import Any
 
 import msgpack
+from nats.aio.msg import Msg
+from nats.js.api import Header
 
 from rotor.protocol import codec
 from rotor.protocol.engine import EngineError
@@ -32,6 +34,19 @@ _KINDS: dict[str, Kind] = {OUTPUTS: "outputs", ERROR: "error", HEARTBEAT: "heart
 # for any message before it counts the worker dead.
 HEARTBEAT_S = 1.0
 SILENCE_S = 4.0
+
+
+NO_RESPONDERS = "503"  # the status of NATS's answer to a message nobody subscribes to
+
+
+def no_responders(msg: Msg) -> bool:
+    """NATS's own answer that nobody took a message published with a reply
+    subject: an empty message whose status header says 503 (no rotor peer
+    sends an empty one)."""
+    headers = msg.headers
+    return (
+        not msg.data and headers is not None and headers.get(Header.STATUS.value) == NO_RESPONDERS
+    )
 
 
 def message(seq: int, kind: str, payload: bytes | None = None) -> bytes:

@@ -8,6 +8,25 @@ request's `OutputStream` (runtime/stream.py: the reader both transports
 share). A worker whose lease ended (`worker_gone`) fails its streams at once.
 Workers send the streams of a frontend's requests in batches, one message per
 step (`rotor.steps.<frontend>`, runtime/nats/batcher.py).
+
+A request published to a worker nobody serves any more (killed, or cut off
+from NATS, before its lease ran out) is answered by NATS itself: "no
+responders", an empty message with status 503 on the reply subject. Its
+stream ends "unavailable" with cause worker_gone (a pool moves it to another
+worker), and the plane tells its owner (`on_gone`), who drops the worker at
+once rather than when its lease runs out; a worker that is in fact alive
+comes back with its next lease. Except while NATS comes back: for
+`reconnect_grace` seconds after this frontend's own connection reconnected
+(a restarted nats-server), or for a request published before it did, no
+responders means the worker has not reconnected yet, not that it is gone:
+nobody received the request, so it is sent again a moment later.
+
+What workers sent this frontend while its connection was away is lost (NATS
+keeps nothing for a subscriber that is not there), so when it comes back
+(`reconnected`) every stream sent before ends "unavailable" with what it
+received, and a pool moves it on at once: one that went on would show the
+gap at its next message, but one whose end was lost would hear nothing
+until its silence limit.
 """
 
 from __future__ import annotations
@@ -15,6 +34,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import msgpack
 from nats.aio.client import Client
@@ -32,6 +53,18 @@ log = logging.getLogger("rotor.request_plane")
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
 EMBED_FILL = 0.8  # the share of the server's max payload one embed message (or its answer) fills
 _NUMBER_BYTES = 5  # msgpack's most for a token id (u32) or a float32, with its marker
+# After this frontend reconnected to NATS, how long its workers may take to be
+# back (they reconnect every 0.5 s and renew their lease every 1 s), and how
+# long a request that found nobody then waits before it is sent again.
+RECONNECT_GRACE_S = 3.0
+RESEND_S = 0.2
+
+
+def gone(worker_id: str) -> EngineError:
+    """The error of a request whose worker NATS found nobody serving."""
+    return EngineError(
+        f"worker {worker_id} is gone (NATS: no responders)", "unavailable", cause="worker_gone"
+    )
 
 
 def embed_runs(inputs: list[list[int]], width: int, limit: int) -> list[list[list[int]]]:
@@ -55,13 +88,41 @@ def embed_runs(inputs: list[list[int]], width: int, limit: int) -> list[list[lis
     return runs
 
 
+@dataclass(slots=True)
+class _Sent:
+    """A request on its way: its worker, how to publish it (again), and the
+    connection's reconnect count when it last was."""
+
+    worker: str
+    publish: Callable[[], Awaitable[None]]
+    epoch: int = -1
+
+
 class RequestPlane:
     """The frontend's inbox for every remote request's outputs."""
 
-    def __init__(self, nc: Client, frontend_id: str | None = None) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        frontend_id: str | None = None,
+        on_gone: Callable[[str], None] | None = None,
+        reconnect_grace: float = RECONNECT_GRACE_S,
+        resend_after: float = RESEND_S,
+    ) -> None:
+        """`on_gone(worker_id)`: a request found that nobody serves the
+        worker's subjects any more (NATS's "no responders"), other than
+        while NATS comes back (`reconnect_grace` seconds after this
+        connection reconnected: such a request is sent again after
+        `resend_after` seconds)."""
         self.nc = nc
         self.frontend_id = frontend_id or uuid.uuid4().hex[:12]
+        self.on_gone = on_gone
+        self.reconnect_grace = reconnect_grace
+        self.resend_after = resend_after
         self._streams: dict[str, OutputStream] = {}
+        self._sent: dict[str, _Sent] = {}  # request id → where it went
+        self._reconnects = nc.stats["reconnects"]
+        self._reconnected_at: float | None = None  # when this plane first saw the last one
         self._by_worker: dict[str, set[str]] = {}
         self._publishing: set[asyncio.Task[None]] = set()
         self._subs = Subscriptions(nc)
@@ -75,9 +136,82 @@ class RequestPlane:
         await self._subs.close()
 
     async def _on_msg(self, msg: Msg) -> None:
-        stream = self._streams.get(msg.subject.rsplit(".", 1)[-1])
-        if stream is not None:
-            messages.put_message(msg.data, stream)
+        rid = msg.subject.rsplit(".", 1)[-1]
+        stream = self._streams.get(rid)
+        if stream is None:
+            return
+        if messages.no_responders(msg):
+            sent = self._sent.get(rid)
+            if sent is None:
+                return
+            if self._settling(sent.epoch):
+                self._send_again(rid, sent)
+            else:
+                stream.fail(gone(sent.worker))
+                self._found_gone(sent.worker)
+            return
+        messages.put_message(msg.data, stream)
+
+    def _found_gone(self, worker_id: str) -> None:
+        log.warning("worker %s answers no requests (NATS: no responders)", worker_id)
+        if self.on_gone is not None:
+            self.on_gone(worker_id)
+
+    def reconnected(self) -> None:
+        """This frontend's NATS connection came back (its owner calls this
+        from the connection's reconnect callback): the streams sent before
+        may have lost messages meanwhile, and end now."""
+        epoch = self._epoch()
+        lost = [rid for rid, sent in self._sent.items() if sent.epoch != epoch]
+        if lost:
+            log.warning("NATS is back: moving %d stream(s) that may have lost messages", len(lost))
+        for rid in lost:
+            stream = self._streams.get(rid)
+            if stream is not None:
+                stream.fail(
+                    EngineError(
+                        "this frontend's NATS connection came back: messages sent meanwhile are lost",
+                        "unavailable",
+                    )
+                )
+
+    def _epoch(self) -> int:
+        """The connection's reconnect count (nats-py counts one before it
+        sends what it held back); the first time this plane sees a new one
+        is when NATS came back, as far as it knows."""
+        count: int = self.nc.stats["reconnects"]
+        if count != self._reconnects:
+            self._reconnects = count
+            self._reconnected_at = asyncio.get_running_loop().time()
+        return count
+
+    def _settling(self, epoch: int) -> bool:
+        """Whether NATS is coming back for a request published at `epoch`:
+        the connection reconnected since, or a moment ago (its workers may
+        not have reconnected yet)."""
+        if self._epoch() != epoch:
+            return True
+        at = self._reconnected_at
+        return at is not None and asyncio.get_running_loop().time() - at < self.reconnect_grace
+
+    def _send_again(self, rid: str, sent: _Sent) -> None:
+        """A request nobody received while NATS comes back: the same again soon."""
+        log.debug(
+            "request %s: worker %s is not back on NATS yet; sending it again", rid, sent.worker
+        )
+
+        async def again() -> None:
+            await asyncio.sleep(self.resend_after)
+            if self._sent.get(rid) is not sent:  # (its stream ended meanwhile)
+                return
+            try:
+                await sent.publish()
+            except Exception as e:  # its stream's silence limit ends it
+                log.debug("could not send request %s again: %s", rid, e)
+
+        task = asyncio.get_running_loop().create_task(again())
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)
 
     async def _on_batch(self, msg: Msg) -> None:
         messages.put_batch(msg.data, self._streams)
@@ -108,19 +242,27 @@ class RequestPlane:
 
         def ended() -> None:
             self._streams.pop(rid, None)
+            self._sent.pop(rid, None)
             ids = self._by_worker.get(worker_id)
             if ids is not None:
                 ids.discard(rid)
 
-        async def send() -> None:
-            self._streams[rid] = stream
-            self._by_worker.setdefault(worker_id, set()).add(rid)
+        async def publish() -> None:
+            sent.epoch = self._epoch()
             await self.nc.publish(
                 subjects.generate(worker_id),
                 codec.encode_request(request),
                 reply=subjects.response(self.frontend_id, rid),
                 headers=headers,
             )
+
+        sent = _Sent(worker_id, publish)
+
+        async def send() -> None:
+            self._streams[rid] = stream
+            self._sent[rid] = sent
+            self._by_worker.setdefault(worker_id, set()).add(rid)
+            await publish()
 
         stream = OutputStream(
             request.n,
@@ -157,11 +299,10 @@ class RequestPlane:
     ) -> list[list[float]]:
         data = codec.encode_embed_request(inputs, dimensions)
         try:
-            reply = await self.nc.request(subjects.embed(worker_id), data, timeout=timeout)
+            reply = await self._request(subjects.embed(worker_id), data, timeout)
         except NoRespondersError:
-            raise EngineError(
-                f"worker {worker_id} is gone", "unavailable", cause="worker_gone"
-            ) from None
+            self._found_gone(worker_id)
+            raise gone(worker_id) from None
         except MaxPayloadError:
             raise EngineError(
                 f"an input of {len(inputs[0])} tokens is too large for one NATS message",
@@ -180,6 +321,18 @@ class RequestPlane:
             raise EngineError(
                 f"worker {worker_id} sent a malformed answer: {e}", "internal"
             ) from None
+
+    async def _request(self, subject: str, data: bytes, timeout: float) -> Msg:
+        """A request/reply; one that nobody took while NATS comes back is
+        asked again a moment later (NoRespondersError once it is back)."""
+        while True:
+            epoch = self._epoch()
+            try:
+                return await self.nc.request(subject, data, timeout=timeout)
+            except NoRespondersError:
+                if not self._settling(epoch):
+                    raise
+            await asyncio.sleep(self.resend_after)
 
     def release_kv(self, worker_id: str, transfer_id: str) -> None:
         """Tell a prefill worker its pinned blocks for `transfer_id` are not

@@ -8,6 +8,9 @@ bucket name, so both sides always agree.
 - `rotor.worker.<id>.kv`        request/reply: the worker's KV snapshot (resync).
 - `rotor.worker.<id>.kv_fetch`  request/reply: the KV blocks a prefill pinned
   (`{"transfer_id", "hashes"}` → `{"hashes": the ones handed over}`).
+- `rotor.worker.<id>.unread.<frontend>`  the reply subject of the worker's
+  batches to that frontend: nothing is sent there but NATS's "no responders"
+  when nobody reads `rotor.steps.<frontend>` (the frontend is gone).
 - `rotor.lease.<id>`            each lease renewal (and withdrawal), as it happens.
 - `rotor.kv.<id>`               the worker's KV events.
 - `rotor.resp.<frontend>.<rid>` one request's output stream.
@@ -51,6 +54,15 @@ def abort(worker_id: str) -> str:
 def kv_fetch(worker_id: str) -> str:
     """request/reply: a decode worker takes the KV blocks a prefill pinned for it."""
     return f"rotor.worker.{worker_id}.kv_fetch"
+
+
+def unread(worker_id: str, frontend_id: str) -> str:
+    """The reply subject of a worker's batches to a frontend."""
+    return f"rotor.worker.{worker_id}.unread.{frontend_id}"
+
+
+def unread_all(worker_id: str) -> str:
+    return f"rotor.worker.{worker_id}.unread.*"
 
 
 def kv_snapshot(worker_id: str) -> str:

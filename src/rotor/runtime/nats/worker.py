@@ -12,6 +12,13 @@ fails its canary, its lease says it is unhealthy (frontends route nothing
 to it), it ends the requests it holds with an "unavailable" error (cause
 "unhealthy": the frontends move them to another worker) and refuses new
 ones the same way, until a canary answers again.
+
+A frontend that dies sends no aborts: its requests would run on to their
+end for nobody. The worker's batches to a frontend carry a reply subject of
+the worker's (`rotor.worker.<id>.unread.<frontend>`), where NATS answers "no
+responders" once nobody reads the frontend's subject; the worker then stops
+every request of that frontend. (A frontend only cut off from NATS a moment
+moves those requests anyway when it is back: runtime/nats/request_plane.py.)
 """
 
 from __future__ import annotations
@@ -124,7 +131,9 @@ class WorkerService:
         self._renewer: asyncio.Task[None] | None = None
         self._kv_subject = subjects.kv_events(self.identity.worker_id)
         self._leaving = False
-        self._batches = StepBatcher(nc)  # stream messages, one NATS message per frontend per step
+        # stream messages, one NATS message per frontend per step
+        self._batches = StepBatcher(nc, self._reply_of)
+        self._of_frontend: dict[str, set[str]] = {}  # steps subject → its requests here
         self._kv_delay = (
             DelayedKVEvents(kv_events_delay, self._publish_kv_event) if kv_events_delay else None
         )
@@ -145,6 +154,7 @@ class WorkerService:
         if isinstance(self.engine, Embedder) and self.engine.card.capabilities.embedding_dim:
             await self._subs.add(subjects.embed(wid), self._on_embed)
         await self._subs.add(subjects.kv_snapshot(wid), self._on_kv_snapshot)
+        await self._subs.add(subjects.unread_all(wid), self._on_unread)
         if isinstance(self.engine, KVHold):
             await self._subs.add(subjects.kv_fetch(wid), self._on_kv_fetch)
         if isinstance(self.engine, KVHandover):
@@ -367,10 +377,19 @@ class WorkerService:
         task = asyncio.create_task(self._serve(request, reply, span), name=f"serve-{rid}")
         self._tasks[rid] = task
         self._serving[rid] = _Serving(task, reply)
+        if steps is not None:
+            self._of_frontend.setdefault(steps, set()).add(rid)
 
         def over(_: object) -> None:
             self._tasks.pop(rid, None)
             self._serving.pop(rid, None)
+            if steps is None:
+                return
+            rids = self._of_frontend.get(steps)
+            if rids is not None:
+                rids.discard(rid)
+                if not rids:
+                    del self._of_frontend[steps]
 
         task.add_done_callback(over)
 
@@ -461,6 +480,32 @@ class WorkerService:
         except MaxPayloadError:  # (the frontend sizes its runs so that this cannot happen)
             too_big = EngineError("the vectors are more than one NATS message holds", "internal")
             await self.nc.publish(reply, codec.encode_embed_error(too_big))
+
+    def _reply_of(self, subject: str) -> str:
+        """A batch to a frontend carries this worker's unread subject for it."""
+        if subject.startswith(subjects.STEPS_PREFIX):
+            return subjects.unread(self.worker_id, subject[len(subjects.STEPS_PREFIX) :])
+        return ""
+
+    async def _on_unread(self, msg: Msg) -> None:
+        """NATS says nobody reads a frontend's batches: it is gone, and its
+        requests here stop."""
+        if not wire.no_responders(msg):
+            return
+        frontend = msg.subject.rsplit(".", 1)[-1]
+        rids = self._of_frontend.pop(subjects.steps(frontend), set())
+        if rids:
+            log.warning(
+                "worker %s: frontend %s is gone (NATS: no responders); stopping its %d request(s)",
+                self.worker_id,
+                frontend,
+                len(rids),
+            )
+        for rid in rids:
+            self.engine.abort(rid)
+            task = self._tasks.get(rid)
+            if task is not None:
+                task.cancel()
 
     async def _on_abort(self, msg: Msg) -> None:
         rid = msg.data.decode(errors="replace")

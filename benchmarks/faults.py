@@ -12,11 +12,11 @@ fault is applied:
     worker-kill     SIGKILL a worker
     frontend-kill   SIGKILL a frontend
     nats-restart    SIGKILL nats-server and start it again (same port, same store)
-    wedge           wedge a worker's engine for --wedge-seconds (40: past the frontends'
+    wedge           wedge a worker's engine for --wedge-seconds (40: past its canary's
+                    --canary-after 10 + --canary-timeout 5, and the frontends'
                     --request-timeout of 30 s): POST /debug/wedge {"seconds": S} on its
-                    --system-port, the interface asked of the mocker's switch (branch
-                    `health`); a worker that answers 404 or 405 there has no switch
-                    yet, and the scenario says "not available yet"
+                    --system-port (the mocker's switch); an engine without the switch
+                    answers 501 there, and the scenario says so
     drain           SIGTERM a worker (it finishes what it has, takes nothing new)
 
 A client whose frontend is gone (it cannot connect, or the connection broke
@@ -464,13 +464,11 @@ def _ms(x: float | None) -> float | None:
 def wedge_available(url: str) -> str | None:
     """None when the worker has the wedge switch; else why not."""
     try:
-        r = httpx.post(url + "/debug/wedge", json={"seconds": 0}, timeout=5)
+        r = httpx.get(url + "/debug/wedge", timeout=5)  # asks; a POST would wedge it
     except httpx.HTTPError as e:
         return f"its --system-port did not answer: {e}"
-    if r.status_code in (404, 405):
-        return f"POST /debug/wedge answered {r.status_code}"
     if r.status_code >= 400:
-        return f"POST /debug/wedge answered {r.status_code}: {r.text[:200]}"
+        return f"GET /debug/wedge answered {r.status_code}: {r.text[:200]}"
     return None
 
 

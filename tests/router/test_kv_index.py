@@ -268,7 +268,8 @@ def test_a_routed_prompt_is_predicted_beyond_what_the_device_holds() -> None:
     assert index.predict("w", A) == 7  # A[:3] are real already
     assert index.matches(A) == {"w": Overlap(device=3, predicted=7)}
     assert index.overlaps(A) == {"w": 10}
-    assert index.predicted_of("w") == set(A[3:])
+    # all of them: those it holds, it keeps in use (a late removal is no news)
+    assert index.predicted_of("w") == set(A)
     assert index.num_blocks("w") == 3  # the real ones
     # a worker never heard of before: all predicted, though it has sent no event
     assert index.predict("fresh", B) == 6
@@ -302,21 +303,41 @@ def test_a_later_prediction_refreshes_the_ttl() -> None:
     assert index.matches(A, now=103.5) == {}
 
 
-def test_a_stored_event_in_a_lower_medium_confirms_it_there() -> None:
+def test_a_block_stored_below_the_device_stays_predicted() -> None:
+    """A block moved down may have left the device before the request came:
+    only the device's events confirm; the request brings it up."""
     index, _ = predicting()
     index.predict("w", A[:4])
     index.apply("w", stored(1, A[2:4], A[1], "host"))
-    assert index.matches(A) == {"w": Overlap(host=2, predicted=2)}
+    assert index.matches(A) == {"w": Overlap(predicted=4)}
+    assert index.predicted_of("w") == set(A[:4])
 
 
-def test_a_removal_clears_a_prediction_and_cuts_the_run() -> None:
-    index, _ = predicting()
-    index.predict("w", A)
-    index.apply("w", BlocksRemoved(1, [A[5]]))  # not held: but the worker named it
-    assert index.matches(A) == {"w": Overlap(predicted=5)}
-    index.apply("w", BlocksRemoved(2, [A[0]], "disk"))  # whatever the medium
+def test_a_removal_clears_a_prediction_once_the_events_caught_up() -> None:
+    index, clock = predicting(ttl=5.0)
+    index.predict("w", A[:4])  # at 100
+    clock.now = 101.0
+    index.predict("w", A)  # at 101
+    # news older than the requests: it was evicted, then sent a request again
+    index.apply("w", BlocksRemoved(1, [A[1]]))
+    assert index.matches(A) == {"w": Overlap(predicted=10)}
+    index.apply("w", BlocksRemoved(2, [A[0]], "host"))  # below the device: no news for it
+    assert index.matches(A) == {"w": Overlap(predicted=10)}
+    # the worker stored the first request's blocks: its events have caught up
+    # with what was sent at 100 (A[:4] first predicted then), not yet at 101
+    index.apply("w", stored(3, A[:2]))  # real now (and predicted again at 101)
+    index.apply("w", BlocksRemoved(4, [A[5], A[1]]))
+    # A[5], A[1]: predicted at 101, younger than this news: they wait
+    assert index.matches(A) == {"w": Overlap(device=1, predicted=9)}
+    assert index.num_blocks("w") == 1
+    clock.now = 102.0
+    index.predict("w", B)  # at 102
+    index.apply("w", stored(5, A[4:5], A[3]))  # first predicted at 101: caught up with it
+    index.apply("w", BlocksRemoved(6, [A[5], A[0]]))
+    # news for what was sent by 101: A[5] and A[0] go, real and predicted
     assert index.matches(A) == {}
-    assert index.predicted_of("w") == set(A[1:5]) | set(A[6:])
+    assert index.predicted_of("w") == set(A[1:4]) | set(A[6:]) | set(B)
+    assert index.blocks_of("w") == {A[4]}
 
 
 def test_a_worker_leaving_or_clearing_drops_its_predictions() -> None:
@@ -338,12 +359,12 @@ def test_a_snapshot_that_holds_a_predicted_block_confirms_it() -> None:
     index.predict("w", A[:6])
     pairs = [(h, A[i - 1] if i else None) for i, h in enumerate(A)]
     index.resync("w", KVSnapshot(3, BS, pairs[:2], {"disk": pairs[2:3]}))
-    assert index.predicted_of("w") == set(A[3:6])
-    assert index.matches(A) == {"w": Overlap(device=2, disk=1, predicted=3)}
+    assert index.predicted_of("w") == set(A[2:6])  # (on disk: still to be brought up)
+    assert index.matches(A) == {"w": Overlap(device=2, predicted=4)}
 
 
 def test_each_block_is_credited_the_larger_of_real_and_predicted() -> None:
-    index, _ = predicting()
+    index, clock = predicting(ttl=2.0)
     index.apply("w", stored(1, A[:2]))
     index.apply("w", stored(2, A[2:6], A[1], "host"))
     index.apply("w", stored(3, A[6:8], A[5], "disk"))
@@ -352,7 +373,7 @@ def test_each_block_is_credited_the_larger_of_real_and_predicted() -> None:
     assert o == Overlap(device=2, host=2, disk=2, predicted=2)
     assert o.credit(0.75, 0.25) == 2 + 2 + 1.5 + 0.5
     # the larger of: the prediction gone, the host copies count again
-    index.apply("w", stored(4, A[2:4], A[1], "host"))  # (a stored event confirms it)
+    clock.now += 2.0
     assert index.matches(A)["w"] == Overlap(device=2, host=4, disk=2)
 
 

@@ -78,7 +78,7 @@ def test_the_events_confirm_the_prediction_and_the_rest_expires() -> None:
     clock.now = 12.0  # r2 refreshed a's predictions at 10.0: until 12.0
     _, headers = ask(kv, "r3")
     assert headers["x-rotor-kv-tiers"] == "device=6,host=0,disk=0,predicted=0"
-    assert kv.index.predicted_of("a") == set(HASHES[6:])  # r3's own, until 14.0
+    assert kv.index.predicted_of("a") == set(HASHES)  # r3's own (its whole prompt), until 14.0
 
 
 def test_a_worker_leaving_the_pool_takes_its_predictions() -> None:

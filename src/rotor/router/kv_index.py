@@ -334,7 +334,8 @@ def _runs(masks: dict[int, int], block_hashes: Sequence[int]) -> dict[int, int]:
 class _Expiring:
     """Entries of one layer of a map that each last until their expiry: the
     approximate index's records, `KVIndex`'s predicted blocks. A constant TTL
-    and a clock that never goes back keep `_until` sorted, oldest first."""
+    and a clock that never goes back keep `_until` sorted, oldest first.
+    Each entry also keeps when it was first recorded (a refresh keeps that)."""
 
     __slots__ = ("_map", "_layer", "ttl", "_until")
 
@@ -342,7 +343,8 @@ class _Expiring:
         self._map = pm
         self._layer = layer
         self.ttl = ttl
-        self._until: OrderedDict[tuple[WorkerId, int], float] = OrderedDict()
+        # (worker, hash) -> (first recorded, expiry)
+        self._until: OrderedDict[tuple[WorkerId, int], tuple[float, float]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._until)
@@ -355,18 +357,25 @@ class _Expiring:
         added = []
         for h in hashes:
             key = (worker, h)
-            if key in entries:
+            held = entries.get(key)
+            if held is not None:
                 entries.move_to_end(key)
+                entries[key] = (held[0], until)
             else:
                 added.append(h)
-            entries[key] = until
+                entries[key] = (now, until)
         self._map.add(worker, added, self._layer)
+
+    def recorded(self, worker: WorkerId, h: int) -> tuple[float, float] | None:
+        """When the entry was first recorded and last refreshed (None: no entry)."""
+        held = self._until.get((worker, h))
+        return None if held is None else (held[0], held[1] - self.ttl)
 
     def expire(self, now: float) -> int:
         """Drop the entries whose TTL has run out; how many were dropped."""
         entries, dropped = self._until, 0
         while entries:
-            key, until = next(iter(entries.items()))
+            key, (_, until) = next(iter(entries.items()))
             if until > now:
                 break
             del entries[key]
@@ -417,11 +426,20 @@ class KVIndex:
     blocks and each lower medium's), and with `predicted_ttl` > 0 the blocks
     the router predicts (`predict`).
 
-    A predicted block is the worker's until one of its events names it — a
-    stored event (any medium) makes it real, a removal drops it, and so does
-    a cleared cache or a snapshot that holds it — or until `predicted_ttl`
-    seconds on `clock` have passed, or the worker leaves. It counts as a
-    device block (`Overlap.predicted`): the worker will have computed it.
+    A predicted block is the worker's until its events name it on the device
+    — a stored event makes it real, a removal drops it, and so does a cleared cache or a snapshot that holds it — or until
+    `predicted_ttl` seconds on `clock` have passed, or the worker leaves. It
+    counts as a device block (`Overlap.predicted`): the worker will have
+    computed it.
+
+    Events come late, so a removal may be older than a prediction: the block
+    was evicted, then a request sent there computed it again. Such a removal
+    must not drop the prediction (the next request of the prefix would go
+    elsewhere, and compute it once more). The events are in order, so a
+    stored event that confirms a prediction first made at t says the
+    worker's stream has caught up with the requests sent to it by t; a
+    removal drops only the predictions last made by then, the younger ones
+    wait for their own confirmation, the TTL, or a removal after it.
 
     A worker id names one worker *instance*: a restarted worker numbers its
     events from 1 again, so it must come back under a new id (or be removed
@@ -446,6 +464,8 @@ class KVIndex:
         self._map = PrefixMap(LAYERS)
         self._streams: dict[WorkerId, _Stream] = {}
         self._predicted = _Expiring(self._map, PREDICTED, predicted_ttl)
+        # per worker: predictions made by then are older than its events' news
+        self._caught_up: dict[WorkerId, float] = {}
 
     def __len__(self) -> int:
         """Distinct block hashes held by any worker on the device."""
@@ -469,16 +489,17 @@ class KVIndex:
     def predict(
         self, worker: WorkerId, block_hashes: Sequence[int], now: float | None = None
     ) -> int:
-        """A request with this prompt was sent to the worker: the blocks it does
-        not hold on its device (it computes them, or brings them up) are
-        predicted there for `predicted_ttl` seconds (a later prediction
-        refreshes that); how many. Nothing with a TTL of 0."""
+        """A request with this prompt was sent to the worker: every block of
+        the prompt is predicted there for `predicted_ttl` seconds (a later
+        prediction refreshes that) — those it lacks it computes or brings up,
+        and those it holds it keeps in use, whatever late removal of theirs
+        is on its way; how many it lacks on its device. Nothing with a TTL
+        of 0."""
         if not self.predicted_ttl:
             return 0
         self._map.add_worker(worker)
-        new = self._map.missing(worker, block_hashes, DEVICE)
-        self._predicted.record(worker, new, self.clock() if now is None else now)
-        return len(new)
+        self._predicted.record(worker, block_hashes, self.clock() if now is None else now)
+        return len(self._map.missing(worker, block_hashes, DEVICE))
 
     def expire(self, now: float | None = None) -> int:
         """Drop the predictions whose TTL has run out; how many were dropped."""
@@ -536,7 +557,6 @@ class KVIndex:
             if layer is not None:
                 hashes = [h for h, _parent in blocks]
                 pm.add(worker, hashes, layer)
-                self._predicted.drop(worker, hashes)
         stream.last_id = snapshot.event_id
         held, stream.held = stream.held, {}
         stream.awaiting_resync = False
@@ -549,6 +569,7 @@ class KVIndex:
         """Forget the worker, its blocks and its predictions (it left, or its
         lease expired)."""
         self._streams.pop(worker, None)
+        self._caught_up.pop(worker, None)
         self._predicted.forget(worker)
         self._map.remove_worker(worker)
 
@@ -581,15 +602,47 @@ class KVIndex:
             if event.block_size:
                 self._check_block_size(event.block_size, worker)
             self._map.add(worker, event.block_hashes, LAYER_OF_MEDIUM[event.medium])
-            self._predicted.drop(worker, event.block_hashes)  # real now
+            if event.medium == "device":  # (one moved down may have left before the request)
+                self._confirm(worker, event.block_hashes)  # real now
         elif isinstance(event, BlocksRemoved):
             self._map.discard(worker, event.block_hashes, LAYER_OF_MEDIUM[event.medium])
-            self._predicted.drop(worker, event.block_hashes)  # its events know better
+            if event.medium == "device":
+                self._unpredict(worker, event.block_hashes)
         elif isinstance(event, AllCleared):  # every registration of every medium
             self._map.clear(worker, REAL_LAYERS)
             self._predicted.forget(worker)
         else:
             raise TypeError(f"not a KV event: {type(event).__name__}")
+
+    def _confirm(self, worker: WorkerId, hashes: Sequence[int]) -> None:
+        """Stored: the worker's events have caught up with the requests sent
+        to it by when these blocks were first predicted, and their
+        predictions are real now — but for one predicted again since (that
+        request's news is still to come: a removal before it is none)."""
+        predicted = self._predicted
+        if not predicted:
+            return
+        caught_up = self._caught_up.get(worker, float("-inf"))
+        made = [(h, predicted.recorded(worker, h)) for h in hashes]
+        for _, when in made:
+            if when is not None and when[0] > caught_up:
+                caught_up = when[0]
+        self._caught_up[worker] = caught_up
+        predicted.drop(worker, [h for h, when in made if when is not None and when[1] <= caught_up])
+
+    def _unpredict(self, worker: WorkerId, hashes: Sequence[int]) -> None:
+        """Removed from the device: the predictions this removal is news for
+        (last made before the worker's events caught up) go."""
+        predicted = self._predicted
+        if not predicted:
+            return
+        caught_up = self._caught_up.get(worker, float("-inf"))
+        gone = []
+        for h in hashes:
+            made = predicted.recorded(worker, h)
+            if made is not None and made[1] <= caught_up:
+                gone.append(h)
+        predicted.drop(worker, gone)
 
     def _check_block_size(self, block_size: int, worker: WorkerId) -> None:
         if block_size != self.block_size:

@@ -26,10 +26,11 @@ Two indexes share that core:
   held back, and `resync` with a snapshot replaces the worker's blocks and
   replays the held-back events that follow it, so the index converges even
   while events keep flowing during the resync. With a `predicted_ttl`, the
-  blocks a request routed to a worker will put there are *predicted* entries
-  until that worker's events name them (stored: they are real; removed: they
-  are gone) or the TTL runs out, so the requests that follow one of a prefix
-  find it before its events arrive.
+  blocks of a request routed to a worker are *predicted* entries there until
+  that worker's events name them on the device (stored: they are real;
+  removed, by news younger than the prediction: they are gone) or the TTL
+  runs out, so the requests that follow one of a prefix find it before its
+  events arrive.
 - `ApproxKVIndex` is for engines that publish no events: the router records
   its own decisions, and each record expires after a TTL.
 """
@@ -57,9 +58,9 @@ MAX_HELD_EVENTS = 4096  # events held back per worker while it awaits a resync
 
 # How long a routed request's blocks count as predicted on its worker when
 # its KV events have not confirmed them (--router-predicted-ttl). The events
-# confirm or drop an entry as soon as they name its block, so the TTL only
+# confirm or drop an entry as soon as they can speak for it, so the TTL only
 # bounds a guess they never speak of (a request aborted before its worker
-# scheduled it, say): it must outlast the gap it bridges — the worker's event
+# scheduled it, a held block never evicted): it must outlast the gap it bridges — the worker's event
 # lag (up to the 1 s that docs/benchmarks.md measures) plus the wait in a busy
 # worker's queue before the engine registers the blocks — and a guess that
 # outlives its truth costs little (the prefix's next request goes where it

@@ -610,7 +610,7 @@ def main() -> None:
         "--wedge-seconds",
         type=float,
         default=40.0,
-        help="how long the wedge holds the engine (past the frontends' --request-timeout, 30 s)",
+        help="how long the wedge holds the engine (past its canary: --canary-after 10 + --canary-timeout 5)",
     )
     p.add_argument("--timeout", type=float, default=120.0, help="a client's limit per request")
     p.add_argument("--worker-arg", dest="worker_args", action="append", default=[])

@@ -230,6 +230,14 @@ class StartedResponse:
     # its prompts and their choices (finish reasons), read once at the end by the request log
     prepared: list[Prepared] = field(default_factory=list)
 
+    def prompt_token_ids(self, index: int) -> list[int]:
+        """The token ids the engine took as the prompt of choice `index`
+        (`return_token_ids`)."""
+        for p in self.prepared:
+            if index < p.first_index + len(p.requests):
+                return p.token_ids
+        raise IndexError(index)
+
     @property
     def model(self) -> str:
         """The model's name as the request gave it, as responses say it

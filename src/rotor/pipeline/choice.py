@@ -1,5 +1,10 @@
 """One choice, end to end inside the frontend: decode, then parse, then the
-finish_reason that both imply. Streaming and non-streaming both consume this."""
+finish_reason that both imply. Streaming and non-streaming both consume this.
+
+With `return_token_ids` a choice also keeps the ids its decoder took: the
+engine's own ids, up to and including the one that ended the choice (a stop
+string's last token too, as vLLM returns it); ids past that end are dropped,
+as their text is."""
 
 from __future__ import annotations
 
@@ -18,7 +23,9 @@ class ChoicePipeline:
         "grammar",
         "named_tool",
         "finished",
+        "token_ids",
         "_lp_sent",
+        "_ids_sent",
     )
 
     def __init__(
@@ -28,6 +35,7 @@ class ChoicePipeline:
         parser: MessageParser,
         grammar_installed: bool = False,
         named_tool: bool = False,
+        keep_ids: bool = False,
     ) -> None:
         self.index = index
         self.decoder = decoder
@@ -35,7 +43,10 @@ class ChoicePipeline:
         self.grammar = grammar_installed
         self.named_tool = named_tool
         self.finished: Finished | None = None
+        # the ids the decoder took (`return_token_ids`); None when not asked
+        self.token_ids: list[int] | None = [] if keep_ids else None
         self._lp_sent = 0
+        self._ids_sent = 0
 
     @property
     def calls(self) -> int:
@@ -48,8 +59,11 @@ class ChoicePipeline:
 
     def event(self, index: int, pieces: list[Piece]) -> ChoiceEvent:
         """The event for what the last feed/close brought: its pieces, the
-        logprobs not handed out yet (they go with text, or with the finish:
-        tokens whose text is still held back keep theirs), and the finish."""
+        logprobs and token ids not handed out yet (they go with text, or with
+        the finish: tokens whose text is still held back keep theirs), and
+        the finish."""
+        if self.token_ids is not None:
+            return self._event_with_ids(index, pieces)
         lps = self.decoder.logprobs
         if lps and (pieces or self.finished is not None) and len(lps) > self._lp_sent:
             new = lps[self._lp_sent :]
@@ -57,12 +71,34 @@ class ChoicePipeline:
             return ChoiceEvent(index, pieces, new, self.finished)
         return ChoiceEvent(index, pieces, [], self.finished)
 
+    def _event_with_ids(self, index: int, pieces: list[Piece]) -> ChoiceEvent:
+        """`event` when the ids are kept: they go where the logprobs go."""
+        event = ChoiceEvent(index, pieces, [], self.finished, [])
+        if not pieces and self.finished is None:
+            return event
+        lps = self.decoder.logprobs
+        if len(lps) > self._lp_sent:
+            event.logprobs = lps[self._lp_sent :]
+            self._lp_sent = len(lps)
+        ids = self.token_ids
+        assert ids is not None
+        if len(ids) > self._ids_sent:
+            event.token_ids = ids[self._ids_sent :]
+            self._ids_sent = len(ids)
+        return event
+
     def feed(self, out: EngineOutput) -> list[Piece]:
         """Pieces for one engine output; nothing once the choice has finished."""
         if self.finished is not None:
             return []
         decoder = self.decoder
-        text = decoder.feed(out)
+        ids = self.token_ids
+        if ids is not None:
+            taken = decoder.tokens
+            text = decoder.feed(out)
+            ids.extend(out.token_ids[: decoder.tokens - taken])
+        else:
+            text = decoder.feed(out)
         pieces = self.parser.feed(text) if text else []
         if decoder.end is not None:
             return self._end(pieces, decoder.end)

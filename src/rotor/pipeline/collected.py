@@ -20,12 +20,13 @@ _Run = tuple[type[Content] | type[Reasoning], list[str]]
 
 
 class Collected:
-    __slots__ = ("_runs", "logprobs", "finished")
+    __slots__ = ("_runs", "logprobs", "token_ids", "finished")
 
     def __init__(self) -> None:
         # runs of text, and tool calls in their place among them
         self._runs: list[_Run | ToolCall] = []
         self.logprobs: list[TokenLogprob] = []
+        self.token_ids: list[int] = []  # (`return_token_ids`)
         self.finished: Finished | None = None
 
     def add(self, event: ChoiceEvent) -> None:
@@ -41,6 +42,8 @@ class Collected:
                 runs.append((type(piece), [piece.text]))
         if event.logprobs:
             self.logprobs.extend(event.logprobs)
+        if event.token_ids:
+            self.token_ids.extend(event.token_ids)
         if event.finished is not None:
             self.finished = event.finished
 

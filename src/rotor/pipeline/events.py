@@ -2,8 +2,8 @@
 every API (and the terminal inputs) shapes in its own way.
 
 One `ChoiceEvent` per engine output that moved a choice: the message pieces
-it brought (content, reasoning, tool calls), the logprobs of its tokens, and
-— on the choice's last event — how it finished. Nothing here is ever
+it brought (content, reasoning, tool calls), the logprobs of its tokens (and,
+when asked, their ids), and — on the choice's last event — how it finished. Nothing here is ever
 serialised as it is: each API builds its JSON from an allow-list of fields.
 """
 
@@ -65,6 +65,8 @@ class ChoiceEvent:
     pieces: list[Piece]
     logprobs: list[TokenLogprob] = field(default_factory=list)  # of this event's tokens
     finished: Finished | None = None
+    # this event's token ids (`return_token_ids`; None when not asked)
+    token_ids: list[int] | None = None
 
 
 class Usage:

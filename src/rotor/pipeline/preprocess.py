@@ -121,6 +121,7 @@ def prepare_chat(model: ServedModel, req: ChatCompletionRequest, request_id: str
                 parser,
                 grammar_installed=plan.grammar_installed,
                 named_tool=choice.mode == "named",
+                keep_ids=bool(req.return_token_ids),
             )
         )
     return Prepared(_fan_out(base, req.n, req.mock), choices, prompt.tokens, prompt.text)
@@ -263,6 +264,7 @@ def prepare_completion(
                     tok, stop, req.stop_strings, req.include_stop_str_in_output, skip_special, False
                 ),
                 MessageParser(),
+                keep_ids=bool(req.return_token_ids),
             )
             for i in range(req.n)
         ]

@@ -162,6 +162,8 @@ class SamplingFields(_CommonIgnored):
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool | None = None
+    # vLLM: the prompt's and each choice's token ids, as the engine took and made them
+    return_token_ids: bool | None = None
     guided_json: dict[str, Any] | str | None = None
     guided_regex: str | None = None
     guided_choice: list[str] | None = None

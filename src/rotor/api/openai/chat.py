@@ -17,7 +17,7 @@ from rotor.pipeline.parse.base import Content, Reasoning, ToolCall
 
 
 class ChatShaper(OpenAIShaper):
-    __slots__ = ("_reasoning_field", "_calls")
+    __slots__ = ("_reasoning_field", "_calls", "_token_ids")
 
     def __init__(
         self,
@@ -25,14 +25,18 @@ class ChatShaper(OpenAIShaper):
         reasoning_field: str = "reasoning_content",
         include_usage: bool = False,
         continuous_usage: bool = False,
+        token_ids: bool = False,
     ) -> None:
         super().__init__(resp, "chat.completion.chunk", include_usage, continuous_usage)
         self._reasoning_field = reasoning_field
         self._calls = [0] * resp.n  # tool calls sent so far, per choice
+        self._token_ids = token_ids  # `return_token_ids`: the opening chunks carry the prompt's
 
     def start(self) -> list[dict[str, Any]]:
-        """The opening chunk of each choice (`role`, empty content), as OpenAI sends it."""
-        return [
+        """The opening chunk of each choice (`role`, empty content), as OpenAI
+        sends it; with `return_token_ids` each also carries the prompt's ids
+        at its root, as vLLM's do."""
+        out = [
             self._chunk(
                 {
                     "index": i,
@@ -43,12 +47,16 @@ class ChatShaper(OpenAIShaper):
             )
             for i in range(self._resp.n)
         ]
+        if self._token_ids:
+            for i, chunk in enumerate(out):
+                chunk["prompt_token_ids"] = self._resp.prompt_token_ids(i)
+        return out
 
     def frames(self, event: ChoiceEvent) -> bytes | None:
-        """A lone content or reasoning piece, with no logprobs and no finish
-        (nearly every token): its chunk from the template."""
+        """A lone content or reasoning piece, with no logprobs, no token ids
+        and no finish (nearly every token): its chunk from the template."""
         pieces = event.pieces
-        if len(pieces) != 1 or event.finished is not None:
+        if len(pieces) != 1 or event.finished is not None or event.token_ids is not None:
             return None
         if event.logprobs and self._resp.token_text is not None:
             return None
@@ -66,6 +74,7 @@ class ChatShaper(OpenAIShaper):
     def event(self, event: ChoiceEvent) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         index = event.index
+        ids = event.token_ids  # on the event's first chunk; [] on the rest
         token_text = self._resp.token_text
         logprobs = None
         if token_text is not None and event.logprobs:
@@ -86,32 +95,37 @@ class ChatShaper(OpenAIShaper):
                 delta = {"tool_calls": [{"index": k, **tool_call(piece)}]}
             else:  # pragma: no cover - Piece is closed
                 continue
-            out.append(
-                self._chunk(
-                    {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": None}
-                )
-            )
+            choice: dict[str, Any] = {
+                "index": index,
+                "delta": delta,
+                "logprobs": logprobs,
+                "finish_reason": None,
+            }
+            if ids is not None:
+                choice["token_ids"] = ids
+                ids = []
+            out.append(self._chunk(choice))
             logprobs = None
         finished = event.finished
         if finished is not None and finished.end is not End.CANCELLED:
-            out.append(
-                self._chunk(
-                    {
-                        "index": index,
-                        "delta": {},
-                        "logprobs": logprobs,
-                        "finish_reason": finished.finish_reason,
-                        "stop_reason": finished.stop_reason,
-                    }
-                )
-            )
+            choice = {
+                "index": index,
+                "delta": {},
+                "logprobs": logprobs,
+                "finish_reason": finished.finish_reason,
+                "stop_reason": finished.stop_reason,
+            }
+            if ids is not None:
+                choice["token_ids"] = ids
+            out.append(self._chunk(choice))
         return out
 
 
 def chat_body(
-    resp: StartedResponse, choices: list[Collected], reasoning_field: str
+    resp: StartedResponse, choices: list[Collected], reasoning_field: str, token_ids: bool = False
 ) -> dict[str, Any]:
-    """The collected choices as one `chat.completion`."""
+    """The collected choices as one `chat.completion`; with `token_ids`
+    (`return_token_ids`) each choice's ids and the prompt's, where vLLM puts them."""
     token_text = resp.token_text
     out = []
     for i, c in enumerate(choices):
@@ -131,17 +145,18 @@ def chat_body(
             logprobs = {
                 "content": [chat_logprob(lp, token_text, resp.token_bytes) for lp in c.logprobs]
             }
-        out.append(
-            {
-                "index": i,
-                "message": message,
-                "logprobs": logprobs,
-                "finish_reason": c.finish_reason,
-                "stop_reason": c.stop_reason,
-            }
-        )
+        choice: dict[str, Any] = {
+            "index": i,
+            "message": message,
+            "logprobs": logprobs,
+            "finish_reason": c.finish_reason,
+            "stop_reason": c.stop_reason,
+        }
+        if token_ids:
+            choice["token_ids"] = c.token_ids
+        out.append(choice)
     u = resp.usage
-    return {
+    body: dict[str, Any] = {
         "id": resp.id,
         "object": "chat.completion",
         "created": resp.created,
@@ -149,6 +164,9 @@ def chat_body(
         "choices": out,
         "usage": usage(u.prompt_tokens, u.completion_tokens, u.cached_tokens),
     }
+    if token_ids:
+        body["prompt_token_ids"] = resp.prompt_token_ids(0)
+    return body
 
 
 def tool_call(call: ToolCall) -> dict[str, Any]:

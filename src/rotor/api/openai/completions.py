@@ -17,9 +17,11 @@ from rotor.protocol.engine import TokenLogprob
 
 
 class CompletionShaper(OpenAIShaper):
-    """`echo` (one text per prompt) is put before each choice's first text."""
+    """`echo` (one text per prompt) is put before each choice's first text;
+    with `return_token_ids` each chunk carries its ids, and each choice's
+    first chunk its prompt's (`prompt_token_ids`), as vLLM's do."""
 
-    __slots__ = ("_echo",)
+    __slots__ = ("_echo", "_prompt_ids")
 
     def __init__(
         self,
@@ -28,14 +30,21 @@ class CompletionShaper(OpenAIShaper):
         continuous_usage: bool = False,
         echo: list[str] | None = None,
         n: int = 1,
+        token_ids: bool = False,
     ) -> None:
         super().__init__(resp, "text_completion", include_usage, continuous_usage)
         self._echo = echo_by_choice(echo, n)
+        # the choices whose prompt ids are still to send (`return_token_ids`)
+        self._prompt_ids: set[int] | None = set(range(resp.n)) if token_ids else None
 
     def frames(self, event: ChoiceEvent) -> bytes | None:
-        """Text with no logprobs, no finish and no echo still to put first
-        (nearly every token): its chunk from the template."""
-        if event.finished is not None or self._resp.token_text is not None:
+        """Text with no logprobs, no token ids, no finish and no echo still
+        to put first (nearly every token): its chunk from the template."""
+        if (
+            event.finished is not None
+            or self._resp.token_text is not None
+            or event.token_ids is not None
+        ):
             return None
         if self._echo is not None and event.index in self._echo:
             return None
@@ -64,6 +73,11 @@ class CompletionShaper(OpenAIShaper):
         }
         if finished is not None:
             c["stop_reason"] = finished.stop_reason
+        if self._prompt_ids is not None:
+            if event.index in self._prompt_ids:
+                self._prompt_ids.discard(event.index)
+                c["prompt_token_ids"] = self._resp.prompt_token_ids(event.index)
+            c["token_ids"] = event.token_ids or []
         return [self._chunk(c)]
 
     def _logprobs(self, event: ChoiceEvent) -> dict[str, Any] | None:
@@ -72,27 +86,36 @@ class CompletionShaper(OpenAIShaper):
 
 
 def completion_body(
-    resp: StartedResponse, choices: list[Collected], echo: list[str] | None = None, n: int = 1
+    resp: StartedResponse,
+    choices: list[Collected],
+    echo: list[str] | None = None,
+    n: int = 1,
+    token_ids: bool = False,
 ) -> dict[str, Any]:
-    """The collected choices as one `text_completion`."""
+    """The collected choices as one `text_completion`; with `token_ids`
+    (`return_token_ids`) each choice carries its ids and its prompt's."""
     prefix = echo_by_choice(echo, n) or {}
     tt = resp.token_text
     u = resp.usage
+    out = []
+    for i, c in enumerate(choices):
+        choice: dict[str, Any] = {
+            "index": i,
+            "text": prefix.get(i, "") + c.text(),
+            "logprobs": None if tt is None else completion_logprobs(c.logprobs, tt),
+            "finish_reason": c.finish_reason,
+            "stop_reason": c.stop_reason,
+        }
+        if token_ids:
+            choice["token_ids"] = c.token_ids
+            choice["prompt_token_ids"] = resp.prompt_token_ids(i)
+        out.append(choice)
     return {
         "id": resp.id,
         "object": "text_completion",
         "created": resp.created,
         "model": resp.model,
-        "choices": [
-            {
-                "index": i,
-                "text": prefix.get(i, "") + c.text(),
-                "logprobs": None if tt is None else completion_logprobs(c.logprobs, tt),
-                "finish_reason": c.finish_reason,
-                "stop_reason": c.stop_reason,
-            }
-            for i, c in enumerate(choices)
-        ],
+        "choices": out,
         "usage": usage(u.prompt_tokens, u.completion_tokens, u.cached_tokens),
     }
 

@@ -27,6 +27,7 @@ def register_openai(app: FastAPI, responder: Responder, body_limit: int) -> None
         req = await read_request(request, ChatCompletionRequest, body_limit)
         options = req.stream_options
         field = frontend.reasoning_field
+        ids = bool(req.return_token_ids)
 
         def view(resp: StartedResponse, rid: str) -> APIView:
             return APIView(
@@ -35,9 +36,10 @@ def register_openai(app: FastAPI, responder: Responder, body_limit: int) -> None
                     field,
                     include_usage=bool(options and options.include_usage),
                     continuous_usage=bool(options and options.continuous_usage_stats),
+                    token_ids=ids,
                 ),
                 OPENAI,
-                lambda choices: chat_body(resp, choices, field),
+                lambda choices: chat_body(resp, choices, field, ids),
             )
 
         return await responder.respond(request, "chat", req, view)
@@ -46,6 +48,7 @@ def register_openai(app: FastAPI, responder: Responder, body_limit: int) -> None
     async def completions(request: Request) -> Response:
         req = await read_request(request, CompletionRequest, body_limit)
         options = req.stream_options
+        ids = bool(req.return_token_ids)
 
         def view(resp: StartedResponse, rid: str) -> APIView:
             echo = echo_texts(resp.served, req) if req.echo else None
@@ -56,9 +59,10 @@ def register_openai(app: FastAPI, responder: Responder, body_limit: int) -> None
                     continuous_usage=bool(options and options.continuous_usage_stats),
                     echo=echo,
                     n=req.n,
+                    token_ids=ids,
                 ),
                 OPENAI,
-                lambda choices: completion_body(resp, choices, echo, req.n),
+                lambda choices: completion_body(resp, choices, echo, req.n, ids),
             )
 
         return await responder.respond(request, "completions", req, view, begin=frontend.completion)

@@ -30,6 +30,12 @@ def server() -> Iterator[Server]:
         ("/v1/chat/completions", {**CHAT, "max_tokens": "5"}, "max_tokens"),
         ("/v1/chat/completions", {**CHAT, "stream": 0}, "stream"),
         ("/v1/chat/completions", {**CHAT, "logprobs": "yes"}, "logprobs"),
+        ("/v1/chat/completions", {**CHAT, "return_token_ids": "yes"}, "return_token_ids"),
+        (
+            "/v1/completions",
+            {"model": "echo", "prompt": "x", "return_token_ids": 1},
+            "return_token_ids",
+        ),
         ("/v1/chat/completions", {**CHAT, "temperature": "0.5"}, "temperature"),
         ("/v1/chat/completions", {**CHAT, "n": 1.0}, "n"),
         ("/v1/chat/completions", {**CHAT, "stop_token_ids": [True]}, "stop_token_ids"),

@@ -127,6 +127,40 @@ def test_answers_are_those_of_rotor_run(pool: tuple[Frontend, list[Worker]]) -> 
         assert bodies[0] == (mock["output"], "stop")
 
 
+def test_token_ids_cross_nats_as_the_engine_made_them(pool: tuple[Frontend, list[Worker]]) -> None:
+    """`return_token_ids` through a worker: each choice's ids (reasoning
+    tags and all), the prompt's, streamed chunk by chunk as whole."""
+    frontend, _ = pool
+    outputs = ["<think>short</think>Yes.", "No, never."]
+    body = {
+        "model": "mock-model",
+        "messages": ASK,
+        "n": 2,
+        "return_token_ids": True,
+        "mock": {"output": outputs, "tokens_per_step": 2},
+    }
+    (eos,) = frontend.tokenize("<|im_end|>")
+    expected = [[*frontend.tokenize(o), eos] for o in outputs]
+    whole = httpx.post(frontend.v1 + "/chat/completions", json=body, timeout=60).json()
+    assert [c["token_ids"] for c in whole["choices"]] == expected
+    assert whole["choices"][0]["message"]["reasoning_content"] == "short"
+    assert whole["prompt_token_ids"] == frontend.tokenize(messages=ASK)
+    streamed: dict[int, list[int]] = {0: [], 1: []}
+    prompts = []
+    with httpx.stream(
+        "POST", frontend.v1 + "/chat/completions", json={**body, "stream": True}, timeout=60
+    ) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                chunk = json.loads(line[6:])
+                (c,) = chunk["choices"]
+                streamed[c["index"]] += c.get("token_ids", [])
+                if "prompt_token_ids" in chunk:
+                    prompts.append(chunk["prompt_token_ids"])
+    assert [streamed[0], streamed[1]] == expected
+    assert prompts == [whole["prompt_token_ids"]] * 2
+
+
 def test_round_robin_spreads_over_the_workers(pool: tuple[Frontend, list[Worker]]) -> None:
     frontend, workers = pool
     seen = []

@@ -160,6 +160,25 @@ def test_n_2_gives_two_choices(client: openai.OpenAI) -> None:
     assert r.usage is not None and r.usage.completion_tokens == 16
 
 
+def test_return_token_ids_are_vllm_s_own(server: Server, client: openai.OpenAI) -> None:
+    """`return_token_ids` with vLLM: greedy, so streamed and not agree; the
+    ids are as many as usage counts (a random model's bytes need not decode
+    to whole characters, so the text is not compared)."""
+    ids = {"return_token_ids": True}
+    r = _greedy(client, max_tokens=12, n=2, extra_body=ids).to_dict()
+    assert r["prompt_token_ids"] == server.tokenize(messages=MSGS)
+    token_ids = [c["token_ids"] for c in r["choices"]]
+    assert all(len(t) == 12 for t in token_ids) and token_ids[0] == token_ids[1]
+    assert r["usage"]["completion_tokens"] == 24
+    streamed: list[int] = []
+    for chunk in client.chat.completions.create(
+        model="tiny", messages=MSGS, temperature=0, max_tokens=12, stream=True, extra_body=ids
+    ):
+        if chunk.choices:
+            streamed += (chunk.choices[0].model_extra or {}).get("token_ids") or []
+    assert streamed == token_ids[0]
+
+
 SCHEMA = {
     "type": "object",
     "properties": {

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rotor.model.loader import ModelLoadError
 
@@ -91,14 +92,17 @@ def resolve_model(value: str, revision: str | None = None, *, weights: bool) -> 
 
 def _snapshot(repo_id: str, revision: str | None, weights: bool) -> str:
     """The snapshot directory of `repo_id` at `revision`, downloaded if need be."""
-    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub import constants, errors, snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
-        IncompleteSnapshotError,
         LocalEntryNotFoundError,
+        OfflineModeIsEnabled,
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
+
+    # huggingface_hub 1.x+ only; older ones return a partial snapshot as it is
+    incomplete: Any = getattr(errors, "IncompleteSnapshotError", ())
 
     at = f" at revision {revision}" if revision is not None else ""
     fetch = f"hf download {repo_id}" + (f" --revision {revision}" if revision else "")
@@ -122,10 +126,10 @@ def _snapshot(repo_id: str, revision: str | None, weights: bool) -> str:
         why = f"has no revision {revision or 'main'} on the Hub"
     except RepositoryNotFoundError:
         why = "is not on the Hub (or is private: set HF_TOKEN to a token that may read it)"
-    except IncompleteSnapshotError as e:
+    except incomplete as e:
         why = f"is only partly in the Hub cache ({constants.HF_HUB_CACHE}): {e}"
     except LocalEntryNotFoundError as e:
-        if constants.HF_HUB_OFFLINE:
+        if constants.HF_HUB_OFFLINE or isinstance(e.__cause__, OfflineModeIsEnabled):
             why = (
                 f"is not in the Hub cache ({constants.HF_HUB_CACHE}){at} and HF_HUB_OFFLINE "
                 "is set, so the Hub is not asked (fetch it where the Hub is reachable)"

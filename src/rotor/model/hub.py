@@ -132,7 +132,7 @@ def _snapshot(repo_id: str, revision: str | None, weights: bool) -> str:
         if constants.HF_HUB_OFFLINE or isinstance(e.__cause__, OfflineModeIsEnabled):
             why = (
                 f"is not in the Hub cache ({constants.HF_HUB_CACHE}){at} and HF_HUB_OFFLINE "
-                "is set, so the Hub is not asked (fetch it where the Hub is reachable)"
+                "is set, so the Hub is not asked"
             )
         else:
             cause = e.__cause__ or e

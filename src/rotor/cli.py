@@ -127,7 +127,12 @@ HTTP_FLAGS = [
     ),
 ]
 MODEL_FLAGS = [
-    Flag("--model-path", "a Hugging Face style model directory"),
+    Flag(
+        "--model-path",
+        "a Hugging Face style model directory, or a Hub id (Qwen/Qwen3-0.6B) fetched "
+        "into the Hub cache (HF_HOME, HF_TOKEN, HF_HUB_OFFLINE)",
+    ),
+    Flag("--revision", "a Hub id's branch, tag or commit (default: main)"),
     Flag("--model-name", "served model name (default: the directory's name, or echo / mock-model)"),
     Flag(
         "--served-model-name",
@@ -607,6 +612,7 @@ def split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:
 def _model_config(args: argparse.Namespace) -> ModelConfig:
     return ModelConfig(
         model_path=args.model_path,
+        revision=args.revision,
         model_name=args.model_name,
         served_model_names=list(args.served_model_name or []),
         loras=list(args.lora or []),

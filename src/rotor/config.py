@@ -24,7 +24,8 @@ def lora_spec(raw: str) -> tuple[str, str]:
 class ModelConfig:
     """Which model is served and how the frontend treats it."""
 
-    model_path: str | None = None
+    model_path: str | None = None  # a model directory, or a Hub id (model/hub.py)
+    revision: str | None = None  # a Hub id's branch, tag or commit (None: main)
     model_name: str | None = None
     # `--served-model-name A B`: served as A (canonical) and B
     served_model_names: list[str] = field(default_factory=list)

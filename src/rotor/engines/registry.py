@@ -32,6 +32,8 @@ class EngineSpec:
     aliases: tuple[str, ...] = ()
     # Takes the words after `--` (`options["engine_args"]`): the engine's own options.
     passthrough: bool = False
+    # Loads the model's weights: a Hub id fetches them too, not just the text files.
+    weights: bool = False
 
 
 def _echo_builtin(name: str | None) -> tuple[ModelCard, Tokenizer | None, str]:
@@ -325,6 +327,7 @@ ENGINES: dict[str, EngineSpec] = {
         _vllm_builtin,
         _build_vllm,
         passthrough=True,
+        weights=True,
     ),
 }
 

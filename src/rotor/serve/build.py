@@ -1,5 +1,5 @@
-"""The steps every command builds from: `load` (the model: a directory, else
-the engine's built-in one), `build_engine` (by registry name), `serve_model`
+"""The steps every command builds from: `load` (the model: a directory or a Hub
+id's snapshot, else the engine's built-in one), `build_engine` (by registry name), `serve_model`
 (the frontend's view of the model) and `build_system` (all three for one
 process). A problem with the flags or the model directory is a
 `StartupError` whose message says what."""
@@ -26,23 +26,28 @@ class StartupError(Exception):
 
 
 def load(config: ModelConfig, spec: EngineSpec) -> tuple[ModelCard, Tokenizer | None]:
-    """The served model: the model directory, else the engine's built-in one,
+    """The served model: the model directory (or the Hub id's snapshot), else the engine's built-in one,
     with --max-model-len and --chat-template applied (and checked) either way."""
+    from rotor.model.hub import resolve_model
     from rotor.model.loader import ModelLoadError, apply_overrides, load_model
 
     name, aliases = served_names(config)
     tok: Tokenizer | None
     try:
         if config.model_path:
+            # a Hub id: its snapshot directory, served under the id (as vLLM does)
+            source = resolve_model(config.model_path, config.revision, weights=spec.weights)
             card, tok = load_model(
-                config.model_path,
-                model_name=name,
+                source.directory,
+                model_name=name or source.hub_id,
                 max_model_len=config.max_model_len,
                 chat_template_file=config.chat_template,
             )
         else:
-            card, tok, source = spec.builtin(name)
-            apply_overrides(card, config.max_model_len, config.chat_template, source)
+            if config.revision is not None:
+                raise StartupError("--revision needs --model-path with a Hub id")
+            card, tok, builtin = spec.builtin(name)
+            apply_overrides(card, config.max_model_len, config.chat_template, builtin)
     except ModelLoadError as e:
         raise StartupError(str(e)) from None
     card.aliases = [a for a in aliases if a != card.name]

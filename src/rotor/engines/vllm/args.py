@@ -20,6 +20,7 @@ from rotor.engines.vllm.disagg import Mode, split_config, transfer_config
 # Options rotor sets itself; a passthrough word naming one is an error.
 OWNED = {
     "--model": "give the model directory with rotor's --model-path",
+    "--revision": "give the Hub revision with rotor's --revision (vLLM gets its snapshot directory)",
     "--tokenizer": "rotor serves the model directory's own tokenizer",
     "--max-model-len": "give the context length with rotor's --max-model-len",
     "--skip-tokenizer-init": "vLLM needs its tokenizer for structured outputs",

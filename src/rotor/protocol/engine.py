@@ -85,7 +85,9 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     # A decoding constraint: {"type": "json_schema" | "regex" | "choice" |
-    # "structural_tag", ...}. None = unconstrained.
+    # "structural_tag" | "grammar" | "client_structural_tag", ..., and
+    # optionally "options": vLLM's whitespace_pattern / disable_*}. None =
+    # unconstrained. (A map on the wire, so new kinds keep old messages readable.)
     guided: dict[str, Any] | None = None
     # OpenAI's logit_bias: token id -> bias added to its logit (-100 bans it,
     # +100 all but forces it). None = no bias.

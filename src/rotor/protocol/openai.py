@@ -116,6 +116,107 @@ class StreamOptions(BaseModel):
     continuous_usage_stats: bool = False
 
 
+SO_KINDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
+
+
+class StructuredOutputs(BaseModel):
+    """vLLM's `structured_outputs` (its StructuredOutputsParams): exactly one
+    kind of constraint plus options; clients of vLLM >= 0.12 send this
+    instead of the removed guided_* fields."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+    json_: dict[str, Any] | str | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = Field(default=None, min_length=1)
+    json_object: bool | None = None
+    structural_tag: str | None = None
+    disable_any_whitespace: bool = False
+    disable_additional_properties: bool = False
+    whitespace_pattern: str | None = None
+
+    @field_validator("json_")
+    @classmethod
+    def _json(cls, v: dict[str, Any] | str | None) -> dict[str, Any] | str | None:
+        return check_json_schema(v, "structured_outputs.json")
+
+    @field_validator("json_object")
+    @classmethod
+    def _json_object(cls, v: bool | None) -> bool | None:
+        if v is False:  # vLLM counts False as a kind; it would constrain nothing
+            raise ValueError("json_object must be true when given")
+        return v
+
+    @field_validator("structural_tag")
+    @classmethod
+    def _structural_tag(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                tag = orjson.loads(v)
+            except orjson.JSONDecodeError:
+                raise ValueError("structural_tag must be a JSON object as a string") from None
+            if not isinstance(tag, dict):
+                raise ValueError("structural_tag must be a JSON object as a string")
+        return v
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> StructuredOutputs:
+        given = self.kinds()
+        if len(given) != 1:
+            raise ValueError(
+                f"exactly one of {', '.join(SO_KINDS)} must be given, got "
+                f"{', '.join(given) if given else 'none'}"
+            )
+        return self
+
+    def kinds(self) -> list[str]:
+        """The constraint kinds given (validation leaves exactly one)."""
+        values: list[Any] = [self.json_, self.regex, self.choice, self.grammar]
+        values += [self.json_object, self.structural_tag]
+        return [k for k, v in zip(SO_KINDS, values, strict=True) if v is not None]
+
+    def constraint(self) -> dict[str, Any]:
+        """rotor's internal constraint: a kind with a guided_* or
+        response_format twin maps to exactly what the twin maps to, so the
+        engines see one constraint however it was spelled."""
+        if self.json_ is not None:
+            guided: dict[str, Any] = {"type": "json_schema", "json_schema": self.json_}
+        elif self.regex is not None:
+            guided = {"type": "regex", "regex": self.regex}
+        elif self.choice is not None:
+            guided = {"type": "choice", "choice": self.choice}
+        elif self.json_object:
+            guided = {"type": "json_schema", "json_schema": {"type": "object"}}
+        elif self.grammar is not None:
+            guided = {"type": "grammar", "grammar": self.grammar}
+        else:  # the client's own tag, not Beam's turn grammar (type "structural_tag")
+            guided = {"type": "client_structural_tag", "structural_tag": self.structural_tag}
+        options: dict[str, Any] = {}
+        if self.disable_any_whitespace:
+            options["disable_any_whitespace"] = True
+        if self.disable_additional_properties:
+            options["disable_additional_properties"] = True
+        if self.whitespace_pattern is not None:
+            options["whitespace_pattern"] = self.whitespace_pattern
+        if options:
+            guided["options"] = options
+        return guided
+
+
+def check_json_schema(v: dict[str, Any] | str | None, where: str) -> dict[str, Any] | str | None:
+    """`v` when it is a JSON schema, as an object or as JSON text (ValueError naming `where`)."""
+    if isinstance(v, dict):
+        check_schema(v, where)
+    elif isinstance(v, str):
+        try:
+            parsed = orjson.loads(v)
+        except orjson.JSONDecodeError:
+            raise ValueError(f"{where} as a string must hold a JSON schema") from None
+        check_schema(parsed, where)
+    return v
+
+
 def _ignored_fields(name: str, names: dict[str, str]) -> type[BaseModel]:
     """A base declaring `names` as optional fields of any value: accepted, never used."""
     fields: dict[str, Any] = {n: (Any, None) for n in names}
@@ -167,6 +268,8 @@ class SamplingFields(_CommonIgnored):
     guided_json: dict[str, Any] | str | None = None
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
+    # vLLM >= 0.12: the same constraints (and more) in one object
+    structured_outputs: StructuredOutputs | None = None
     # rotor extensions
     mock: MockField | None = None
     # the conversation this turn belongs to (as the x-rotor-session-id header):
@@ -210,15 +313,7 @@ class SamplingFields(_CommonIgnored):
     @field_validator("guided_json")
     @classmethod
     def _guided_json(cls, v: dict[str, Any] | str | None) -> dict[str, Any] | str | None:
-        if isinstance(v, dict):
-            check_schema(v, "guided_json")
-        elif isinstance(v, str):
-            try:
-                parsed = orjson.loads(v)
-            except orjson.JSONDecodeError:
-                raise ValueError("guided_json as a string must hold a JSON schema") from None
-            check_schema(parsed, "guided_json")
-        return v
+        return check_json_schema(v, "guided_json")
 
     @model_validator(mode="after")
     def _one_guided(self) -> SamplingFields:
@@ -234,10 +329,30 @@ class SamplingFields(_CommonIgnored):
                 f"(got {', '.join(given)})",
                 self.guided_json,
             )
+        if given and self.structured_outputs is not None:
+            raise field_error(
+                "structured_outputs",
+                f"give structured_outputs or {given[0]}, not both (they are two spellings "
+                f"of one decoding constraint)",
+                None,
+            )
         return self
+
+    def error_params(self) -> dict[str, str] | None:
+        """How a 400 about the constraint names the field the client sent:
+        engines name the guided_* twin, a structured_outputs client gets its own."""
+        if self.structured_outputs is None:
+            return None
+        return {
+            "guided_json": "structured_outputs",
+            "guided_regex": "structured_outputs.regex",
+            "guided_choice": "structured_outputs.choice",
+        }
 
     def guided(self) -> dict[str, Any] | None:
         """The decoding constraint the request asks for (validation allows at most one)."""
+        if self.structured_outputs is not None:
+            return self.structured_outputs.constraint()
         if self.guided_json is not None:
             return {"type": "json_schema", "json_schema": self.guided_json}
         if self.guided_regex is not None:
@@ -334,6 +449,18 @@ class ChatCompletionRequest(SamplingFields, _ChatIgnored):
                 raise ValueError("json_schema must be an object with a 'schema'")
             check_schema(spec["schema"], "response_format.json_schema.schema")
         return v
+
+    @model_validator(mode="after")
+    def _one_format(self) -> ChatCompletionRequest:
+        fmt = self.response_format
+        if self.structured_outputs is not None and fmt is not None and fmt.get("type") != "text":
+            raise field_error(
+                "structured_outputs",
+                f"give structured_outputs or response_format {fmt.get('type')!r}, not both "
+                f"(they are two spellings of one decoding constraint)",
+                None,
+            )
+        return self
 
     @field_validator("top_logprobs")
     @classmethod

@@ -42,7 +42,7 @@ def register_openai(app: FastAPI, responder: Responder, body_limit: int) -> None
                 lambda choices: chat_body(resp, choices, field, ids),
             )
 
-        return await responder.respond(request, "chat", req, view)
+        return await responder.respond(request, "chat", req, view, params=req.error_params())
 
     @app.post("/v1/completions", **route("completions"))
     async def completions(request: Request) -> Response:
@@ -65,7 +65,14 @@ def register_openai(app: FastAPI, responder: Responder, body_limit: int) -> None
                 lambda choices: completion_body(resp, choices, echo, req.n, ids),
             )
 
-        return await responder.respond(request, "completions", req, view, begin=frontend.completion)
+        return await responder.respond(
+            request,
+            "completions",
+            req,
+            view,
+            begin=frontend.completion,
+            params=req.error_params(),
+        )
 
     @app.get("/v1/models", **route("models"))
     async def list_models(request: Request) -> Response:

@@ -3,8 +3,8 @@
 A simulator must not answer `guided_json` or a forced tool call with random
 text: it writes a value the constraint admits instead — a JSON value built
 from the schema, one of the `guided_choice` strings — and refuses (a 400
-naming the field) what it cannot satisfy honestly: regexes and Beam's
-structural tags. Values are seeded, so the same seed gives the same text.
+naming the field) what it cannot satisfy honestly: regexes, grammars,
+whitespace patterns, and structural tags (Beam's or a client's). Values are seeded, so the same seed gives the same text.
 """
 
 from __future__ import annotations
@@ -28,6 +28,28 @@ def refuse_unsupported(guided: dict[str, Any] | None) -> None:
             "the mocker cannot satisfy guided_regex; send a `mock` script instead",
             "refused",
             "guided_regex",
+        )
+    if kind == "grammar":
+        raise EngineError(
+            "the mocker cannot satisfy structured_outputs.grammar; send a `mock` script instead",
+            "refused",
+            "structured_outputs.grammar",
+        )
+    if kind == "client_structural_tag":
+        raise EngineError(
+            "the mocker cannot satisfy structured_outputs.structural_tag; "
+            "send a `mock` script instead",
+            "refused",
+            "structured_outputs.structural_tag",
+        )
+    if "whitespace_pattern" in (guided or {}).get("options", {}):
+        # (disable_any_whitespace holds already: its JSON is compact; and it
+        # writes no property its schema does not declare)
+        raise EngineError(
+            "the mocker cannot satisfy structured_outputs.whitespace_pattern; "
+            "send a `mock` script instead",
+            "refused",
+            "structured_outputs.whitespace_pattern",
         )
     if kind == "structural_tag":
         raise EngineError(

@@ -9,6 +9,9 @@ vLLM 0.32 reads a structural tag that has a `structures` key in xgrammar's
 deprecated shape (begin / schema / end items). rotor's turn grammar carries
 `structures` and `triggers` for readers of the old shape, but its `format` is
 the whole grammar in xgrammar's current shape, so vLLM gets the `format` alone.
+A client's own `structured_outputs.structural_tag` (type
+"client_structural_tag") goes to vLLM as the client wrote it, and the
+structured_outputs options (whitespace_pattern, disable_*) ride along.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ def structured_outputs(guided: dict[str, Any] | None) -> Any:
         return None
     from vllm.sampling_params import StructuredOutputsParams
 
+    options = guided.get("options") or {}
     kind = guided.get("type")
     if kind == "json_schema":
         schema = guided.get("json_schema")
@@ -35,11 +39,15 @@ def structured_outputs(guided: dict[str, Any] | None) -> Any:
                 raise EngineError(
                     "guided_json is not valid JSON", "refused", "guided_json"
                 ) from None
-        return StructuredOutputsParams(json=schema)
+        return StructuredOutputsParams(json=schema, **options)
     if kind == "regex":
-        return StructuredOutputsParams(regex=guided["regex"])
+        return StructuredOutputsParams(regex=guided["regex"], **options)
     if kind == "choice":
-        return StructuredOutputsParams(choice=list(guided["choice"]))
+        return StructuredOutputsParams(choice=list(guided["choice"]), **options)
+    if kind == "grammar":
+        return StructuredOutputsParams(grammar=guided["grammar"], **options)
+    if kind == "client_structural_tag":  # a structured_outputs client's, as vLLM takes it
+        return StructuredOutputsParams(structural_tag=guided["structural_tag"], **options)
     if kind == "structural_tag":
         tag = {"type": "structural_tag", "format": guided["format"]}
         return StructuredOutputsParams(structural_tag=json.dumps(tag))

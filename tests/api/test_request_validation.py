@@ -71,6 +71,21 @@ async def test_token_routes_still_refuse_what_is_not_a_json_object(
         ("/v1/chat/completions", {"top_logprobs": 3}, "top_logprobs"),
         ("/v1/chat/completions", {"guided_json": {}, "guided_regex": "a+"}, "guided_json"),
         ("/v1/chat/completions", {"guided_regex": "a+", "guided_choice": ["a"]}, "guided_json"),
+        (
+            "/v1/chat/completions",
+            {"structured_outputs": {"regex": "a+"}, "guided_regex": "a+"},
+            "structured_outputs",
+        ),
+        (
+            "/v1/chat/completions",
+            {"structured_outputs": {"regex": "a+"}, "response_format": {"type": "json_object"}},
+            "structured_outputs",
+        ),
+        (
+            "/v1/completions",
+            {"structured_outputs": {"json": {}}, "guided_json": {}},
+            "structured_outputs",
+        ),
         ("/v1/completions", {"stream_options": {"include_usage": True}}, "stream_options"),
         ("/v1/completions", {"echo": True, "logprobs": 1}, "echo"),
         ("/v1/completions", {"suffix": "end"}, "suffix"),
@@ -86,6 +101,31 @@ async def test_cross_field_checks_name_their_field(
     error = r.json()["error"]
     assert error["param"] == param
     assert param in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("so", "param", "names"),
+    [
+        ({"regex": "a", "choice": ["a"]}, "structured_outputs", ["regex", "choice"]),
+        ({"whitespace_pattern": " "}, "structured_outputs", ["none"]),
+        ({"json": {"type": 5}}, "structured_outputs.json", ["not valid JSON Schema"]),
+        ({"regex": "a", "guided_regex": "a"}, "structured_outputs.guided_regex", []),
+        ({"json_object": False}, "structured_outputs.json_object", ["true"]),
+        ({"structural_tag": "not json"}, "structured_outputs.structural_tag", ["JSON object"]),
+    ],
+)
+async def test_structured_outputs_takes_exactly_one_known_kind(
+    client: httpx.AsyncClient, so: dict[str, Any], param: str, names: list[str]
+) -> None:
+    for path, base in (
+        ("/v1/chat/completions", {"messages": MESSAGES}),
+        ("/v1/completions", {"prompt": "hi"}),
+    ):
+        r = await client.post(path, json={**base, "structured_outputs": so})
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["param"] == param, error
+        assert all(n in error["message"] for n in names), error
 
 
 @pytest.mark.parametrize("parameters", ["an object, honest", [1, 2], 7])

@@ -231,6 +231,76 @@ def test_guided_regex_is_refused_not_ignored(server: Server) -> None:
     assert r.status_code == 400 and r.json()["error"]["param"] == "guided_regex", r.text
 
 
+def test_structured_outputs_json_and_choice_get_values_they_admit(client: openai.OpenAI) -> None:
+    """vLLM >= 0.12 clients' spelling, answered as its guided_* twin is."""
+    for seed in range(3):
+        so = {"json": WEATHER, "disable_any_whitespace": True}
+        resp = client.chat.completions.create(
+            model=MODEL, messages=MESSAGES, seed=seed, extra_body={"structured_outputs": so}
+        )
+        content = resp.choices[0].message.content or ""
+        jsonschema.validate(json.loads(content), WEATHER)
+        assert not any(c.isspace() for c in content if c not in '"')  # compact JSON
+        guided = client.chat.completions.create(
+            model=MODEL, messages=MESSAGES, seed=seed, extra_body={"guided_json": WEATHER}
+        )
+        assert guided.choices[0].message.content == content  # one constraint, two spellings
+    obj = client.completions.create(
+        model=MODEL, prompt="Hi", extra_body={"structured_outputs": {"json_object": True}}
+    )
+    assert isinstance(json.loads(obj.choices[0].text), dict)
+    choices = ["yes", "no", "maybe so"]
+    got = {
+        client.chat.completions.create(
+            model=MODEL,
+            messages=MESSAGES,
+            seed=s,
+            extra_body={"structured_outputs": {"choice": choices}},
+        )
+        .choices[0]
+        .message.content
+        for s in range(6)
+    }
+    assert got <= set(choices) and got
+
+
+@pytest.mark.parametrize(
+    ("so", "param"),
+    [
+        ({"regex": "[a-z]+"}, "structured_outputs.regex"),
+        ({"grammar": 'root ::= "a"'}, "structured_outputs.grammar"),
+        (
+            {"structural_tag": '{"type": "structural_tag", "format": {"type": "any_text"}}'},
+            "structured_outputs.structural_tag",
+        ),
+        ({"json": WEATHER, "whitespace_pattern": " *"}, "structured_outputs.whitespace_pattern"),
+    ],
+)
+def test_structured_outputs_the_mocker_cannot_satisfy_are_refused(
+    client: openai.OpenAI, so: dict[str, Any], param: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model=MODEL, messages=MESSAGES, extra_body={"structured_outputs": so}
+        )
+    error = e.value.body
+    assert isinstance(error, dict) and error["param"] == param, error
+    assert param in error["message"], error
+
+
+def test_structured_outputs_with_its_twin_is_a_400_naming_both(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model=MODEL,
+            messages=MESSAGES,
+            response_format={"type": "json_object"},
+            extra_body={"structured_outputs": {"choice": ["a"]}},
+        )
+    error = e.value.body
+    assert isinstance(error, dict) and error["param"] == "structured_outputs", error
+    assert "response_format" in error["message"], error
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_named_tool_choice_gets_a_call_of_that_tool(client: openai.OpenAI, stream: bool) -> None:
     tools = [

@@ -55,6 +55,26 @@ def server() -> Iterator[Server]:
         ("/v1/chat/completions", {**CHAT, "guided_json": {"type": 5}}, "guided_json"),
         (
             "/v1/chat/completions",
+            {**CHAT, "structured_outputs": {"json": {"type": 5}}},
+            "structured_outputs.json",
+        ),
+        (
+            "/v1/chat/completions",
+            {**CHAT, "structured_outputs": {"regex": 5}},
+            "structured_outputs",
+        ),
+        (
+            "/v1/completions",
+            {"model": "echo", "prompt": "x", "structured_outputs": {"choice": "a"}},
+            "structured_outputs",
+        ),
+        (
+            "/v1/chat/completions",
+            {**CHAT, "structured_outputs": {"json_object": "true"}},
+            "structured_outputs",
+        ),
+        (
+            "/v1/chat/completions",
             {
                 **CHAT,
                 "response_format": {

@@ -25,7 +25,8 @@ def refuse_unsupported(guided: dict[str, Any] | None) -> None:
     kind = (guided or {}).get("type")
     if kind == "regex":
         raise EngineError(
-            "the mocker cannot satisfy guided_regex; send a `mock` script instead",
+            "the mocker cannot satisfy a regex (guided_regex, structured_outputs.regex); "
+            "send a `mock` script instead",
             "refused",
             "guided_regex",
         )

@@ -21,6 +21,7 @@ from rotor.protocol.kv import (
     BlocksStored,
     KVEvent,
     block_hashes,
+    chain_root,
     lora_root,
 )
 from rotor.serve.build import build_engine, load
@@ -125,6 +126,7 @@ def stored(
     lora_id: int | None = None,
     name: str | None = None,
     medium: str | None = "GPU",
+    extra_keys: list[tuple[Any, ...] | None] | None = None,
 ) -> Any:
     """vLLM's BlockStored event for blocks of 4 tokens in its GPU cache (or
     another `medium`, as its offloading connector's self-describing events
@@ -139,6 +141,7 @@ def stored(
         lora_id=lora_id,
         medium=medium,
         lora_name=name,
+        extra_keys=extra_keys,
     )
 
 
@@ -234,6 +237,30 @@ def removed(hashes: list[Any], medium: str | None = "GPU") -> Any:
     from vllm.distributed.kv_events import BlockRemoved
 
     return BlockRemoved(block_hashes=hashes, medium=medium)
+
+
+def test_the_relay_chains_a_salted_first_block_from_the_salted_root() -> None:
+    """vLLM publishes a first block's cache_salt among its extra keys (after
+    the adapter's name, before prompt-embeds digests): the relay chains it
+    from the salted root, as the router hashes a salted request."""
+    relay = KVRelay(block_size=4, lora_names={7: "sql"}.get)
+    out: list[KVEvent] = []
+    relay.listener = out.append
+    tokens = list(range(1, 9))
+    salted = block_hashes(tokens, 4, chain_root(None, "tenant-a"))
+    sql_salted = block_hashes(tokens[:4], 4, chain_root("sql", "tenant-a"))
+    sql = block_hashes(tokens[:4], 4, lora_root("sql"))
+    relay.apply(stored([b"t1", b"t2"], None, tokens, extra_keys=[("tenant-a",), None]))
+    relay.apply(stored([b"l1"], None, tokens[:4], 7, "sql", extra_keys=[("sql", "tenant-a")]))
+    relay.apply(stored([b"l2"], None, tokens[:4], 7, "sql", extra_keys=[("sql",)]))
+    relay.apply(stored([b"e1"], None, tokens[:4], extra_keys=[("tenant-b", b"\x01" * 32)]))
+    assert out == [
+        BlocksStored(1, salted, None, 4),
+        BlocksStored(2, sql_salted, None, 4),
+        BlocksStored(3, sql, None, 4),
+        BlocksStored(4, block_hashes(tokens[:4], 4, chain_root(None, "tenant-b")), None, 4),
+    ]
+    assert not set(salted) & set(block_hashes(tokens, 4))
 
 
 def test_blocks_offloaded_and_brought_back_are_relayed_per_medium() -> None:

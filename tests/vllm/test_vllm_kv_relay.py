@@ -46,8 +46,9 @@ def _replay(events: list[KVEvent]) -> set[int]:
     return held
 
 
-async def _run(engine, rid: str, prompt: list[int]) -> list[EngineOutput]:
-    request = EngineRequest(rid, "tiny", prompt, stop=StopParams(max_tokens=1, ignore_eos=True))
+async def _run(engine, rid: str, prompt: list[int], salt: str | None = None) -> list[EngineOutput]:
+    stop = StopParams(max_tokens=1, ignore_eos=True)
+    request = EngineRequest(rid, "tiny", prompt, stop=stop, cache_salt=salt)
     return [out async for out in pulled(engine.generate(request))]
 
 
@@ -96,6 +97,16 @@ async def test_relayed_blocks_are_what_a_repeated_prompt_finds_cached(
         third = await _run(engine, "kv-3", other)
         assert third[0].cached_tokens == 2 * BLOCK
         await _until_held(events, set(expected) | set(block_hashes(other, BLOCK)))
+
+        # a tenant's salt: the same prompt finds nothing of the unsalted one's
+        # cache, and its blocks are relayed under the salted root
+        tenant = await _run(engine, "kv-salted", prompt, "tenant-a")
+        assert tenant[0].cached_tokens == 0
+        salted = block_hashes(prompt, BLOCK, chain_root(None, "tenant-a"))
+        held = set(expected) | set(block_hashes(other, BLOCK)) | set(salted)
+        await _until_held(events, held)
+        again = await _run(engine, "kv-salted-2", prompt, "tenant-a")
+        assert again[0].cached_tokens == 192
 
         # the snapshot rebuilds what the events built, parents first
         snap = engine.kv_events(None)

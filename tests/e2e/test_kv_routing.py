@@ -50,12 +50,14 @@ def kv_cluster() -> Iterator[tuple[Nats, Frontend, dict[str, Worker]]]:
                 w.proc.stop()
 
 
-def ask(frontend: Frontend, system: str, question: str) -> httpx.Response:
-    body = {
+def ask(frontend: Frontend, system: str, question: str, salt: str | None = None) -> httpx.Response:
+    body: dict[str, object] = {
         "model": MODEL,
         "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
         "max_tokens": 4,
     }
+    if salt is not None:
+        body["cache_salt"] = salt
     r = httpx.post(frontend.v1 + "/chat/completions", json=body, timeout=30)
     assert r.status_code == 200, r.text
     return r
@@ -98,6 +100,39 @@ def test_a_repeated_prefix_goes_where_it_is_cached(
     assert frontend.metric("rotor_router_kv_hits_total") - hits == sum(o > 0 for o in overlaps)
     assert frontend.metric("rotor_router_kv_overlap_blocks_total") - blocks == sum(overlaps)
     assert sum(overlaps[3:]) > 15
+
+
+def test_tenants_with_different_salts_share_no_blocks(
+    kv_cluster: tuple[Nats, Frontend, dict[str, Worker]],
+) -> None:
+    """cache_salt over NATS: the router's hashes and the worker's cache are
+    salted alike, so another tenant's request of the same prompt overlaps
+    nothing (not even the template's opening block) and finds nothing cached."""
+    _, frontend, _ = kv_cluster
+    system = system_prompt("glaciers")
+    first = ask(frontend, system, "q1", salt="tenant-a")
+    assert first.headers["x-rotor-kv-overlap"] == "0"
+    worker = first.headers["x-rotor-worker"]
+    # the worker's own events name the salted blocks (the salt reached it)
+    wait_for(
+        f"{worker}'s salted blocks in its events",
+        lambda: _device_blocks(ask(frontend, system, "q2", salt="tenant-a")) > 5,
+    )
+    again = ask(frontend, system, "q3", salt="tenant-a")
+    assert again.headers["x-rotor-worker"] == worker
+    overlap = int(again.headers["x-rotor-kv-overlap"])
+    assert overlap > 5
+    cached = again.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= overlap * 16 - 16  # the worker really had them
+    other = ask(frontend, system, "q1", salt="tenant-b")
+    assert other.headers["x-rotor-kv-overlap"] == "0"
+    details = other.json()["usage"].get("prompt_tokens_details") or {}
+    assert not details.get("cached_tokens")
+
+
+def _device_blocks(r: httpx.Response) -> int:
+    tiers = dict(t.split("=") for t in r.headers["x-rotor-kv-tiers"].split(","))
+    return int(tiers["device"])
 
 
 def test_a_dead_workers_blocks_leave_the_index(

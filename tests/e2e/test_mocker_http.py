@@ -153,6 +153,42 @@ def test_prefix_reuse_shows_as_cached_tokens(
     assert warm > 0
 
 
+def test_a_second_tenant_never_reports_the_first_tenant_s_cached_tokens(
+    client: openai.OpenAI, model: str
+) -> None:
+    """cache_salt isolates tenants: the same prompt under another salt (or
+    none) reports no cached tokens; under its own salt again, it is cached.
+    The longest salt allowed (128 characters) is one."""
+    system = f"{uuid.uuid4().hex} " + "You are a careful assistant who answers briefly. " * 3
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "hello"}]
+    first, second = "tenant-a", "b" * 128
+
+    def cached(salt: str | None, chat: bool = True) -> int:
+        extra: dict[str, Any] = {"mock": {"output": "ok"}}
+        if salt is not None:
+            extra["cache_salt"] = salt
+        if chat:
+            resp: Any = client.chat.completions.create(
+                model=model, messages=messages, max_tokens=5, extra_body=extra
+            )
+        else:
+            resp = client.completions.create(
+                model=model, prompt=system, max_tokens=5, extra_body=extra
+            )
+        details = resp.usage.prompt_tokens_details
+        return details.cached_tokens if details else 0
+
+    assert cached(first) == 0
+    assert cached(second) == 0  # the second tenant: nothing of the first's
+    assert cached(None) == 0  # nor an unsalted request
+    assert cached(first) > 32  # the first tenant again: its own prompt is cached
+    assert cached(second) > 32
+    # completions are salted alike: the first tenant's prefix is not the second's
+    assert cached(first, chat=False) == 0
+    assert cached(second, chat=False) == 0
+    assert cached(first, chat=False) > 32
+
+
 # -- seeds, logprobs -----------------------------------------------------------------------
 
 

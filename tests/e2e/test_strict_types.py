@@ -42,6 +42,13 @@ def server() -> Iterator[Server]:
         ("/v1/completions", {"model": "echo", "prompt": [True, False]}, "prompt"),
         ("/v1/completions", {"model": "echo", "prompt": "x", "max_tokens": "5"}, "max_tokens"),
         ("/v1/completions", {"model": "echo", "prompt": "x", "logprobs": True}, "logprobs"),
+        # cache_salt: a string, non-empty, at most 128 characters, none of vLLM's forbidden
+        ("/v1/chat/completions", {**CHAT, "cache_salt": 7}, "cache_salt"),
+        ("/v1/chat/completions", {**CHAT, "cache_salt": ""}, "cache_salt"),
+        ("/v1/chat/completions", {**CHAT, "cache_salt": "a" * 129}, "cache_salt"),
+        ("/v1/chat/completions", {**CHAT, "cache_salt": "tenant/a"}, "cache_salt"),
+        ("/v1/completions", {"model": "echo", "prompt": "x", "cache_salt": ""}, "cache_salt"),
+        ("/v1/completions", {"model": "echo", "prompt": "x", "cache_salt": ["a"]}, "cache_salt"),
         (
             "/v1/chat/completions",
             {

@@ -81,6 +81,7 @@ requests = st.builds(
     annotations=json_map,
     session_id=st.none() | text,
     lora=st.none() | text,
+    cache_salt=st.none() | text,
 )
 logprob = st.builds(
     TokenLogprob,
@@ -343,12 +344,26 @@ def test_missing_optional_fields_take_their_defaults() -> None:
         )
     ).stop == StopParams(max_tokens=4)
     assert codec.decode_output(msgpack.packb({})) == EngineOutput()
+    # an older sender's request carries no cache_salt: it has none
+    assert codec.decode_request(msgpack.packb(REQUEST)).cache_salt is None
     assert codec.decode_error(msgpack.packb({"message": "m"})).kind == "internal"
     assert codec.decode_kv_event(
         msgpack.packb({"type": "stored", "event_id": 1, "block_hashes": []})
     ) == (BlocksStored(1, []))
     card, _ = codec.decode_card(msgpack.packb({"name": "older"}))
     assert card == ModelCard(name="older")
+
+
+def test_a_cache_salt_travels_only_when_set() -> None:
+    """An unsalted request encodes as before salts (an older worker reads it
+    alike); a salted one carries it."""
+    plain = msgpack.unpackb(codec.encode_request(EngineRequest("r", "m", [1])))
+    assert "cache_salt" not in plain
+    salted = codec.encode_request(EngineRequest("r", "m", [1], cache_salt="tenant-a"))
+    assert msgpack.unpackb(salted)["cache_salt"] == "tenant-a"
+    assert codec.decode_request(salted).cache_salt == "tenant-a"
+    with pytest.raises(codec.CodecError, match="cache_salt"):
+        codec.decode_request(msgpack.packb({**REQUEST, "cache_salt": 7}))
 
 
 # -- malformed payloads ---------------------------------------------------------------

@@ -13,7 +13,15 @@ import xxhash
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rotor.protocol.kv import ROOT_PARENT, SEED, block_hash, block_hashes, lora_root
+from rotor.protocol.kv import (
+    ROOT_PARENT,
+    SALT_SEED,
+    SEED,
+    block_hash,
+    block_hashes,
+    chain_root,
+    lora_root,
+)
 
 # Computed once from the spec in rotor.protocol.kv; they must never change.
 GOLDEN = [
@@ -138,3 +146,44 @@ def test_adapters_never_share_blocks(ids: list[int], a: str, b: str) -> None:
     assert not set(base) & set(under_a)
     if a != b:
         assert not set(under_a) & set(block_hashes(ids, 2, lora_root(b)))
+
+
+def test_salted_root_golden_and_by_hand() -> None:
+    """A cache_salt's root is XXH3-64, with SALT_SEED, of the unsalted root's
+    8 little-endian bytes and the salt's UTF-8; no salt leaves the root as it
+    was (so every hash computed before salts keeps its value)."""
+    assert chain_root() is None
+    assert chain_root("sql") == lora_root("sql")
+    assert chain_root(None, "tenant-a") == 0xBC634DBD836B4009
+    by_hand = xxhash.xxh3_64_intdigest(bytes(8) + b"tenant-a", seed=SALT_SEED)
+    assert chain_root(None, "tenant-a") == by_hand
+    sql = (lora_root("sql") or 0).to_bytes(8, "little")
+    assert chain_root("sql", "tenant-a") == xxhash.xxh3_64_intdigest(
+        sql + b"tenant-a", seed=SALT_SEED
+    )
+    assert chain_root("sql", "tenant-a") == 0xB537D206FC533FE2
+    assert block_hashes([1, 2, 3, 4], 2, chain_root(None, "tenant-a")) == [
+        0x08AE3D93F63FB375,
+        0x8A888C5F94330BBE,
+    ]
+
+
+@given(
+    tokens.filter(lambda ids: len(ids) >= 2),
+    st.text(min_size=1),
+    st.text(min_size=1),
+    st.one_of(st.none(), st.text(min_size=1)),
+)
+def test_salts_never_share_blocks(ids: list[int], a: str, b: str, lora: str | None) -> None:
+    """The same tokens under two salts, or a salt and none, hash apart (with
+    or without an adapter); one salt twice hashes alike; a salt and an
+    adapter of the same name hash apart."""
+    plain = block_hashes(ids, 2, chain_root(lora))
+    salted = block_hashes(ids, 2, chain_root(lora, a))
+    assert not set(plain) & set(salted)
+    assert salted == block_hashes(ids, 2, chain_root(lora, a))
+    if a != b:
+        assert not set(salted) & set(block_hashes(ids, 2, chain_root(lora, b)))
+    assert not set(block_hashes(ids, 2, chain_root(None, a))) & set(
+        block_hashes(ids, 2, chain_root(a))
+    )

@@ -21,6 +21,7 @@ from rotor.protocol.kv import (
     BlocksStored,
     KVEvent,
     block_hashes,
+    chain_root,
     lora_root,
 )
 from rotor.serve.build import build_engine, load
@@ -45,8 +46,9 @@ def _replay(events: list[KVEvent]) -> set[int]:
     return held
 
 
-async def _run(engine, rid: str, prompt: list[int]) -> list[EngineOutput]:
-    request = EngineRequest(rid, "tiny", prompt, stop=StopParams(max_tokens=1, ignore_eos=True))
+async def _run(engine, rid: str, prompt: list[int], salt: str | None = None) -> list[EngineOutput]:
+    stop = StopParams(max_tokens=1, ignore_eos=True)
+    request = EngineRequest(rid, "tiny", prompt, stop=stop, cache_salt=salt)
     return [out async for out in pulled(engine.generate(request))]
 
 
@@ -96,6 +98,16 @@ async def test_relayed_blocks_are_what_a_repeated_prompt_finds_cached(
         assert third[0].cached_tokens == 2 * BLOCK
         await _until_held(events, set(expected) | set(block_hashes(other, BLOCK)))
 
+        # a tenant's salt: the same prompt finds nothing of the unsalted one's
+        # cache, and its blocks are relayed under the salted root
+        tenant = await _run(engine, "kv-salted", prompt, "tenant-a")
+        assert tenant[0].cached_tokens == 0
+        salted = block_hashes(prompt, BLOCK, chain_root(None, "tenant-a"))
+        held = set(expected) | set(block_hashes(other, BLOCK)) | set(salted)
+        await _until_held(events, held)
+        again = await _run(engine, "kv-salted-2", prompt, "tenant-a")
+        assert again[0].cached_tokens == 192
+
         # the snapshot rebuilds what the events built, parents first
         snap = engine.kv_events(None)
         assert {h for h, _ in snap.blocks} == _replay(events)
@@ -125,6 +137,7 @@ def stored(
     lora_id: int | None = None,
     name: str | None = None,
     medium: str | None = "GPU",
+    extra_keys: list[tuple[Any, ...] | None] | None = None,
 ) -> Any:
     """vLLM's BlockStored event for blocks of 4 tokens in its GPU cache (or
     another `medium`, as its offloading connector's self-describing events
@@ -139,6 +152,7 @@ def stored(
         lora_id=lora_id,
         medium=medium,
         lora_name=name,
+        extra_keys=extra_keys,
     )
 
 
@@ -234,6 +248,30 @@ def removed(hashes: list[Any], medium: str | None = "GPU") -> Any:
     from vllm.distributed.kv_events import BlockRemoved
 
     return BlockRemoved(block_hashes=hashes, medium=medium)
+
+
+def test_the_relay_chains_a_salted_first_block_from_the_salted_root() -> None:
+    """vLLM publishes a first block's cache_salt among its extra keys (after
+    the adapter's name, before prompt-embeds digests): the relay chains it
+    from the salted root, as the router hashes a salted request."""
+    relay = KVRelay(block_size=4, lora_names={7: "sql"}.get)
+    out: list[KVEvent] = []
+    relay.listener = out.append
+    tokens = list(range(1, 9))
+    salted = block_hashes(tokens, 4, chain_root(None, "tenant-a"))
+    sql_salted = block_hashes(tokens[:4], 4, chain_root("sql", "tenant-a"))
+    sql = block_hashes(tokens[:4], 4, lora_root("sql"))
+    relay.apply(stored([b"t1", b"t2"], None, tokens, extra_keys=[("tenant-a",), None]))
+    relay.apply(stored([b"l1"], None, tokens[:4], 7, "sql", extra_keys=[("sql", "tenant-a")]))
+    relay.apply(stored([b"l2"], None, tokens[:4], 7, "sql", extra_keys=[("sql",)]))
+    relay.apply(stored([b"e1"], None, tokens[:4], extra_keys=[("tenant-b", b"\x01" * 32)]))
+    assert out == [
+        BlocksStored(1, salted, None, 4),
+        BlocksStored(2, sql_salted, None, 4),
+        BlocksStored(3, sql, None, 4),
+        BlocksStored(4, block_hashes(tokens[:4], 4, chain_root(None, "tenant-b")), None, 4),
+    ]
+    assert not set(salted) & set(block_hashes(tokens, 4))
 
 
 def test_blocks_offloaded_and_brought_back_are_relayed_per_medium() -> None:

@@ -145,6 +145,10 @@ class EngineRequest:
     # The LoRA adapter to generate with (its name, as loaded on the engine);
     # None: the base model. It salts the KV block hashes (protocol/kv.py).
     lora: str | None = None
+    # The tenant's prefix-cache salt (the request's `cache_salt`): requests
+    # with different salts share no cached prefix, in the engine or in the
+    # router's KV block hashes (protocol/kv.chain_root). None: no salt.
+    cache_salt: str | None = None
 
 
 @dataclass(slots=True)

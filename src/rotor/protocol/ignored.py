@@ -24,7 +24,6 @@ COMMON: dict[str, str] = {
     "add_special_tokens": "the template or tokenizer decides",
     "truncate_prompt_tokens": "a prompt over the context is a 400, never cut",
     "request_id": "x-request-id sets the id",
-    "cache_salt": "prefix caching is per model",
     "use_beam_search": "sampling only",
     "length_penalty": "sampling only (beam search)",
     "guided_decoding_backend": "the engine picks its backend",

@@ -23,6 +23,18 @@ so an adapter's blocks never share a hash with the base model's or another
 adapter's (their KV differs: the adapter changes the attention projections),
 and a KV router never sends a prefix to a worker whose cache holds it for
 another adapter.
+A request with a `cache_salt` (a tenant's) chains its root block in a root
+made of the salt and the root it would have had without one:
+
+    root(lora, salt) = XXH3_64(seed=SALT_SEED, data=le_u64(root(lora)) + utf8(salt))
+
+(root(lora) is 0 for the base model), so requests with different salts, or
+with a salt and without, never share a block hash, in the router's index or
+in the mocker's prefix cache, while two requests with one salt (and adapter)
+do. A request without a salt hashes as before. SALT_SEED differs from SEED, so
+no block or adapter name whose bytes equal a salted root's data hashes to it
+(XXH3 is no cryptographic hash: the isolation is of caches, not of secrets). vLLM does the same in its own
+hashes: the salt is an extra key of a sequence's first block.
 KV events still name a sequence's first block with no parent (None): the
 root is part of its hash, not a block of its own.
 
@@ -53,6 +65,7 @@ from typing import Literal
 import xxhash
 
 SEED = 0x726F746F72
+SALT_SEED = SEED + 1  # a cache_salt's root: its own domain (see above)
 ROOT_PARENT = 0  # the parent hash the root block chains in
 
 _xxh3 = xxhash.xxh3_64_intdigest
@@ -86,6 +99,16 @@ def lora_root(lora: str | None) -> int | None:
     """The parent of a sequence's first block: None (0) for the base model,
     the adapter's root for a LoRA adapter's."""
     return None if lora is None else _xxh3(b"lora:" + lora.encode(), seed=SEED)
+
+
+def chain_root(lora: str | None = None, cache_salt: str | None = None) -> int | None:
+    """The parent of a request's first block: its adapter's root (`lora_root`),
+    salted by its `cache_salt`, so that tenants with different salts share no
+    block; None (0) for the base model without a salt."""
+    root = lora_root(lora)
+    if cache_salt is None:
+        return root
+    return _xxh3(_le_u64(root) + cache_salt.encode(), seed=SALT_SEED)
 
 
 def block_hash(parent: int | None, tokens: Iterable[int]) -> int:

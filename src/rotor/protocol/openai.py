@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 
 MAX_N = 16
 MAX_SESSION_ID = 256  # characters of a session id
+# A cache_salt as vLLM's OpenAI server takes it (its validate_cache_salt): at
+# most 128 characters, none of these; so a salt rotor takes, vLLM takes too.
+MAX_CACHE_SALT = 128
+CACHE_SALT_FORBIDDEN = frozenset("@/\\\x00")
 MAX_STOP = 4
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
@@ -275,6 +279,22 @@ class SamplingFields(_CommonIgnored):
     # the conversation this turn belongs to (as the x-rotor-session-id header):
     # a frontend keeps its turns on one worker
     session_id: str | None = Field(default=None, min_length=1, max_length=MAX_SESSION_ID)
+    # vLLM's: the tenant's prefix-cache salt; requests with different salts
+    # share no cached prefix (EngineRequest.cache_salt)
+    cache_salt: str | None = None
+
+    @field_validator("cache_salt")
+    @classmethod
+    def _cache_salt(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("must be a non-empty string if given")
+        if len(v) > MAX_CACHE_SALT:
+            raise ValueError(f"must be at most {MAX_CACHE_SALT} characters, got {len(v)}")
+        if any(c in CACHE_SALT_FORBIDDEN for c in v):
+            raise ValueError("must not contain '@', '/', '\\' or NUL")
+        return v
 
     @field_validator("stop")
     @classmethod

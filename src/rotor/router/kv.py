@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rotor.protocol.engine import EngineRequest
-from rotor.protocol.kv import block_hashes, lora_root
+from rotor.protocol.kv import block_hashes, chain_root
 from rotor.protocol.lease import Lease
 from rotor.router.kv_cost import KVCost, WorkerId, WorkerLoad
 from rotor.router.kv_index import ApproxKVIndex, KVIndex, Overlap
@@ -98,7 +98,9 @@ class KVRouter:
         return self.index.matches(hashes)
 
     def choose(self, workers: list[Lease], request: EngineRequest, load: LocalLoad) -> Pick:
-        hashes = block_hashes(request.token_ids, self.block_size, lora_root(request.lora))
+        hashes = block_hashes(
+            request.token_ids, self.block_size, chain_root(request.lora, request.cache_salt)
+        )
         loads: dict[WorkerId, WorkerLoad] = {w.worker_id: self._load(w, load) for w in workers}
         ranking = self.cost.choose(len(hashes), self.matches(hashes), loads)
         worker = str(ranking.worker)

@@ -27,7 +27,7 @@ from rotor.engines.mocker.stream import MockerStream, RequestState
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol.engine import PREFILL_ONLY, RESUME_FROM, EngineError, EngineRequest
-from rotor.protocol.kv import lora_root
+from rotor.protocol.kv import chain_root
 from rotor.protocol.mock import MockScript
 
 # The engine's log, named as before it was split up (its lines and filters keep it).
@@ -226,7 +226,7 @@ class Admission:
         makers: list[LogprobMaker | None] = []
         seeded = request.sampling.seed is not None
         resume = max(int(request.annotations.get(RESUME_FROM, 0)), 0)
-        root = lora_root(request.lora)
+        root = chain_root(request.lora, request.cache_salt)
         for index in range(request.n):
             if seeded:
                 key = f"{request.sampling.seed}:{index}"

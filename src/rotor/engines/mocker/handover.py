@@ -31,7 +31,7 @@ from rotor.engines.mocker.config import MockerConfig
 from rotor.engines.mocker.kv_cache import KVCache
 from rotor.engines.mocker.sequence import Sequence
 from rotor.protocol.engine import KV_TRANSFER, EngineError, EngineOutput, EngineRequest
-from rotor.protocol.kv import block_hashes, lora_root
+from rotor.protocol.kv import block_hashes, chain_root
 
 # The engine's log, named as before it was split up (its lines and filters keep it).
 logger = logging.getLogger("rotor.engines.mocker.engine")
@@ -136,7 +136,7 @@ class Fetcher:
         fetch is a task of its own, so `stop` ends it; the step loop runs on."""
         kv = self.kv
         offered = [int(h) for h in transfer.get("block_hashes") or ()]
-        root = lora_root(request.lora)
+        root = chain_root(request.lora, request.cache_salt)
         wanted = missing(kv, request.token_ids, offered, root)
         if wanted is None:
             self._release(transfer)

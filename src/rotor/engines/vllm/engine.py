@@ -244,6 +244,8 @@ class VLLMEngine:
         with self.loras.using(request.lora) as lora:
             self._running.add(rid)
             prompt = TokensPrompt(prompt_token_ids=list(request.token_ids))
+            if request.cache_salt is not None:  # vLLM salts its first block's hash
+                prompt["cache_salt"] = request.cache_salt
             stream = llm.generate(prompt, params, rid, lora_request=lora)
             first: set[int] = set()
             try:

@@ -34,6 +34,9 @@ another medium (the GPU's copy, stored before it was offloaded).
 A block stored for a request with a LoRA adapter (the event's `lora_name`,
 or its `lora_id`, which the engine's lookup names) chains from the adapter's
 root (`lora_root`), as the mocker's do; its event still names no parent.
+A first block stored for a request with a `cache_salt` carries the salt
+among its extra keys (vLLM hashes it into that block), and chains from the
+salted root (`chain_root`), so the router's hashes and the relay's agree.
 
 vLLM may hold two physical blocks with one hash (it stores both, then
 removes both), and a chunk of the offloading connector may announce a hash
@@ -58,7 +61,7 @@ from rotor.protocol.kv import (
     KVEvent,
     KVSnapshot,
     Medium,
-    lora_root,
+    chain_root,
 )
 from rotor.protocol.kv import block_hashes as rotor_hashes
 
@@ -167,9 +170,9 @@ class KVRelay:
             return
         parent = parent_name.rotor_hash if parent_name else None
         chain = parent
-        if parent_name is None:  # a first block: the base model's root, or its adapter's
+        if parent_name is None:  # a first block: the root of its adapter and salt
             try:
-                chain = lora_root(self._lora(event))
+                chain = chain_root(self._lora(event), _salt(event))
             except LookupError:
                 logger.warning("KV relay: a stored block's LoRA adapter is unknown; dropped")
                 return
@@ -315,3 +318,18 @@ async def relay_events(sock: Any, relay: KVRelay) -> None:
     finally:
         with contextlib.suppress(Exception):
             sock.close(linger=0)
+
+
+def _salt(event: Any) -> str | None:
+    """The cache_salt of the request whose first block the event stores.
+    vLLM publishes a block's extra keys untagged, in order: the adapter's
+    name (with an adapter), (mm id, offset) pairs, the salt (first block
+    only), prompt-embeds digests (bytes); so the salt is the first string
+    after the adapter's name."""
+    keys = getattr(event, "extra_keys", None)
+    if not keys or not keys[0]:
+        return None
+    strings = [k for k in keys[0] if isinstance(k, str)]
+    if getattr(event, "lora_name", None) or getattr(event, "lora_id", None) is not None:
+        strings = strings[1:]
+    return strings[0] if strings else None

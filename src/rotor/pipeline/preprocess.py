@@ -92,6 +92,7 @@ def prepare_chat(model: ServedModel, req: ChatCompletionRequest, request_id: str
         output=output,
         annotations=prompt.annotations,
         session_id=req.session_id,
+        priority=req.priority,
     )
     # Reasoning tags that are special tokens reach the parser whatever
     # skip_special_tokens says (the parser strips them).
@@ -256,6 +257,7 @@ def prepare_completion(
             output=output,
             annotations=annotations,
             session_id=req.session_id,
+            priority=req.priority,
         )
         choices = [
             ChoicePipeline(

@@ -236,6 +236,7 @@ _REQUEST: dict[str, Check] = {
     "annotations": _map,
     "session_id": _optional(_str),
     "lora": _optional(_str),
+    "priority": _int,
 }
 _SAMPLING_NAMES, _STOP_NAMES = _names(SamplingParams), _names(StopParams)
 _OUTPUT_PARAMS_NAMES = _names(OutputParams)
@@ -257,6 +258,7 @@ def encode_request(request: EngineRequest) -> bytes:
             "annotations": request.annotations,
             "session_id": request.session_id,
             "lora": request.lora,
+            "priority": request.priority,
         }
     )
 

@@ -143,6 +143,9 @@ class EngineRequest:
     # The LoRA adapter to generate with (its name, as loaded on the engine);
     # None: the base model. It salts the KV block hashes (protocol/kv.py).
     lora: str | None = None
+    # vLLM's meaning: lower is scheduled earlier, ties by arrival; only an
+    # engine whose card says `priority_scheduling` is sent a nonzero one.
+    priority: int = 0
 
 
 @dataclass(slots=True)

@@ -167,6 +167,9 @@ class SamplingFields(_CommonIgnored):
     guided_json: dict[str, Any] | str | None = None
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
+    # vLLM: lower is scheduled earlier (0 by default); nonzero only to an
+    # engine started with --scheduling-policy priority (pipeline/params.py)
+    priority: int = Field(default=0, ge=-(2**63), le=2**63 - 1)
     # rotor extensions
     mock: MockField | None = None
     # the conversation this turn belongs to (as the x-rotor-session-id header):

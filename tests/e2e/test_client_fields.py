@@ -53,7 +53,7 @@ CHAT_FIELDS: list[tuple[str, dict[str, Any]]] = [
     ("reasoning_effort", {"reasoning_effort": "low"}),
     ("seed", {"seed": 3}),
     ("parallel_tool_calls", {"parallel_tool_calls": False}),
-    ("priority", {"extra_body": {"priority": 1}}),
+    ("priority", {"extra_body": {"priority": 0}}),  # nonzero: tests/e2e/test_priority.py
     ("spaces_between_special_tokens", {"extra_body": {"spaces_between_special_tokens": True}}),
     ("documents", {"extra_body": {"documents": [{"title": "t", "text": "x"}]}}),
     ("chat_template_kwargs", {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}),
@@ -70,7 +70,7 @@ COMPLETION_FIELDS: list[tuple[str, dict[str, Any]]] = [
     ("user", {"user": "u-1"}),
     ("echo", {"echo": True}),
     ("service_tier", {"extra_body": {"service_tier": "auto"}}),
-    ("priority", {"extra_body": {"priority": 1}}),
+    ("priority", {"extra_body": {"priority": 0}}),  # nonzero: tests/e2e/test_priority.py
     ("prompt_cache_key", {"extra_body": {"prompt_cache_key": "k"}}),
 ]
 

@@ -202,6 +202,25 @@ def test_refusals_from_a_worker_are_400s_naming_the_field(
     assert e.value.body["param"] == "mock"
 
 
+def test_a_priority_to_workers_that_schedule_fcfs_is_a_400_naming_the_flag(
+    pool: tuple[Frontend, list[Worker]],
+) -> None:
+    """The frontend reads the policy off the workers' card (the pool's are
+    fcfs); priority 0, every request's default, passes as vLLM's does."""
+    frontend, _ = pool
+    client = frontend.openai()
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model="mock-model", messages=ASK, max_tokens=2, extra_body={"priority": 5}
+        )
+    assert e.value.body["param"] == "priority"
+    assert "--scheduling-policy priority" in e.value.body["message"]
+    ok = client.chat.completions.create(
+        model="mock-model", messages=ASK, max_tokens=2, extra_body={"priority": 0}
+    )
+    assert ok.choices[0].finish_reason == "length"
+
+
 def test_a_client_that_leaves_stops_the_work_on_the_worker(
     pool: tuple[Frontend, list[Worker]],
 ) -> None:

@@ -37,6 +37,8 @@ def server() -> Iterator[Server]:
             "return_token_ids",
         ),
         ("/v1/chat/completions", {**CHAT, "temperature": "0.5"}, "temperature"),
+        ("/v1/chat/completions", {**CHAT, "priority": "5"}, "priority"),
+        ("/v1/completions", {"model": "echo", "prompt": "x", "priority": 1.5}, "priority"),
         ("/v1/chat/completions", {**CHAT, "n": 1.0}, "n"),
         ("/v1/chat/completions", {**CHAT, "stop_token_ids": [True]}, "stop_token_ids"),
         ("/v1/completions", {"model": "echo", "prompt": [True, False]}, "prompt"),

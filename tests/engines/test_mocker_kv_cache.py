@@ -122,3 +122,45 @@ def test_scheduler_preempts_the_youngest_and_requeues_it_first() -> None:
     batch = sched.schedule()  # recompute: prompt and output so far, with cache hits
     assert batch.items[0] == (young, young.num_tokens - young.num_computed)
     assert young.num_computed > 0  # its full blocks were still cached
+
+
+def ranked(tokens: list[int], rid: str, priority: int) -> Sequence:
+    return Sequence(rid, 0, tokens, ScriptSource([], "eof", 1, None), priority=priority)
+
+
+def test_priority_policy_admits_lowest_priority_first_fifo_within_one() -> None:
+    """vLLM's priority queue: (priority, arrival); fcfs keeps arrival order."""
+    for policy, order in (
+        ("priority", ["a0", "c0", "b5", "d5", "e9"]),
+        ("fcfs", ["e9", "b5", "a0", "c0", "d5"]),
+    ):
+        sched = Scheduler(MockerConfig(max_num_seqs=1, scheduling_policy=policy))
+        for rid in ("e9", "b5", "a0", "c0", "d5"):
+            sched.add(ranked([1, 2, 3], rid, int(rid[1])))
+        admitted = []
+        while sched.waiting:
+            batch = sched.schedule()
+            admitted += [s.request_id for s, _ in batch.items]
+            sched.finish(batch.items[0][0])
+        assert admitted == order, policy
+
+
+def test_priority_policy_preempts_the_lowest_priority_even_when_older() -> None:
+    """The victim is the running sequence last in (priority, arrival), already
+    scheduled this step or not, and it waits ahead of a later, lower one."""
+    sched = Scheduler(MockerConfig(block_size=2, num_kv_blocks=4, scheduling_policy="priority"))
+    low, high = ranked([1, 2, 3], "low", 10), ranked([5, 6, 7, 8], "high", 0)
+    later = ranked([9, 9, 9], "later", 10)
+    for s in (low, high, later):
+        sched.add(s)
+    batch = sched.schedule()
+    assert [s.request_id for s, _ in batch.items] == ["high", "low"]
+    list(sched.advance(batch))
+    for s in (low, high):
+        s.token_ids.append(7)  # low's fits its last block, high needs a third: one must go
+    sched.running.sort(key=lambda s: s.request_id != "low")  # low is scheduled first
+    batch = sched.schedule()
+    assert [s.request_id for s, _ in batch.items] == ["high"]  # low's item taken back
+    assert batch.decode_seqs == 1 and batch.prefill_tokens == 0
+    assert low.status is SequenceStatus.WAITING and sched.preemptions == 1
+    assert list(sched.waiting) == [low, later]  # same priority: arrival order

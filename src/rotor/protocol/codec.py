@@ -237,6 +237,7 @@ _REQUEST: dict[str, Check] = {
     "session_id": _optional(_str),
     "lora": _optional(_str),
     "cache_salt": _optional(_str),
+    "priority": _int,
 }
 _SAMPLING_NAMES, _STOP_NAMES = _names(SamplingParams), _names(StopParams)
 _OUTPUT_PARAMS_NAMES = _names(OutputParams)
@@ -259,6 +260,7 @@ def encode_request(request: EngineRequest) -> bytes:
             "session_id": request.session_id,
             "lora": request.lora,
             **({"cache_salt": request.cache_salt} if request.cache_salt is not None else {}),
+            **({"priority": request.priority} if request.priority else {}),
         }
     )
 

@@ -149,6 +149,9 @@ class EngineRequest:
     # with different salts share no cached prefix, in the engine or in the
     # router's KV block hashes (protocol/kv.chain_root). None: no salt.
     cache_salt: str | None = None
+    # vLLM's meaning: lower is scheduled earlier, ties by arrival; only an
+    # engine whose card says `priority_scheduling` is sent a nonzero one.
+    priority: int = 0
 
 
 @dataclass(slots=True)

@@ -19,7 +19,6 @@ COMMON: dict[str, str] = {
     "prompt_cache_key": "prefix caching is automatic",
     "prompt_cache_retention": "prefix caching is automatic",
     "safety_identifier": "rotor keeps no per-user records",
-    "priority": "the engines schedule first come, first served",
     "spaces_between_special_tokens": "detokenization is exact",
     "add_special_tokens": "the template or tokenizer decides",
     "truncate_prompt_tokens": "a prompt over the context is a 400, never cut",

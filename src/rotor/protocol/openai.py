@@ -274,6 +274,9 @@ class SamplingFields(_CommonIgnored):
     guided_choice: list[str] | None = None
     # vLLM >= 0.12: the same constraints (and more) in one object
     structured_outputs: StructuredOutputs | None = None
+    # vLLM: lower is scheduled earlier (0 by default); nonzero only to an
+    # engine started with --scheduling-policy priority (pipeline/params.py)
+    priority: int = Field(default=0, ge=-(2**63), le=2**63 - 1)
     # rotor extensions
     mock: MockField | None = None
     # the conversation this turn belongs to (as the x-rotor-session-id header):

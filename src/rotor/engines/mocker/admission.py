@@ -235,7 +235,11 @@ class Admission:
             if request.lora is not None:  # an adapter's answer is its own
                 key += f":lora:{request.lora}"
             source = self._source(request, index, key, parsed, script_ids, eos_id)
-            seqs.append(Sequence(request.request_id, index, request.token_ids, source, root))
+            seqs.append(
+                Sequence(
+                    request.request_id, index, request.token_ids, source, root, request.priority
+                )
+            )
             maker = None
             if request.output.logprobs:
                 maker = LogprobMaker(

@@ -7,8 +7,14 @@ frontend streams at a believable pace (~100 tokens/s per request at batch 1).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from rotor.protocol.kv import Medium
+
+# vLLM's scheduling policies: first come, first served, or by request priority
+# (lower first, ties by arrival), preempting the lowest priority first.
+SchedulingPolicy = Literal["fcfs", "priority"]
+SCHEDULING_POLICIES: tuple[str, ...] = get_args(SchedulingPolicy)
 
 # A Llama-3-8B's KV cache per token: 32 layers × 2 × 8 KV heads × 128 head dim × 2 bytes.
 DEFAULT_KV_BYTES_PER_TOKEN = 131072
@@ -23,6 +29,7 @@ DEFAULT_DISK_KV_GBPS = 5.0
 class MockerConfig:
     max_num_seqs: int = 256  # running sequences at once
     max_num_batched_tokens: int = 8192  # tokens computed per step (prefill chunks + decodes)
+    scheduling_policy: SchedulingPolicy = "fcfs"
     block_size: int = 16  # tokens per KV block
     num_kv_blocks: int = 8192
     # Simulated time is divided by this before sleeping; 0 = never sleep.
@@ -68,6 +75,11 @@ class MockerConfig:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_kv_blocks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"mocker {name} must be at least 1, got {getattr(self, name)}")
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ValueError(
+                f"mocker scheduling_policy must be one of {', '.join(SCHEDULING_POLICIES)},"
+                f" got {self.scheduling_policy!r}"
+            )
         if self.speedup_ratio < 0:
             raise ValueError(f"mocker speedup_ratio must be >= 0, got {self.speedup_ratio}")
         if not self.step_slice_ms >= 0:

@@ -59,6 +59,7 @@ class MockerEngine:
             embedding_dim=config.embedding_dim,
             generates=config.embedding_dim == 0,
             shortens_embeddings=True,
+            priority_scheduling=config.scheduling_policy == "priority",
         )
         # The card tells the frontend how long a sequence may get, so its context
         # check (prompt + max_tokens) also keeps every request within the KV cache.

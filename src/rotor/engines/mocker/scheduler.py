@@ -10,6 +10,13 @@ running sequence is preempted by recompute: its blocks are freed and it goes
 back to the head of the waiting queue, to be prefilled again (prompt and
 output so far) when there is room.
 
+Under `scheduling_policy` "priority" (vLLM's), the waiting queue is ordered
+by (priority, arrival) instead — lower priority first, ties in arrival order,
+a preempted sequence keeping its place — and the sequence preempted is the
+running one last in that order rather than the youngest. As in vLLM, a
+waiting request never preempts a running one: priority decides who is
+admitted next and who gives way when blocks run out.
+
 A request whose consumer lags (its outputs not read, `held`) is skipped: it
 keeps its blocks but computes nothing until it is read again.
 
@@ -21,6 +28,7 @@ the batch's `load_ms`, which lengthens the step that admits it.
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -48,6 +56,8 @@ class Scheduler:
             disk_blocks=config.disk_kv_blocks,
         )
         self._load_ms = config.load_ms
+        self.by_priority = config.scheduling_policy == "priority"
+        self.arrivals = 0  # sequences queued so far: each one's arrival
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order: the last is the youngest
         self.preemptions = 0
@@ -66,7 +76,12 @@ class Scheduler:
         return any(seq.request_id not in held for seq in self.running)
 
     def add(self, seq: Sequence) -> None:
-        self.waiting.append(seq)
+        self.arrivals += 1
+        seq.arrival = self.arrivals
+        if self.by_priority:
+            insort(self.waiting, seq, key=_rank)
+        else:
+            self.waiting.append(seq)
 
     def schedule(self) -> Batch:
         batch = Batch()
@@ -90,8 +105,11 @@ class Scheduler:
                 budget -= 1
                 continue
             n = min(pending, budget)
-            if not self._reserve(seq, n):
-                break  # seq preempted itself: it was the youngest, nothing follows it
+            fits, refund, before = self._reserve(seq, n, batch)
+            budget += refund  # victims already in this step's batch give theirs back
+            i -= before
+            if not fits:
+                break  # seq preempted itself: last in order, so nothing after it runs
             self._add(batch, seq, n)
             budget -= n
         # Admitting right after a preemption would only thrash the cache.
@@ -144,22 +162,50 @@ class Scheduler:
         self.kv.free(seq)
         seq.status = SequenceStatus.FINISHED
 
-    def _reserve(self, seq: Sequence, n: int) -> bool:
-        """Blocks for n more tokens of seq, preempting the youngest until they fit;
-        False when seq itself had to go."""
+    def _reserve(self, seq: Sequence, n: int, batch: Batch) -> tuple[bool, int, int]:
+        """Blocks for n more tokens of seq, preempting until they fit: whether
+        seq itself still runs, the tokens victims already in `batch` gave
+        back, and how many victims stood before seq in `running` (under fcfs
+        the victim is the youngest, never before seq; under priority, any)."""
+        refund = before = 0
+        running = self.running
         while not self.kv.allocate(seq, seq.num_computed + n):
-            victim = self.running.pop()
+            if self.by_priority:  # vLLM: the last in (priority, arrival) order
+                at = running.index(max(running, key=_rank))
+                if at < running.index(seq):
+                    before += 1
+                    refund += self._unbatch(batch, running[at])
+            else:
+                at = len(running) - 1
+            victim = running.pop(at)
             self._preempt(victim)
             if victim is seq:
-                return False
-        return True
+                return False, refund, before
+        return True, refund, before
+
+    @staticmethod
+    def _unbatch(batch: Batch, seq: Sequence) -> int:
+        """Take seq's item out of this step's batch (it is being preempted):
+        its tokens, 0 if it had none (held)."""
+        for k, (other, n) in enumerate(batch.items):
+            if other is seq:
+                del batch.items[k]
+                if seq.prefilled:
+                    batch.decode_seqs -= 1
+                else:
+                    batch.prefill_tokens -= n
+                return n
+        return 0
 
     def _preempt(self, seq: Sequence) -> None:
         self.kv.free(seq)
         seq.status = SequenceStatus.WAITING
         seq.num_computed = 0
         seq.prefilled = False
-        self.waiting.appendleft(seq)
+        if self.by_priority:
+            insort(self.waiting, seq, key=_rank)
+        else:
+            self.waiting.appendleft(seq)
         self.preemptions += 1
 
     @staticmethod
@@ -169,3 +215,8 @@ class Scheduler:
             batch.decode_seqs += 1
         else:
             batch.prefill_tokens += n
+
+
+def _rank(seq: Sequence) -> tuple[int, int]:
+    """A sequence's place under the priority policy: lower priority, then earlier arrival."""
+    return seq.priority, seq.arrival

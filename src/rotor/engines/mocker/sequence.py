@@ -45,6 +45,8 @@ class Sequence:
         "block_hashes",
         "root",
         "cached_tokens",
+        "priority",
+        "arrival",
     )
 
     def __init__(
@@ -54,6 +56,7 @@ class Sequence:
         prompt: list[int],
         source: TokenSource,
         root: int | None = None,
+        priority: int = 0,
     ) -> None:
         self.request_id = request_id
         self.index = index
@@ -68,6 +71,8 @@ class Sequence:
         self.block_hashes: list[int] = []  # memo of full-block hashes; tokens never change
         self.root = root  # its first block's parent: a LoRA adapter's root (protocol/kv.py)
         self.cached_tokens: int | None = None  # prompt tokens served from cache, first admission
+        self.priority = priority  # the request's: lower first (--scheduling-policy priority)
+        self.arrival = 0  # the scheduler's count when first queued: ties in priority by it
 
     def __repr__(self) -> str:
         return f"Sequence({self.request_id!r}, {self.index}, {self.status.name}, {self.num_computed}/{self.num_tokens})"

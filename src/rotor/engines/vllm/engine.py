@@ -105,9 +105,11 @@ class VLLMEngine:
         mode: Mode = "agg",
         kv_hold_timeout_s: float = 30.0,
         loras: list[tuple[str, str]] | None = None,
+        priority: bool = False,
     ) -> None:
         """`loras`: the (name, directory) adapters loaded once started; vLLM is
-        built with LoRA enabled and sized for them."""
+        built with LoRA enabled and sized for them. `priority`: rotor's
+        `--scheduling-policy priority`, the same as vLLM's own after `--`."""
         if card.path is None:
             raise ValueError("out=vllm needs a model directory: give --model-path DIR")
         # The card's context length is rotor's --max-model-len (or the model's):
@@ -116,6 +118,8 @@ class VLLMEngine:
         self.args = engine_args(
             card.path, card.context_length, vllm_words, "tcp://127.0.0.1:0", mode
         )
+        if priority:
+            self.args.scheduling_policy = "priority"
         startup = [read_adapter(name, path) for name, path in loras or []]
         size_lora(self.args, vllm_words, startup)
         self.loras = VLLMLoras(bool(self.args.enable_lora), self.args.max_lora_rank)
@@ -130,6 +134,7 @@ class VLLMEngine:
             embedding_dim=pool.embedding_dim if pool is not None else 0,
             generates=pool is None,
             shortens_embeddings=pool is not None and pool.matryoshka,
+            priority_scheduling=self.args.scheduling_policy == "priority",
         )
         self.card = dataclasses.replace(card, capabilities=caps)
         # a prefill / decode worker's KV connector (docs/vllm.md#disaggregated-serving)
@@ -246,7 +251,7 @@ class VLLMEngine:
             prompt = TokensPrompt(prompt_token_ids=list(request.token_ids))
             if request.cache_salt is not None:  # vLLM salts its first block's hash
                 prompt["cache_salt"] = request.cache_salt
-            stream = llm.generate(prompt, params, rid, lora_request=lora)
+            stream = llm.generate(prompt, params, rid, lora_request=lora, priority=request.priority)
             first: set[int] = set()
             try:
                 async for out in stream:

@@ -36,8 +36,8 @@ fault (counted from it) whose throughput (characters of answer received a
 second) is back within 10 % of the seconds before it. Also the migrations
 the surviving frontends counted, and how busy the machine was: its CPUs'
 busy share during the run, and our processes' share of it. Markdown tables
-go to stdout; everything, with every process's log, to
-bench-results/faults/.
+go to stdout; everything, with every process's log, to the folder
+bench-results/faults (under the current directory).
 """
 
 from __future__ import annotations

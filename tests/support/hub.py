@@ -1,5 +1,5 @@
 """A Hugging Face Hub cache laid out by the tests, as huggingface_hub lays it
-out: `HF_HOME/hub/models--org--name/` with `blobs/<hash>` (the files' bytes),
+out: `$HF_HOME/hub/models--org--name/` with `blobs/<hash>` (the files' bytes),
 `snapshots/<commit>/<file>` (links to the blobs) and `refs/<branch>` (the
 commit a branch names). A model directory written by support.models becomes
 one snapshot; no network, no huggingface_hub code writes it."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import httpx
@@ -220,43 +220,53 @@ def model(request: pytest.FixtureRequest) -> str:
     return request.node.name.removeprefix("test_").replace("_", "-")[:40]
 
 
-def test_a_worker_killed_under_load_loses_no_request(
-    nats: Nats, frontends: list[Frontend], model: str
+def loses_nothing(
+    nats: Nats,
+    frontends: list[Frontend],
+    model: str,
+    workers: int,
+    fault: Callable[[list[Worker]], None],
+    after: Callable[[list[Worker]], None] | None = None,
 ) -> None:
-    workers = workers_of(nats, model, 3)
+    """`workers` workers of the model behind both frontends, every client
+    answered, then `fault` (given the workers), then every client answered
+    again: no request lost. `after`: a last check, the workers still up."""
+    started = workers_of(nats, model, workers)
     try:
         for f in frontends:
-            f.wait_workers(model, {w.id for w in workers})
+            f.wait_workers(model, {w.id for w in started})
         with Load([f.url for f in frontends], model) as load:
             steady(load)
             load.fault()
-            workers[0].proc.kill()
-            for f in frontends:  # gone from both pools (its lease, or a request that met it)
-                f.wait_workers(model, {w.id for w in workers[1:]}, timeout=15)
+            fault(started)
             back(load)
         assert load.lost() == []
+        if after is not None:
+            after(started)
     finally:
-        for w in workers:
+        for w in started:
             w.proc.stop()
+
+
+def test_a_worker_killed_under_load_loses_no_request(
+    nats: Nats, frontends: list[Frontend], model: str
+) -> None:
+    def kill(workers: list[Worker]) -> None:
+        workers[0].proc.kill()
+        for f in frontends:  # gone from both pools (its lease, or a request that met it)
+            f.wait_workers(model, {w.id for w in workers[1:]}, timeout=15)
+
+    loses_nothing(nats, frontends, model, 3, kill)
 
 
 def test_a_worker_drained_under_load_loses_no_request(
     nats: Nats, frontends: list[Frontend], model: str
 ) -> None:
-    workers = workers_of(nats, model, 3)
-    try:
-        for f in frontends:
-            f.wait_workers(model, {w.id for w in workers})
-        with Load([f.url for f in frontends], model) as load:
-            steady(load)
-            load.fault()
-            workers[0].proc.terminate()
-            assert workers[0].proc.process.wait(30) == 0  # it finished what it had, and left
-            back(load)
-        assert load.lost() == []
-    finally:
-        for w in workers:
-            w.proc.stop()
+    def drain(workers: list[Worker]) -> None:
+        workers[0].proc.terminate()
+        assert workers[0].proc.process.wait(30) == 0  # it finished what it had, and left
+
+    loses_nothing(nats, frontends, model, 3, drain)
 
 
 def test_a_frontend_killed_under_load_fails_only_its_own_requests_and_their_retries_succeed(
@@ -319,21 +329,13 @@ def test_a_wedged_engine_loses_no_request(
 ) -> None:
     """An engine stuck for a while (the mocker's wedge switch): its streams
     wait, or move, but none is lost."""
-    workers = workers_of(nats, model, 2)
-    try:
+
+    def wedge(workers: list[Worker]) -> None:
         switch = f"{workers[0].system_url}/debug/wedge"
         assert httpx.get(switch, timeout=5).json()["wedged"] is False
-        for f in frontends:
-            f.wait_workers(model, {w.id for w in workers})
-        with Load([f.url for f in frontends], model) as load:
-            steady(load)
-            load.fault()
-            assert httpx.post(switch, json={"seconds": 5}, timeout=5).json()["wedged"] is True
-            back(load)
-        assert load.lost() == []
-    finally:
-        for w in workers:
-            w.proc.stop()
+        assert httpx.post(switch, json={"seconds": 5}, timeout=5).json()["wedged"] is True
+
+    loses_nothing(nats, frontends, model, 2, wedge)
 
 
 def test_nats_restarted_under_load_loses_no_request(
@@ -341,18 +343,9 @@ def test_nats_restarted_under_load_loses_no_request(
 ) -> None:
     """Last: the module's nats-server restarts (an empty store); every
     process reconnects, workers register again."""
-    workers = workers_of(nats, model, 2)
-    try:
+
+    def registered_again(workers: list[Worker]) -> None:
         for f in frontends:
             f.wait_workers(model, {w.id for w in workers})
-        with Load([f.url for f in frontends], model) as load:
-            steady(load)
-            load.fault()
-            nats.restart()
-            back(load)
-        assert load.lost() == []
-        for f in frontends:
-            f.wait_workers(model, {w.id for w in workers})
-    finally:
-        for w in workers:
-            w.proc.stop()
+
+    loses_nothing(nats, frontends, model, 2, lambda _: nats.restart(), registered_again)

@@ -33,7 +33,8 @@ MSGS = [{"role": "user", "content": "Tell me about Paris and the weather."}]
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     model = add_llama_weights(chatml_model(tmp_path_factory.mktemp("vllm"), "tiny"), CONTEXT)
-    with vllm_server(model) as s:
+    # priority scheduling changes nothing for the default priority 0 the other tests send
+    with vllm_server(model, "--scheduling-policy", "priority") as s:
         yield s
 
 
@@ -177,6 +178,18 @@ def test_return_token_ids_are_vllm_s_own(server: Server, client: openai.OpenAI) 
         if chunk.choices:
             streamed += (chunk.choices[0].model_extra or {}).get("token_ids") or []
     assert streamed == token_ids[0]
+
+
+def test_priority_reaches_a_priority_scheduling_vllm(client: openai.OpenAI) -> None:
+    """Started with `--scheduling-policy priority`, vLLM takes a request's
+    `priority` (an fcfs engine would make it a 400 naming the flag, as
+    tests/e2e/test_priority.py checks with the mocker); greedy, the answer
+    does not depend on it."""
+    answers = {
+        p: _greedy(client, max_tokens=8, extra_body={"priority": p}).choices[0].message.content
+        for p in (-3, 0, 7)
+    }
+    assert answers[0] and answers[-3] == answers[0] == answers[7]
 
 
 SCHEMA = {

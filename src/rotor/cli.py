@@ -9,7 +9,7 @@ import sys
 from typing import Any, NoReturn
 
 from rotor import __version__
-from rotor.api.admission import DEFAULT_MAX_QUEUED
+from rotor.api.admission import DEFAULT_MAX_QUEUED, DEFAULT_MAX_WAITING
 from rotor.config import (
     DEFAULT_NATS,
     DEFAULT_REQUEST_LOG_BYTES,
@@ -87,9 +87,19 @@ HTTP_FLAGS = [
     # reliability: admission control and the prompt-preparation budget
     Flag(
         "--max-queued-requests",
-        "requests waiting for their first token beyond which a new one gets 503",
+        "requests waiting for their first token beyond which a new one waits in line "
+        "(--max-waiting-requests) or gets 503",
         int,
         DEFAULT_MAX_QUEUED,
+        minimum=1,
+    ),
+    Flag(
+        "--max-waiting-requests",
+        "when every --max-queued-requests place is taken, up to N more requests wait in "
+        "the frontend, best priority first (0: refused at once with 503)",
+        int,
+        DEFAULT_MAX_WAITING,
+        minimum=0,
     ),
     Flag(
         "--template-timeout",
@@ -643,6 +653,7 @@ def _http_config(args: argparse.Namespace) -> HTTPConfig:
         api_key=args.api_key,
         reasoning_field=args.reasoning_field,
         max_queued_requests=args.max_queued_requests,
+        max_waiting_requests=args.max_waiting_requests,
         shutdown_grace=args.shutdown_grace,
         http_workers=args.http_workers,
         request_log=args.request_log,

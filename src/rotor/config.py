@@ -48,6 +48,7 @@ class HTTPConfig:
     api_key: str | None = None
     reasoning_field: str = "reasoning_content"
     max_queued_requests: int = 1024  # admission control (rotor.api.admission)
+    max_waiting_requests: int = 0  # then a line by priority (0: refused at once)
     shutdown_grace: float = 10.0  # SIGTERM: then open streams end with an error event
     http_workers: int = 1  # HTTP processes; >1: the engine is reached over a unix socket
     request_log: str | None = None  # a JSONL (.gz) file: one record per generating request

@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rotor import __version__
 from rotor.api.access_log import AccessLog
-from rotor.api.admission import DEFAULT_MAX_QUEUED, Admission
+from rotor.api.admission import DEFAULT_MAX_QUEUED, DEFAULT_MAX_WAITING, Admission
 from rotor.api.answers import Answers
 from rotor.api.anthropic import register_anthropic
 from rotor.api.auth import APIKeyMiddleware
@@ -65,6 +65,7 @@ def create_app(
     on_startup: list[Hook] | None = None,
     on_shutdown: list[Hook] | None = None,
     max_queued: int = DEFAULT_MAX_QUEUED,
+    max_waiting: int = DEFAULT_MAX_WAITING,
     request_log: RequestLog | None = None,
     answers: Answers | None = None,
     loras: LoraControl | None = None,
@@ -77,7 +78,8 @@ def create_app(
     (`app.state.leaving`, set on SIGTERM: a NATS that never answers must not
     keep the process up), and the shutdown hooks run either way.
     `max_queued`: requests waiting for their first token beyond which a new
-    one is a 503 (admission control). `request_log`: where each generating
+    one waits in the frontend's line, by priority, or with `max_waiting`
+    already waiting there is a 503 (admission control). `request_log`: where each generating
     request's record goes (its writer runs while the server does).
     `answers`: where each response's figures go for the planner (rotor frontend).
     `loras`: the engine `/v1/loras` loads adapters into (rotor run).
@@ -115,7 +117,7 @@ def create_app(
     )
     app.router.route_class = BareRoute  # every route registered below
     registry = frontend.registry
-    admission = Admission(max_queued)
+    admission = Admission(max_queued, max_waiting)
     metrics = Metrics(
         lambda: [(e.model.name, e.engine.state()) for e in registry.entries()],
         lambda: [(e.model.name, e.remote) for e in registry.entries() if e.remote is not None],

@@ -183,7 +183,7 @@ class _RouterCollector:
 
 
 class _AdmissionCollector:
-    """The admission queue, read at scrape time."""
+    """The admission queue and the line behind it, read at scrape time."""
 
     def __init__(self, admission: Admission) -> None:
         self._admission = admission
@@ -196,8 +196,18 @@ class _AdmissionCollector:
         yield GaugeMetricFamily(
             "rotor_max_queued_requests", "The admission limit (--max-queued-requests)", a.limit
         )
+        yield GaugeMetricFamily(
+            "rotor_waiting_requests", "Requests waiting in line for an admission place", a.waiting
+        )
+        yield GaugeMetricFamily(
+            "rotor_max_waiting_requests",
+            "The admission line's limit (--max-waiting-requests)",
+            a.waiting_limit,
+        )
         yield CounterMetricFamily(
-            "rotor_requests_refused_overloaded", "Requests refused with 503: queue full", a.refused
+            "rotor_requests_refused_overloaded",
+            "Requests refused with 503: queue and line full (or displaced from the line)",
+            a.refused,
         )
 
 

@@ -31,6 +31,7 @@ from rotor.api.streamed import ShapedStream, Shaping
 from rotor.frontend import Frontend, ModelEntry, ModelNotFound, StartedResponse
 from rotor.pipeline.collected import Collected, collect
 from rotor.pipeline.events import ChoiceEvent, ResponseFailed
+from rotor.pipeline.params import check_priority
 
 # The `model` label of requests for a model that is not served: clients choose
 # that name, so it must not become a label value (one time series per typo).
@@ -147,22 +148,25 @@ class Responder:
         """The model looked up (once) and the response begun, holding a place
         in the admission queue until its first event; a refusal is counted
         and raised as the client API's error. A client that leaves before
-        the first event (a long queue, a long prefill, a KV handover) stops
-        the engines' work at once: over HTTP (`receive`) that is ClientGone;
+        the first event (in the frontend's line, in a long queue, a long
+        prefill, a KV handover) leaves the line and stops the engines' work
+        at once: over HTTP (`receive`) that is ClientGone;
         without `receive` (gRPC) the caller's task is cancelled, which
         cancels the start the same way."""
         label = UNKNOWN_MODEL
         try:
             entry = self.frontend.model(req.model)
             label = entry.model.name
-            with self.admission.queued():
-                if receive is None:
-                    try:
-                        return await begin(entry, req, rid)
-                    except asyncio.CancelledError:
-                        self.metrics.disconnected.labels(label).inc()
-                        raise
-                started = await race_disconnect(begin(entry, req, rid), receive)
+            # a priority the engine would ignore is a 400 now, not after a wait in line
+            check_priority(entry.model, req.priority)
+            admitted = self._admitted(begin, entry, req, rid)
+            if receive is None:
+                try:
+                    return await admitted
+                except asyncio.CancelledError:
+                    self.metrics.disconnected.labels(label).inc()
+                    raise
+            started = await race_disconnect(admitted, receive)
             if started is None:
                 self.metrics.disconnected.labels(label).inc()
                 raise ClientGone
@@ -172,6 +176,15 @@ class Responder:
             status = "404" if isinstance(e, ModelNotFound) else str(error.status)
         self.metrics.outcome(label, endpoint, flag(req.stream), status).inc()
         raise error
+
+    async def _admitted(
+        self, begin: Begin, entry: ModelEntry, req: Any, rid: str
+    ) -> StartedResponse:
+        """The response begun once it has a place in the admission queue
+        (waiting in line for one, by its priority, when all are taken),
+        holding the place until its first event."""
+        async with self.admission.queued(req.priority):
+            return await begin(entry, req, rid)
 
     def _stream(
         self,

@@ -117,6 +117,19 @@ def request_guided(req: Request) -> dict[str, Any] | None:
     return guided
 
 
+def check_priority(model: ServedModel, priority: int) -> None:
+    """A nonzero `priority` to a model whose engine schedules first come,
+    first served is a 400 naming it (vLLM's rule: 0 is every request's
+    default, so it always passes). The frontend checks it before a request
+    waits for admission, and again with the rest of the request's checks."""
+    if priority != 0 and not model.card.capabilities.priority_scheduling:
+        raise RequestError(
+            f"priority {priority}: model {model.card.name!r} is served by an engine that "
+            "schedules first come, first served; start it with --scheduling-policy priority",
+            "priority",
+        )
+
+
 def _check_capabilities(model: ServedModel, req: Request, output: OutputParams) -> None:
     """What the request asks of its engine, against the card's capabilities: a
     400 naming the field before any engine work, local or remote."""
@@ -132,13 +145,7 @@ def _check_capabilities(model: ServedModel, req: Request, output: OutputParams) 
             f"model {card.name!r} is served by an engine that cannot enforce guided decoding",
             "guided_json",
         )
-    if req.priority != 0 and not caps.priority_scheduling:
-        # vLLM's rule (priority 0 is every request's default, so it always passes)
-        raise RequestError(
-            f"priority {req.priority}: model {card.name!r} is served by an engine that "
-            "schedules first come, first served; start it with --scheduling-policy priority",
-            "priority",
-        )
+    check_priority(model, req.priority)
     if req.mock is not None and not caps.mock_scripts:
         raise RequestError(
             "the 'mock' field is honoured only by the mocker engine (out=mocker)", "mock"

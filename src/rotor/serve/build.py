@@ -134,6 +134,8 @@ def check_limits(config: RunConfig) -> None:
         raise StartupError("--api-key is empty: give a key, or leave the flag out to serve without")
     if config.http.max_queued_requests < 1:
         raise StartupError("--max-queued-requests must be at least 1")
+    if config.http.max_waiting_requests < 0:
+        raise StartupError("--max-waiting-requests must be 0 or more")
     if not config.http.shutdown_grace >= 0:
         raise StartupError("--shutdown-grace must be a number of seconds, 0 or more")
     if not config.model.template_timeout > 0:

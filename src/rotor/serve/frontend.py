@@ -215,6 +215,7 @@ def frontend_server(config: FrontendConfig, announce: str = "") -> Any:
         on_startup=[traces.start, cluster.start, settle_after_startup],
         on_shutdown=[cluster.stop, traces.stop],
         max_queued=http.max_queued_requests,
+        max_waiting=http.max_waiting_requests,
         request_log=open_request_log(http),
         answers=answers,
         kserve=kserve_options(http),

@@ -74,6 +74,7 @@ class System:
             on_startup=[traces.start, self.start, settle_after_startup],
             on_shutdown=[self.stop, traces.stop],
             max_queued=http.max_queued_requests,
+            max_waiting=http.max_waiting_requests,
             request_log=open_request_log(http),
             loras=lora_control(self.frontend, engine),
             kserve=kserve_options(http),

@@ -1,6 +1,8 @@
 """OpenAI's `POST /v1/embeddings`: one vector per input, as numbers or as
 base64 float32s, behind the same admission queue as the generating routes
-and counted in `rotor_requests_total{endpoint="embeddings"}`."""
+(at priority 0), and counted in `rotor_requests_total{endpoint="embeddings"}`.
+A client that leaves before its vectors are ready leaves the line, or stops
+the work, at once."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from rotor.api.body import read_request
 from rotor.api.errors import REFUSALS, api_error
 from rotor.api.openapi import route
 from rotor.api.respond import UNKNOWN_MODEL, Responder
+from rotor.api.sse import race_disconnect
+from rotor.frontend import Embedded, ModelEntry
 from rotor.pipeline.embed import encoded
 from rotor.protocol.embeddings import EmbeddingRequest
 
@@ -21,6 +25,10 @@ ENDPOINT = "embeddings"
 def register_embeddings(app: FastAPI, responder: Responder, body_limit: int) -> None:
     frontend, metrics = responder.frontend, responder.metrics
 
+    async def embedded(entry: ModelEntry, req: EmbeddingRequest) -> Embedded:
+        async with responder.admission.queued():  # (no priority field: 0)
+            return await frontend.embed(entry, req)
+
     @app.post("/v1/embeddings", **route(ENDPOINT))
     async def embeddings(request: Request) -> Response:
         req = await read_request(request, EmbeddingRequest, body_limit)
@@ -28,8 +36,11 @@ def register_embeddings(app: FastAPI, responder: Responder, body_limit: int) -> 
         try:
             entry = frontend.model(req.model)
             label = entry.model.name
-            with responder.admission.queued():
-                done = await frontend.embed(entry, req)
+            work = await race_disconnect(embedded(entry, req), request.receive)
+            if work is None:  # the client left (in line, or while its inputs were embedded)
+                metrics.disconnected.labels(label).inc()
+                return Response(status_code=499)  # nginx's 499, as the generating routes
+            done = work.result()
         except REFUSALS as e:
             error = api_error(e, None, responder.overload_status)
             metrics.outcome(label, ENDPOINT, "false", str(error.status)).inc()

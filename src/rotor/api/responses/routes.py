@@ -84,7 +84,7 @@ def register_responses(
 
         entry = responder.lookup(chat, ENDPOINT)
         rid_of_client = request.headers.get("x-request-id") == rid
-        if rid_of_client and await stored.find(tenant, response_id(rid)) is not None:
+        if rid_of_client and await stored.exists(tenant, response_id(rid)):
             raise APIError(
                 409,
                 f"a response {response_id(rid)!r} is stored already: "

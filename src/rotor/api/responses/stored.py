@@ -42,13 +42,20 @@ class Stored:
 
     async def find(self, tenant: str, response_id: str) -> Record | None:
         """The tenant's record by that id, or None; a 503 when the store fails."""
+        data = await self._get(tenant, response_id)
+        return decode(data) if data is not None else None
+
+    async def exists(self, tenant: str, response_id: str) -> bool:
+        """Whether the tenant has a record by that id (not read: it may be long)."""
+        return await self._get(tenant, response_id) is not None
+
+    async def _get(self, tenant: str, response_id: str) -> bytes | None:
         if not response_id.startswith(ID_PREFIX):
             return None
         try:
-            data = await self.store.get(tenant, response_id)
+            return await self.store.get(tenant, response_id)
         except StoreUnavailable as e:
             raise unavailable(e) from None
-        return decode(data) if data is not None else None
 
     async def load(self, tenant: str, response_id: str, param: str | None = None) -> Record:
         """The tenant's record by that id: a 404 naming it (and `param`) when there is none."""
@@ -68,7 +75,7 @@ class Stored:
         """Replaces the record if the tenant still has one by its id (one
         deleted meanwhile stays deleted: False). Read then write, not one
         step: a delete between the two is undone."""
-        if await self.find(tenant, record.id) is None:
+        if not await self.exists(tenant, record.id):
             return False
         await self.save(tenant, record)
         return True

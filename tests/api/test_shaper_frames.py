@@ -71,7 +71,7 @@ def test_anthropic_events_are_the_same_bytes(evs: list[ChoiceEvent]) -> None:
 def test_responses_events_are_the_same_bytes(evs: list[ChoiceEvent]) -> None:
     resp = started()
     req = validated(ResponsesRequest, {"model": "m", "input": "hi", "stream": True})
-    head = response_head(req, resp, "r1")
+    head = response_head(req, resp.model, resp.created, "r1")
     fast, plain = both_ways(lambda: ResponseStream(head, resp, "r1"), NAMED, evs)
     assert fast == plain
 
@@ -86,7 +86,7 @@ def test_the_fast_path_is_taken_for_a_lone_text_piece() -> None:
     anthropic.event(ChoiceEvent(0, [Content("a")]))  # opens the text block
     assert anthropic.frames(ChoiceEvent(0, [Content("hi")])) is not None
     req = validated(ResponsesRequest, {"model": "m", "input": "hi", "stream": True})
-    responses = ResponseStream(response_head(req, resp, "r1"), resp, "r1")
+    responses = ResponseStream(response_head(req, resp.model, resp.created, "r1"), resp, "r1")
     responses.event(ChoiceEvent(0, [Content("a")]))  # opens the message item
     assert responses.frames(ChoiceEvent(0, [Content("hi")])) is not None
 

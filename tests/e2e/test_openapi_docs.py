@@ -50,6 +50,10 @@ ROUTES = {
     ("post", "/v1/chat/completions"),
     ("post", "/v1/completions"),
     ("post", "/v1/responses"),
+    ("get", "/v1/responses/{response_id}"),
+    ("delete", "/v1/responses/{response_id}"),
+    ("get", "/v1/responses/{response_id}/input_items"),
+    ("post", "/v1/responses/{response_id}/cancel"),
     ("post", "/v1/embeddings"),
     ("post", "/v1/messages"),
     ("post", "/v1/messages/count_tokens"),
@@ -66,6 +70,9 @@ ROUTES = {
     ("get", "/live"),
     ("get", "/metrics"),
 }
+
+# POSTs that take no body
+BODILESS = {"/v1/responses/{response_id}/cancel"}
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +162,7 @@ def test_every_route_documents_its_answer_and_errors(doc: dict[str, Any]) -> Non
         op = doc["paths"][path][method]
         ok = op["responses"]["200"]["content"]
         assert ok and all(media["schema"] for media in ok.values()), (method, path)
-        if method == "post":
+        if method == "post" and path not in BODILESS:
             assert "requestBody" in op, path
         envelope = "AnthropicError" if path.startswith("/v1/messages") else "OpenAIError"
         for status, response in op["responses"].items():
@@ -247,7 +254,7 @@ def test_what_the_sdks_send_validates_and_is_served(
     bodies = sdk_bodies(server, embedder)
     # no SDK loads LoRA adapters: their bodies are the examples' (above)
     lora = {*LORA_LOADS, "/v1/unload_lora_adapter"}
-    assert set(bodies) == {p for m, p in ROUTES if m == "post"} - lora
+    assert set(bodies) == {p for m, p in ROUTES if m == "post"} - lora - BODILESS
     for path, body in bodies.items():
         assert errors_of(request_schema(doc, path), body) == [], (path, body)
         url = serving(path, server, embedder).url
@@ -277,7 +284,7 @@ def test_each_example_validates_and_is_served(
     (and the adapter is unloaded again, so the next example can load it)."""
     adapter = write_adapter(tmp_path / "adapter")
     for path, item in doc["paths"].items():
-        if "post" not in item:
+        if "post" not in item or path in BODILESS:
             continue
         media = item["post"]["requestBody"]["content"]["application/json"]
         example = media["example"]
@@ -417,6 +424,26 @@ def test_gets_validate_against_the_documented_200(server: Server, doc: dict[str,
     assert r.headers["content-type"].startswith("text/plain")
 
 
+def test_stored_responses_validate_against_the_documented_answers(
+    server: Server, doc: dict[str, Any]
+) -> None:
+    body = {"input": "Hi", "mock": {"output": "Hello."}}
+    made = post(server, "/v1/responses", body)
+    one = server.url + "/v1/responses/" + made["id"]
+    for method, path, url, status in (
+        ("get", "/v1/responses/{response_id}", one, 200),
+        ("get", "/v1/responses/{response_id}/input_items", one + "/input_items", 200),
+        ("post", "/v1/responses/{response_id}/cancel", one + "/cancel", 400),  # not background
+        ("delete", "/v1/responses/{response_id}", one, 200),
+        ("get", "/v1/responses/{response_id}", one, 404),
+        ("get", "/v1/responses/{response_id}/input_items", one + "/input_items?limit=0", 400),
+    ):
+        r = httpx.request(method.upper(), url, headers=AUTH, timeout=10)
+        assert r.status_code == status, (method, url, r.text)
+        schema = answer_schema(doc, method, path, status)
+        assert errors_of(schema, r.json()) == [], (method, url, r.json())
+
+
 def test_real_errors_validate_against_the_documented_envelopes(
     server: Server, doc: dict[str, Any]
 ) -> None:
@@ -426,7 +453,8 @@ def test_real_errors_validate_against_the_documented_envelopes(
         ("/v1/chat/completions", {"model": "nope", "messages": HELLO}, AUTH, 404),
         ("/v1/messages", {"model": "nope", "max_tokens": 8, "messages": HELLO}, AUTH, 404),
         ("/tokenize", {"model": "nope", "prompt": "x"}, AUTH, 404),
-        ("/v1/responses", {"input": "x", "store": True}, AUTH, 400),
+        ("/v1/responses", {"input": "x", "background": True, "store": False}, AUTH, 400),
+        ("/v1/responses", {"input": "x", "previous_response_id": "resp_none"}, AUTH, 404),
     ]
     for path, body, headers, status in cases:
         r = httpx.post(server.url + path, json=body, headers=headers, timeout=10)

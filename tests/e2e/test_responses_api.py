@@ -371,21 +371,6 @@ def test_settings_are_echoed(client: openai.OpenAI) -> None:
 # -- errors ---------------------------------------------------------------------------------------
 
 
-def test_stateful_fields_are_refused(client: openai.OpenAI) -> None:
-    with pytest.raises(openai.BadRequestError) as e:
-        client.responses.create(model=MODEL, input="hi", store=True)
-    assert e.value.body["param"] == "store"
-    assert "stateless" in e.value.body["message"]
-    with pytest.raises(openai.BadRequestError) as e:
-        client.responses.create(model=MODEL, input="hi", previous_response_id="resp_123")
-    assert e.value.body["param"] == "previous_response_id"
-    assert "stateless" in e.value.body["message"]
-    ok = client.responses.create(
-        model=MODEL, input="hi", store=False, extra_body={"mock": {"output": "ok"}}
-    )
-    assert ok.output_text == "ok" and ok.store is False
-
-
 def test_bad_requests_raise_bad_request(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as e:
         client.responses.create(model=MODEL, input="hi", extra_body={"bogus": 1})

@@ -49,6 +49,7 @@ from rotor.api.page import register_page
 from rotor.api.request_log import RequestLog
 from rotor.api.respond import Responder
 from rotor.api.responses import register_responses
+from rotor.api.responses.store import MemoryStore, ResponseStore
 from rotor.api.sse import SERVER_SEND
 from rotor.api.tokens import register_tokens
 from rotor.frontend import Frontend
@@ -71,6 +72,7 @@ def create_app(
     loras: LoraControl | None = None,
     kserve: KServeOptions | None = None,
     overload_status: int = 503,
+    response_store: ResponseStore | None = None,
 ) -> FastAPI:
     """`on_startup` / `on_shutdown`: what the builder starts and stops with the
     server (in-process engines, a NATS connection); the frontend is ready once
@@ -87,7 +89,9 @@ def create_app(
     (`app.state.kserve`; serve/http.py starts it once HTTP listens), stopped
     before the shutdown hooks. `overload_status` (`--overload-status`): the
     status of a request refused because every worker is overloaded (503 or
-    529)."""
+    529). `response_store`: where the Responses API keeps responses (None:
+    this process's memory); whoever gives one closes it (an `on_shutdown`
+    hook: those run once the background responses have ended)."""
     leaving = asyncio.Event()
     stop_first: list[Hook] = []  # what serves requests stops before what answers them
 
@@ -143,7 +147,8 @@ def create_app(
     register_openai(app, responder, body_limit)
     register_embeddings(app, responder, body_limit)
     register_anthropic(app, responder, body_limit)
-    register_responses(app, responder, body_limit)
+    store = response_store if response_store is not None else MemoryStore()
+    stop_first.append(register_responses(app, responder, body_limit, store))
     register_tokens(app, frontend, body_limit)
     register_ops(app, frontend, metrics)
     if loras is not None:

@@ -34,13 +34,17 @@ REF = "#/components/schemas/{model}"
 _ERRORS = {
     400: "the request is malformed or refused; the message names the field (`param`)",
     401: "with --api-key: the key is missing or wrong",
-    404: "no such model or route",
+    404: "no such model, route or stored response",
+    409: "the client's x-request-id names a response stored already",
     413: "the body is over the size limit",
     500: "an internal error (the server's log has the details)",
-    503: "the engine is unavailable or the queue is full (`Retry-After: 1`)",
+    503: (
+        "the engine or the response store is unavailable, or the queue is full (`Retry-After: 1`)"
+    ),
 }
 _GENERATION_ERRORS = (400, 401, 404, 413, 500, 503)
 _TEXT_ERRORS = (400, 401, 404, 413, 500)
+_STORED_ERRORS = (400, 401, 404, 500, 503)
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,7 @@ DOCS: dict[str, Doc] = {
         errors=_GENERATION_ERRORS,
     ),
     "responses": Doc(
-        "Response (stateless)",
+        "Response (stored unless `store` is false)",
         "OpenAI",
         "ResponseObject",
         "ResponsesRequest",
@@ -95,7 +99,17 @@ DOCS: dict[str, Doc] = {
         "server-sent events named by their `type` (response.created, "
         "response.output_text.delta, ..., response.completed), each numbered "
         "by `sequence_number`",
-        _GENERATION_ERRORS,
+        (400, 401, 404, 409, 413, 500, 503),
+    ),
+    "get_response": Doc("A stored response", "OpenAI", "ResponseObject", errors=_STORED_ERRORS),
+    "delete_response": Doc(
+        "Delete a stored response", "OpenAI", "ResponseDeleted", errors=(401, 404, 500, 503)
+    ),
+    "input_items": Doc(
+        "A stored response's input items", "OpenAI", "ResponseItemList", errors=_STORED_ERRORS
+    ),
+    "cancel_response": Doc(
+        "Cancel a background response", "OpenAI", "ResponseObject", errors=_STORED_ERRORS
     ),
     "models": Doc(
         "Served models",

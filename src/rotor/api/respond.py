@@ -68,6 +68,8 @@ class APIView:
     shaper: Callable[[], EventShaper]
     framing: Framing
     body: Callable[[list[Collected]], dict[str, Any]]
+    # streamed, told once the stream is over: its last bytes went (True), or not
+    finished: Callable[[bool], None] | None = None
 
 
 class ClientGone(Exception):
@@ -102,17 +104,19 @@ class Responder:
         view: Callable[[StartedResponse, str], APIView],
         begin: Begin | None = None,
         params: dict[str, str] | None = None,
+        entry: ModelEntry | None = None,
     ) -> Response:
         """`req` (a chat request, or with `begin=frontend.completion` a
         completions request) started under the request's id, observed, then
         streamed or collected. `params` renames the fields a 400 names to
-        the client API's."""
+        the client API's. `entry`: its model, when the route looked it up
+        already (`lookup`)."""
         rid = request_id(request)
         t0 = time.perf_counter()
         apply_session(request, req)
         try:
             resp = await self.start(
-                begin or self.frontend.chat, req, rid, endpoint, params, request.receive
+                begin or self.frontend.chat, req, rid, endpoint, params, request.receive, entry
             )
         except ClientGone:
             return Response(status_code=499)  # what a vanished client "gets": nginx's 499
@@ -144,6 +148,7 @@ class Responder:
         endpoint: str,
         params: dict[str, str] | None = None,
         receive: Callable[[], Awaitable[Any]] | None = None,
+        entry: ModelEntry | None = None,
     ) -> StartedResponse:
         """The model looked up (once) and the response begun, holding a place
         in the admission queue until its first event; a refusal is counted
@@ -152,10 +157,12 @@ class Responder:
         prefill, a KV handover) leaves the line and stops the engines' work
         at once: over HTTP (`receive`) that is ClientGone;
         without `receive` (gRPC) the caller's task is cancelled, which
-        cancels the start the same way."""
+        cancels the start the same way. `entry`: the model, when the caller
+        looked it up already (`lookup`)."""
         label = UNKNOWN_MODEL
         try:
-            entry = self.frontend.model(req.model)
+            if entry is None:
+                entry = self.frontend.model(req.model)
             label = entry.model.name
             # a priority the engine would ignore is a 400 now, not after a wait in line
             check_priority(entry.model, req.priority)
@@ -186,6 +193,17 @@ class Responder:
         async with self.admission.queued(req.priority):
             return await begin(entry, req, rid)
 
+    def lookup(self, req: Any, endpoint: str) -> ModelEntry:
+        """The model `req` names, for a route that needs it before it
+        starts the response (then given to `respond` or `start`, so that it
+        is looked up once); an unknown one is counted as `start` counts it
+        and raised as its 404."""
+        try:
+            return self.frontend.model(req.model)
+        except ModelNotFound as e:
+            self.metrics.outcome(UNKNOWN_MODEL, endpoint, flag(req.stream), "404").inc()
+            raise api_error(e, None, self.overload_status) from None
+
     def _stream(
         self,
         api: APIView,
@@ -208,6 +226,9 @@ class Responder:
             self.metrics.disconnected.labels(model).inc()
 
         shaped = ShapedStream(shaping, resp.events)
+        finish: Callable[[bool], None] = shaped.finish
+        if api.finished is not None:
+            finish = partial(_both, shaped.finish, api.finished)
         return SSEResponse(
             shaped,
             headers,
@@ -216,7 +237,7 @@ class Responder:
             self.streams,
             shutdown,
             framing.keepalive,
-            shaped.finish,
+            finish,
         )
 
     async def _collect(
@@ -234,3 +255,8 @@ class Responder:
             self.metrics.disconnected.labels(resp.served.name).inc()
             raise ClientGone
         return work.result()
+
+
+def _both(first: Callable[[bool], None], then: Callable[[bool], None], complete: bool) -> None:
+    first(complete)
+    then(complete)

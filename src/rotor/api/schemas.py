@@ -427,13 +427,14 @@ class ReasoningSettings(_Closed):
 
 
 class ResponseObject(_Closed):
-    """The non-streaming answer of /v1/responses (rotor stores none: `store` is false)."""
+    """The non-streaming answer of /v1/responses, and a stored response (GET
+    /v1/responses/{id}, its cancel)."""
 
     id: str
     object: Literal["response"]
     created_at: int
     model: str
-    status: Literal["in_progress", "completed", "incomplete", "failed"]
+    status: Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
     error: ResponseError | None
     incomplete_details: IncompleteDetails | None
     output: list[
@@ -443,9 +444,10 @@ class ResponseObject(_Closed):
     instructions: str | None
     max_output_tokens: int | None
     parallel_tool_calls: bool
-    previous_response_id: None
+    previous_response_id: str | None
     reasoning: ReasoningSettings
     store: bool
+    background: bool
     temperature: float
     text: dict[str, Any]
     tool_choice: str | dict[str, Any]
@@ -454,6 +456,26 @@ class ResponseObject(_Closed):
     truncation: str
     user: str | None
     metadata: dict[str, str]
+
+
+class ResponseDeleted(_Closed):
+    id: str
+    object: Literal["response"]
+    deleted: Literal[True]
+
+
+class ResponseItemList(_Closed):
+    """A page of a stored response's input items: the conversation it
+    continued (earlier turns' input and output), then its own input."""
+
+    object: Literal["list"]
+    data: list[dict[str, Any]] = Field(
+        description="items as input takes them (message, function_call, "
+        "function_call_output, reasoning), each with its id"
+    )
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
 
 
 # -- tokens -------------------------------------------------------------------------------------

@@ -1,9 +1,12 @@
-"""OpenAI Responses API request model (`POST /v1/responses`), stateless.
+"""OpenAI Responses API request model (`POST /v1/responses`).
 
 Unknown fields are rejected (a 400 naming them), as in protocol/openai.py.
-rotor keeps no responses, so `store: true` and `previous_response_id` are
-400s that say so. Responses are not modelled: api/responses/ builds them
-from an allow-list of fields.
+As OpenAI's, a response is stored unless `store` is false, a request may
+continue a stored one (`previous_response_id`), and `background` runs it
+without waiting (it needs `store`, and rotor streams no background response:
+both 400s naming `background`). api/responses/ keeps them (store.py, the
+record's format in record.py). Responses are not modelled: api/responses/
+builds them from an allow-list of fields.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -191,6 +195,11 @@ class TextConfig(_Strict):
     ) = None
 
 
+# `include` values rotor takes: its reasoning items carry their text in the
+# clear, so what a client asks encrypted for it already has (nothing is added).
+INCLUDABLE = frozenset({"reasoning.encrypted_content"})
+
+
 # -- the request -------------------------------------------------------------------------------
 
 
@@ -207,8 +216,10 @@ class ResponsesRequest(_Strict):
     reasoning: ReasoningConfig | None = None
     text: TextConfig | None = None
     stream: bool = False
-    store: bool | None = None
-    previous_response_id: str | None = None
+    store: bool = True
+    previous_response_id: str | None = Field(default=None, min_length=1)
+    background: bool = False
+    include: list[str] | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
     # rotor extensions: stop strings (validated as chat validates them), the mocker's script
@@ -228,19 +239,21 @@ class ResponsesRequest(_Strict):
             raise ValueError("input must not be empty")
         return v
 
-    @field_validator("store")
+    @field_validator("background")
     @classmethod
-    def _store(cls, v: bool | None) -> bool | None:
-        if v:
-            raise ValueError("rotor is stateless and stores no responses; set store to false")
+    def _background(cls, v: bool, info: ValidationInfo) -> bool:
+        if v and not info.data.get("store", True):
+            raise ValueError("a background response is kept to be fetched: it needs store true")
+        if v and info.data.get("stream"):
+            raise ValueError(
+                "rotor does not stream background responses: poll GET /v1/responses/{id}"
+            )
         return v
 
-    @field_validator("previous_response_id")
+    @field_validator("include")
     @classmethod
-    def _previous(cls, v: str | None) -> str | None:
-        if v is not None:
-            raise ValueError(
-                "rotor is stateless and keeps no earlier responses; "
-                "send the whole conversation in input instead"
-            )
+    def _include(cls, v: list[str] | None) -> list[str] | None:
+        for value in v or ():
+            if value not in INCLUDABLE:
+                raise ValueError(f"include {value!r} is not supported: rotor has no such data")
         return v

@@ -3,6 +3,7 @@ through the one chat pipeline."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rotor.api.body import internal_chat
@@ -13,6 +14,7 @@ from rotor.protocol.responses import (
     FunctionCallItem,
     FunctionCallOutputItem,
     FunctionChoice,
+    InputItem,
     MessageItem,
     Part,
     ReasoningItem,
@@ -30,14 +32,18 @@ PARAMS = {
 }
 
 
-def to_chat(req: ResponsesRequest) -> ChatCompletionRequest:
+def to_chat(req: ResponsesRequest, history: Sequence[InputItem] = ()) -> ChatCompletionRequest:
+    """`history`: the conversation the request continues (`previous_response_id`),
+    before its own input; its instructions come first, whatever came before."""
     messages: list[dict[str, Any]] = []
     if req.instructions:
         messages.append({"role": "system", "content": req.instructions})
+    items: list[Any] = list(history)
     if isinstance(req.input, str):
-        messages.append({"role": "user", "content": req.input})
+        items.append(MessageItem(role="user", content=req.input))
     else:
-        messages.extend(_messages(req.input))
+        items.extend(req.input)
+    messages.extend(_messages(items))
     tools = None
     if req.tools:
         tools = [

@@ -6,33 +6,39 @@ from __future__ import annotations
 
 from typing import Any
 
-from rotor.frontend import StartedResponse
 from rotor.pipeline.collected import Collected
 from rotor.pipeline.events import Usage
 from rotor.pipeline.parse.base import Content, Reasoning, ToolCall
 from rotor.protocol.responses import FunctionChoice, ResponsesRequest
 
 
-def response_head(req: ResponsesRequest, resp: StartedResponse, rid: str) -> dict[str, Any]:
-    """The response object's fields that echo the request."""
+def response_id(rid: str) -> str:
+    """The id of the response to request `rid` (its items' ids are made of `rid` too)."""
+    return f"resp_{rid}"
+
+
+def response_head(req: ResponsesRequest, model: str, created: int, rid: str) -> dict[str, Any]:
+    """The response object's fields that echo the request: `model` as the
+    request named it, made at `created` (Unix seconds)."""
     tool_choice: Any = req.tool_choice or "auto"
     if isinstance(tool_choice, FunctionChoice):
         tool_choice = tool_choice.model_dump()
     text = req.text.model_dump(by_alias=True, exclude_none=True) if req.text else None
     return {
-        "id": f"resp_{rid}",
+        "id": response_id(rid),
         "object": "response",
-        "created_at": resp.created,
-        "model": resp.model,
+        "created_at": created,
+        "model": model,
         "instructions": req.instructions,
         "max_output_tokens": req.max_output_tokens,
         "parallel_tool_calls": req.parallel_tool_calls,
-        "previous_response_id": None,
+        "previous_response_id": req.previous_response_id,
         "reasoning": {
             "effort": req.reasoning.effort if req.reasoning else None,
             "summary": req.reasoning.summary if req.reasoning else None,
         },
-        "store": False,
+        "store": req.store,
+        "background": req.background,
         "temperature": req.temperature if req.temperature is not None else 1.0,
         "text": text or {"format": {"type": "text"}},
         "tool_choice": tool_choice,

@@ -20,7 +20,9 @@ _ITEM_KINDS: dict[type, str] = {Content: "message", Reasoning: "reasoning"}
 
 class ResponseStream:
     """Shapes one choice's events into Responses stream events, numbering
-    them. Pure: no I/O. The final response is built from the items it closed."""
+    them. Pure: no I/O. The final response is built from the items it closed
+    (`final`, once its last event is made; `cancelled()` when the stream
+    stopped before its end)."""
 
     def __init__(self, head: dict[str, Any], resp: StartedResponse, rid: str) -> None:
         self._rid = rid
@@ -34,6 +36,8 @@ class ResponseStream:
         self._usage = resp.usage
         self.finish_reason: str | None = None
         self._head = head
+        # the response its last event carries (completed, incomplete or failed)
+        self.final: dict[str, Any] | None = None
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
         event = {"type": kind, "sequence_number": self._seq, **fields}
@@ -97,8 +101,10 @@ class ResponseStream:
             body = self._response(
                 "incomplete", usage=usage, incomplete={"reason": "max_output_tokens"}
             )
+            self.final = body
             return out + [self._event("response.incomplete", response=body)]
         body = self._response("completed", usage=usage)
+        self.final = body
         return out + [self._event("response.completed", response=body)]
 
     def fail(self, error: APIError) -> list[dict[str, Any]]:
@@ -107,10 +113,17 @@ class ResponseStream:
         out = self._close("incomplete")
         failure = {"code": "server_error", "message": message}
         body = self._response("failed", usage=usage_of(self._usage), error=failure)
+        self.final = body
         return out + [
             self._event("error", code="server_error", message=message, param=None),
             self._event("response.failed", response=body),
         ]
+
+    def cancelled(self) -> dict[str, Any]:
+        """The response as far as it got, `cancelled`: the stream stopped
+        before its end (the client left). Its open item ends incomplete."""
+        self._close("incomplete")
+        return self._response("cancelled", usage=usage_of(self._usage))
 
     # -- items --------------------------------------------------------------------------------
 

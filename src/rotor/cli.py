@@ -81,7 +81,8 @@ HTTP_FLAGS = [
     Flag(
         "--api-key",
         "require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on /v1/*, /tokenize, "
-        "/detokenize",
+        "/detokenize; repeatable: any of the keys, each a tenant of its own (stored responses)",
+        action="append",
     ),
     Flag("--reasoning-field", "name of the reasoning field in responses", str, "reasoning_content"),
     # reliability: admission control and the prompt-preparation budget
@@ -455,6 +456,8 @@ def _env_default(flag: Flag) -> Any:
         return flag.default
     if flag.action == "store_true":
         return raw.lower() in ("1", "true", "yes", "on")
+    if flag.action == "append":  # an empty (or blank) variable is one empty value, refused
+        return [_env_value(flag, word, raw) for word in raw.split() or [raw]]
     if flag.nargs is not None:
         return [_env_value(flag, word, raw) for word in raw.split()]
     return _env_value(flag, raw, raw)
@@ -470,6 +473,24 @@ def _env_value(flag: Flag, word: str, raw: str) -> Any:
             f"rotor: {env_name(flag.name)}={raw!r} is not one of {', '.join(flag.choices)}"
         )
     return value
+
+
+class _Append(argparse.Action):
+    """A flag given several times, one value each: the values on the command
+    line, else the variable's (argparse's own "append" adds to the default)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        items = getattr(namespace, self.dest)
+        if items is self.default:  # the first on the command line: the variable's go
+            items = []
+            setattr(namespace, self.dest, items)
+        items.append(values)
 
 
 class Parser(argparse.ArgumentParser):
@@ -500,6 +521,14 @@ def _add_flags(parser: argparse.ArgumentParser, flags: list[Flag]) -> None:
                 flag.name, action="extend", nargs="+", type=_checked(flag), help=help_text
             )
             parser.set_defaults(**{flag.dest: list(default or [])})
+        elif flag.action == "append":  # repeatable, one value each: the command line's replace
+            parser.add_argument(
+                flag.name,
+                action=_Append,
+                type=_checked(flag),
+                default=list(default or []),
+                help=help_text,
+            )
         elif flag.action:
             parser.add_argument(flag.name, action=flag.action, default=default, help=help_text)
         else:
@@ -640,7 +669,7 @@ def _http_config(args: argparse.Namespace) -> HTTPConfig:
     return HTTPConfig(
         host=args.host,
         port=args.port,
-        api_key=args.api_key,
+        api_keys=list(args.api_key),
         reasoning_field=args.reasoning_field,
         max_queued_requests=args.max_queued_requests,
         shutdown_grace=args.shutdown_grace,

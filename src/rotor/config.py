@@ -45,7 +45,8 @@ DEFAULT_REQUEST_LOG_BYTES = 100 * 1024 * 1024  # --request-log-max-bytes
 class HTTPConfig:
     host: str = "127.0.0.1"
     port: int = 8000
-    api_key: str | None = None
+    # `--api-key`, repeatable: each key a tenant of its own (api/auth.py); none: no auth
+    api_keys: list[str] = field(default_factory=list)
     reasoning_field: str = "reasoning_content"
     max_queued_requests: int = 1024  # admission control (rotor.api.admission)
     shutdown_grace: float = 10.0  # SIGTERM: then open streams end with an error event

@@ -4,7 +4,7 @@ write records through `ResponseStore`; the backends live where their I/O
 does (memory and SQLite beside the routes, the JetStream bucket in
 runtime/nats, which may not import the API), and the composition root
 (serve/) picks one. api/responses/store.py re-exports both
-names, so the routes need not know this module.
+names and the tenant's scope key, so the routes need not know this module.
 
 A store that cannot read or keep a record raises `StoreUnavailable`: the
 request fails with a 503 rather than losing the history silently. That
@@ -15,6 +15,14 @@ tenant's history to make room (an expired record, past the TTL, is gone).
 from __future__ import annotations
 
 from typing import Protocol
+
+# The ASGI scope key the API-key middleware (api/auth.py) sets to the tenant
+# of the key that matched (a digest of it, never the key); absent without
+# --api-key. The routes read it through api/responses/store.tenant_of.
+TENANT_SCOPE_KEY = "rotor.tenant"
+
+DEFAULT_TTL_S = 30 * 24 * 3600.0  # --response-store-ttl: OpenAI keeps responses 30 days
+DEFAULT_MAX_BYTES = 1 << 30  # --response-store-max-bytes: 1 GiB of records
 
 
 class StoreUnavailable(Exception):

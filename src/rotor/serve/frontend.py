@@ -36,7 +36,7 @@ from rotor.runtime.nats.frontend_stats import StatsPublisher
 from rotor.runtime.nats.kv_events import KVEventFeed, KVSnapshots
 from rotor.runtime.nats.leases import CardStore, LeaseFeed
 from rotor.runtime.nats.request_plane import RequestPlane
-from rotor.serve.build import StartupError
+from rotor.serve.build import StartupError, api_keys_problem
 from rotor.serve.gc import settle_after_startup
 from rotor.serve.http import http_server
 from rotor.serve.kserve import hold_shared_port, kserve_options, say_shared_port
@@ -183,10 +183,9 @@ def make_router(config: FrontendConfig, card: ModelCard) -> Router:
 def run_frontend(config: FrontendConfig) -> int:
     logs.setup(config.log_level, config.log_format)
     http = config.http
-    if http.api_key == "":
-        logs.say("--api-key is empty: give a key, or leave the flag out", logging.ERROR)
-        return 2
-    problem = tracing_missing(http.otlp_endpoint)
+    problem = api_keys_problem(http.api_keys)
+    if problem is None:
+        problem = tracing_missing(http.otlp_endpoint)
     if problem is None and http.grpc_port is not None:
         problem = kserve.missing()
     if problem is not None:
@@ -211,7 +210,7 @@ def frontend_server(config: FrontendConfig, announce: str = "") -> Any:
     traces = Exporting(http.otlp_endpoint, "rotor-frontend")  # in the process that serves
     app = create_app(
         frontend,
-        api_key=http.api_key,
+        api_key=http.api_keys or None,
         on_startup=[traces.start, cluster.start, settle_after_startup],
         on_shutdown=[cluster.stop, traces.stop],
         max_queued=http.max_queued_requests,

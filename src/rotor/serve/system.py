@@ -70,7 +70,7 @@ class System:
         engine = self.engines[0] if self.engines else None
         return create_app(
             self.frontend,
-            api_key=http.api_key,
+            api_key=http.api_keys or None,
             on_startup=[traces.start, self.start, settle_after_startup],
             on_shutdown=[self.stop, traces.stop],
             max_queued=http.max_queued_requests,

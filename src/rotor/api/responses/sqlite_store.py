@@ -25,7 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from rotor.api.responses.store import DEFAULT_MAX_BYTES, DEFAULT_TTL_S, StoreUnavailable
+from rotor.api.responses.store import StoreUnavailable
+from rotor.protocol.response_store import DEFAULT_MAX_BYTES, DEFAULT_TTL_S
 
 T = TypeVar("T")
 

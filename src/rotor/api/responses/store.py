@@ -23,16 +23,12 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from rotor.protocol.response_store import DEFAULT_MAX_BYTES
+from rotor.protocol.response_store import TENANT_SCOPE_KEY as TENANT_SCOPE_KEY
 from rotor.protocol.response_store import ResponseStore as ResponseStore
 from rotor.protocol.response_store import StoreUnavailable as StoreUnavailable
 
-# The ASGI scope key the API-key middleware sets to the tenant of the key
-# that matched (a digest of it, never the key); absent without --api-key.
-TENANT_SCOPE_KEY = "rotor.tenant"
 NO_TENANT = ""
-
-DEFAULT_TTL_S = 30 * 24 * 3600.0  # --response-store-ttl: OpenAI keeps responses 30 days
-DEFAULT_MAX_BYTES = 1 << 30  # --response-store-max-bytes: 1 GiB of records
 
 
 def tenant_of(scope: Any) -> str:

@@ -18,6 +18,7 @@ from rotor.config import (
     HTTPConfig,
     ModelConfig,
     PlannerConfig,
+    ResponseStoreConfig,
     RunConfig,
     WorkerConfig,
     lora_spec,
@@ -29,6 +30,7 @@ from rotor.logs import FORMATS
 from rotor.pipeline.preparer import DEFAULT_BUDGET_S
 from rotor.planner.predict import PREDICTORS
 from rotor.protocol.lease import ROLES
+from rotor.protocol.response_store import DEFAULT_MAX_BYTES, DEFAULT_TTL_S
 from rotor.router.disagg import (
     DEFAULT_MAX_CACHED_RATIO,
     DEFAULT_MIN_TOKENS,
@@ -125,6 +127,27 @@ HTTP_FLAGS = [
         bool,
         False,
         action="store_true",
+    ),
+    # stored Responses-API responses (serve/response_store.py)
+    Flag(
+        "--response-store",
+        "where stored responses (store: true) live: a SQLite file, 'memory', or 'nats' "
+        "(rotor frontend: the JetStream bucket frontends share); default: rotor run, "
+        "$XDG_STATE_HOME/rotor/responses.sqlite3 (~/.local/state/...); rotor frontend, nats",
+    ),
+    Flag(
+        "--response-store-ttl",
+        "seconds a stored response is kept after it was written (0: forever)",
+        float,
+        DEFAULT_TTL_S,
+        minimum=0,
+    ),
+    Flag(
+        "--response-store-max-bytes",
+        "bytes of stored responses the store holds; past it, a request that stores one gets 503",
+        int,
+        DEFAULT_MAX_BYTES,
+        minimum=1,
     ),
 ]
 MODEL_FLAGS = [
@@ -679,6 +702,11 @@ def _http_config(args: argparse.Namespace) -> HTTPConfig:
         request_log_hashes=args.request_log_hashes,
         otlp_endpoint=args.otlp_endpoint,
         grpc_port=args.grpc_port,
+        response_store=ResponseStoreConfig(
+            where=args.response_store,
+            ttl_s=args.response_store_ttl,
+            max_bytes=args.response_store_max_bytes,
+        ),
     )
 
 

@@ -122,7 +122,7 @@ async def test_a_full_bucket_refuses_and_keeps_every_record(
 ) -> None:
     store = await started(connections[0], bucket_name, max_bytes=16 * 1024)
     kept = []
-    with pytest.raises(StoreUnavailable):
+    with pytest.raises(StoreUnavailable, match="is full"):
         for n in range(100):
             await store.put("t", f"resp_{n}", bytes([n]) * 1000)
             kept.append(n)

@@ -17,7 +17,9 @@ A record larger than one NATS message (the server's `max_payload`, 1 MiB
 by default) is cut into parts under keys of their own (`<key>.<gen>.<n>`),
 written first, then the record's head at `<key>` naming them; a reader
 follows the head, so it sees the old record or the new one whole, never a
-mix. A replaced or deleted record's parts are purged after its head. The
+mix. A replaced or deleted record's parts are purged after its head, and
+a put that fails purges the parts it wrote (one cut short by the bound, or
+by NATS going away, may leave some: they expire with the bucket's TTL). The
 parts count against `max_bytes` like any record.
 
 Every call is bounded by `timeout_s`: a NATS that is gone or slow is a
@@ -56,6 +58,13 @@ PLAIN_MAX = 96  # bytes of tenant or id kept readable in the key; longer ones ar
 WHOLE = b"\x00"  # a head that is the record itself
 PARTS = b"\x01"  # a head that names the record's parts (JSON)
 HEADROOM = 1024  # bytes of a NATS message left to the protocol
+FULL = 10077  # JetStream's error code: "maximum bytes exceeded" (discard new)
+# What a bucket that is not there (any more: NATS came back empty) makes a call raise
+_GONE = (
+    nats.js.errors.NoStreamResponseError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionClosedError,
+)
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,7 @@ class ResponseBucket:
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._kv: KeyValue | None = None
+        self._said_settings = False
 
     async def start(self, nc: Client) -> None:
         """Use `nc`; the bucket is found or made now (a failure is logged:
@@ -136,8 +146,16 @@ class ResponseBucket:
                 f"the response bucket {self.bucket!r} on NATS did not answer a {what} "
                 f"within {self.timeout_s:g} s"
             ) from None
+        except nats.js.errors.APIError as e:
+            if e.err_code == FULL:
+                raise StoreUnavailable(
+                    f"the response bucket {self.bucket!r} is full (its max_bytes: "
+                    "--response-store-max-bytes of the frontend that made it)"
+                ) from e
+            raise StoreUnavailable(f"the response bucket {self.bucket!r} on NATS: {e}") from e
         except (nats.errors.Error, OSError) as e:
-            self._kv = None
+            if isinstance(e, _GONE):
+                self._kv = None  # the bucket is made again at the next call
             why = str(e) or type(e).__name__
             raise StoreUnavailable(f"the response bucket {self.bucket!r} on NATS: {why}") from e
 
@@ -157,11 +175,13 @@ class ResponseBucket:
             kv = await js.create_key_value(config)
         except nats.js.errors.BadRequestError:  # there, with other settings: use it as it is
             kv = await js.key_value(self.bucket)
-            log.warning(
-                "stored responses: the bucket %r exists with other settings than "
-                "--response-store-ttl / --response-store-max-bytes; its own are kept",
-                self.bucket,
-            )
+            if not self._said_settings:
+                self._said_settings = True
+                log.warning(
+                    "stored responses: the bucket %r exists with other settings than "
+                    "--response-store-ttl / --response-store-max-bytes; its own are kept",
+                    self.bucket,
+                )
         self._kv = kv
         return kv
 

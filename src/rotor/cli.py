@@ -18,6 +18,7 @@ from rotor.config import (
     HTTPConfig,
     ModelConfig,
     PlannerConfig,
+    ResponseStoreConfig,
     RunConfig,
     WorkerConfig,
     lora_spec,
@@ -29,6 +30,7 @@ from rotor.logs import FORMATS
 from rotor.pipeline.preparer import DEFAULT_BUDGET_S
 from rotor.planner.predict import PREDICTORS
 from rotor.protocol.lease import ROLES
+from rotor.protocol.response_store import DEFAULT_MAX_BYTES, DEFAULT_TTL_S
 from rotor.router.disagg import (
     DEFAULT_MAX_CACHED_RATIO,
     DEFAULT_MIN_TOKENS,
@@ -81,7 +83,8 @@ HTTP_FLAGS = [
     Flag(
         "--api-key",
         "require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on /v1/*, /tokenize, "
-        "/detokenize",
+        "/detokenize; repeatable: any of the keys, each a tenant of its own (stored responses)",
+        action="append",
     ),
     Flag("--reasoning-field", "name of the reasoning field in responses", str, "reasoning_content"),
     # reliability: admission control and the prompt-preparation budget
@@ -134,6 +137,27 @@ HTTP_FLAGS = [
         bool,
         False,
         action="store_true",
+    ),
+    # stored Responses-API responses (serve/response_store.py)
+    Flag(
+        "--response-store",
+        "where stored responses (store: true) live: a SQLite file, 'memory', or 'nats' "
+        "(rotor frontend: the JetStream bucket frontends share); default: rotor run, "
+        "$XDG_STATE_HOME/rotor/responses.sqlite3 (~/.local/state/...); rotor frontend, nats",
+    ),
+    Flag(
+        "--response-store-ttl",
+        "seconds a stored response is kept after it was written (0: forever)",
+        float,
+        DEFAULT_TTL_S,
+        minimum=0,
+    ),
+    Flag(
+        "--response-store-max-bytes",
+        "bytes of stored responses the store holds; past it, a request that stores one gets 503",
+        int,
+        DEFAULT_MAX_BYTES,
+        minimum=1,
     ),
 ]
 MODEL_FLAGS = [
@@ -465,6 +489,8 @@ def _env_default(flag: Flag) -> Any:
         return flag.default
     if flag.action == "store_true":
         return raw.lower() in ("1", "true", "yes", "on")
+    if flag.action == "append":  # an empty (or blank) variable is one empty value, refused
+        return [_env_value(flag, word, raw) for word in raw.split() or [raw]]
     if flag.nargs is not None:
         return [_env_value(flag, word, raw) for word in raw.split()]
     return _env_value(flag, raw, raw)
@@ -480,6 +506,24 @@ def _env_value(flag: Flag, word: str, raw: str) -> Any:
             f"rotor: {env_name(flag.name)}={raw!r} is not one of {', '.join(flag.choices)}"
         )
     return value
+
+
+class _Append(argparse.Action):
+    """A flag given several times, one value each: the values on the command
+    line, else the variable's (argparse's own "append" adds to the default)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        items = getattr(namespace, self.dest)
+        if items is self.default:  # the first on the command line: the variable's go
+            items = []
+            setattr(namespace, self.dest, items)
+        items.append(values)
 
 
 class Parser(argparse.ArgumentParser):
@@ -510,6 +554,14 @@ def _add_flags(parser: argparse.ArgumentParser, flags: list[Flag]) -> None:
                 flag.name, action="extend", nargs="+", type=_checked(flag), help=help_text
             )
             parser.set_defaults(**{flag.dest: list(default or [])})
+        elif flag.action == "append":  # repeatable, one value each: the command line's replace
+            parser.add_argument(
+                flag.name,
+                action=_Append,
+                type=_checked(flag),
+                default=list(default or []),
+                help=help_text,
+            )
         elif flag.action:
             parser.add_argument(flag.name, action=flag.action, default=default, help=help_text)
         else:
@@ -650,7 +702,7 @@ def _http_config(args: argparse.Namespace) -> HTTPConfig:
     return HTTPConfig(
         host=args.host,
         port=args.port,
-        api_key=args.api_key,
+        api_keys=list(args.api_key),
         reasoning_field=args.reasoning_field,
         max_queued_requests=args.max_queued_requests,
         max_waiting_requests=args.max_waiting_requests,
@@ -661,6 +713,11 @@ def _http_config(args: argparse.Namespace) -> HTTPConfig:
         request_log_hashes=args.request_log_hashes,
         otlp_endpoint=args.otlp_endpoint,
         grpc_port=args.grpc_port,
+        response_store=ResponseStoreConfig(
+            where=args.response_store,
+            ttl_s=args.response_store_ttl,
+            max_bytes=args.response_store_max_bytes,
+        ),
     )
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rotor.protocol.lease import Role
+from rotor.protocol.response_store import DEFAULT_MAX_BYTES, DEFAULT_TTL_S
 from rotor.router.disagg import DisaggPolicy
 from rotor.router.overload import Overload
 from rotor.runtime.canary import CanaryPolicy
@@ -42,10 +43,25 @@ DEFAULT_REQUEST_LOG_BYTES = 100 * 1024 * 1024  # --request-log-max-bytes
 
 
 @dataclass
+class ResponseStoreConfig:
+    """Where stored Responses-API responses live (serve/response_store.py
+    builds the store): `--response-store`, `--response-store-ttl`,
+    `--response-store-max-bytes`."""
+
+    # None: the command's default (rotor run: the SQLite file under the user's
+    # state folder; rotor frontend: "nats"); "memory"; "nats", the JetStream
+    # bucket (rotor frontend); anything else, a SQLite file's path
+    where: str | None = None
+    ttl_s: float = DEFAULT_TTL_S  # seconds a record lives after its put; 0: forever
+    max_bytes: int = DEFAULT_MAX_BYTES  # the records' bytes; past it a put is refused (503)
+
+
+@dataclass
 class HTTPConfig:
     host: str = "127.0.0.1"
     port: int = 8000
-    api_key: str | None = None
+    # `--api-key`, repeatable: each key a tenant of its own (api/auth.py); none: no auth
+    api_keys: list[str] = field(default_factory=list)
     reasoning_field: str = "reasoning_content"
     max_queued_requests: int = 1024  # admission control (rotor.api.admission)
     max_waiting_requests: int = 0  # then a line by priority (0: refused at once)
@@ -56,6 +72,7 @@ class HTTPConfig:
     request_log_hashes: bool = False  # records carry the prompt's KV block hashes
     otlp_endpoint: str | None = None  # tracing: the OTLP/HTTP collector (rotor.tracing)
     grpc_port: int | None = None  # KServe v2 gRPC beside HTTP (rotor.api.kserve); None: off
+    response_store: ResponseStoreConfig = field(default_factory=ResponseStoreConfig)
 
 
 @dataclass

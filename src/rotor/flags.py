@@ -14,7 +14,9 @@ class Flag:
     help: str
     type: Any = str
     default: Any = None
-    action: str | None = None  # "store_true"; "extend": repeatable, one or more values each
+    # "store_true"; "extend": repeatable, one or more values each; "append": repeatable,
+    # one value each (ROTOR_<NAME>: split on spaces)
+    action: str | None = None
     choices: tuple[str, ...] | None = None
     minimum: float | None = None  # numbers: the smallest value allowed
     maximum: float | None = None

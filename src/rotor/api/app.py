@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -61,7 +61,7 @@ Hook = Callable[[], Awaitable[None]]
 
 def create_app(
     frontend: Frontend,
-    api_key: str | None = None,
+    api_key: str | Sequence[str] | None = None,
     body_limit: int = DEFAULT_BODY_LIMIT,
     on_startup: list[Hook] | None = None,
     on_shutdown: list[Hook] | None = None,

@@ -12,6 +12,7 @@ first GET /openapi.json.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -297,7 +298,7 @@ def component_schemas() -> dict[str, Any]:
     return defs
 
 
-def document(app: FastAPI, api_key: str | None) -> dict[str, Any]:
+def document(app: FastAPI, api_key: str | Sequence[str] | None) -> dict[str, Any]:
     """The whole document; with an API key, the guarded routes say which credentials they take."""
     doc = get_openapi(
         title=app.title,
@@ -326,7 +327,7 @@ def document(app: FastAPI, api_key: str | None) -> dict[str, Any]:
     return doc
 
 
-def install(app: FastAPI, api_key: str | None) -> None:
+def install(app: FastAPI, api_key: str | Sequence[str] | None) -> None:
     """Make `app` serve this document at its openapi_url (built once, on first use)."""
     cached: dict[str, Any] = {}
 

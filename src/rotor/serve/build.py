@@ -128,10 +128,19 @@ def check_adapter_engine(config: ModelConfig, engine: Engine) -> None:
         raise StartupError("--lora: this engine cannot load LoRA adapters (mocker and vllm can)")
 
 
+def api_keys_problem(keys: list[str]) -> str | None:
+    """What is wrong with the `--api-key`s (an empty one: auth must never be
+    off by mistake), or None."""
+    if any(not key.strip() for key in keys):
+        return "--api-key is empty: give a key, or leave the flag out to serve without"
+    return None
+
+
 def check_limits(config: RunConfig) -> None:
     """The reliability flags, checked before anything is built."""
-    if config.http.api_key == "":
-        raise StartupError("--api-key is empty: give a key, or leave the flag out to serve without")
+    problem = api_keys_problem(config.http.api_keys)
+    if problem is not None:
+        raise StartupError(problem)
     if config.http.max_queued_requests < 1:
         raise StartupError("--max-queued-requests must be at least 1")
     if config.http.max_waiting_requests < 0:

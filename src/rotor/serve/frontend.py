@@ -36,11 +36,13 @@ from rotor.runtime.nats.frontend_stats import StatsPublisher
 from rotor.runtime.nats.kv_events import KVEventFeed, KVSnapshots
 from rotor.runtime.nats.leases import CardStore, LeaseFeed
 from rotor.runtime.nats.request_plane import RequestPlane
-from rotor.serve.build import StartupError
+from rotor.runtime.nats.response_bucket import ResponseBucket
+from rotor.serve.build import StartupError, api_keys_problem
 from rotor.serve.gc import settle_after_startup
 from rotor.serve.http import http_server
 from rotor.serve.kserve import hold_shared_port, kserve_options, say_shared_port
 from rotor.serve.request_log import for_process, open_request_log
+from rotor.serve.response_store import build_response_store, check_response_store
 from rotor.tracing import Exporting
 from rotor.tracing import missing as tracing_missing
 
@@ -56,10 +58,17 @@ class Cluster:
     per model in the frontend's registry. Everything is built once connected
     (`start`), and stopped in the reverse order."""
 
-    def __init__(self, frontend: Frontend, config: FrontendConfig, answers: Answers) -> None:
+    def __init__(
+        self,
+        frontend: Frontend,
+        config: FrontendConfig,
+        answers: Answers,
+        responses: ResponseBucket | None = None,
+    ) -> None:
         self.frontend = frontend
         self.config = config
         self.answers = answers
+        self.responses = responses  # stored responses' bucket: on this connection
         self._stop: list[Any] = []  # what start built, each with a stop(), in build order
         self.discovery: Discovery | None = None
 
@@ -72,6 +81,8 @@ class Cluster:
 
         nc = await connect(self.config.nats, "frontend", reconnected)
         self._stop.append(_Drain(nc))
+        if self.responses is not None:
+            await self.responses.start(nc)
         plane = RequestPlane(nc, on_gone=self._worker_gone)
         planes.append(plane)
         await plane.start()
@@ -183,10 +194,14 @@ def make_router(config: FrontendConfig, card: ModelCard) -> Router:
 def run_frontend(config: FrontendConfig) -> int:
     logs.setup(config.log_level, config.log_format)
     http = config.http
-    if http.api_key == "":
-        logs.say("--api-key is empty: give a key, or leave the flag out", logging.ERROR)
-        return 2
-    problem = tracing_missing(http.otlp_endpoint)
+    problem = api_keys_problem(http.api_keys)
+    if problem is None:
+        try:
+            check_response_store(http.response_store, "nats")
+        except StartupError as e:
+            problem = str(e)
+    if problem is None:
+        problem = tracing_missing(http.otlp_endpoint)
     if problem is None and http.grpc_port is not None:
         problem = kserve.missing()
     if problem is not None:
@@ -207,13 +222,16 @@ def frontend_server(config: FrontendConfig, announce: str = "") -> Any:
         reasoning_field=http.reasoning_field, preparer=Preparer(budget_s=config.template_timeout)
     )
     answers = Answers()
-    cluster = Cluster(frontend, config, answers)
+    responses = build_response_store(http.response_store, "nats")
+    bucket = responses if isinstance(responses, ResponseBucket) else None
+    cluster = Cluster(frontend, config, answers, bucket)
     traces = Exporting(http.otlp_endpoint, "rotor-frontend")  # in the process that serves
     app = create_app(
         frontend,
-        api_key=http.api_key,
+        api_key=http.api_keys or None,
+        # issue 39, once create_app takes it: response_store=responses,
         on_startup=[traces.start, cluster.start, settle_after_startup],
-        on_shutdown=[cluster.stop, traces.stop],
+        on_shutdown=[cluster.stop, responses.close, traces.stop],
         max_queued=http.max_queued_requests,
         max_waiting=http.max_waiting_requests,
         request_log=open_request_log(http),

@@ -9,6 +9,7 @@ from rotor import logs
 from rotor.config import HTTPConfig, RunConfig
 from rotor.serve.build import StartupError, build_system, check_limits
 from rotor.serve.http import http_server
+from rotor.serve.response_store import check_response_store
 from rotor.serve.system import System
 
 
@@ -16,6 +17,8 @@ def run(config: RunConfig) -> int:
     logs.setup(config.log_level, config.log_format)
     try:
         check_limits(config)
+        if config.input == "http":
+            check_response_store(config.http.response_store, "file")
         system = build_system(config)
     except StartupError as e:
         logs.say(str(e), logging.ERROR)

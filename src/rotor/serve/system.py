@@ -59,20 +59,25 @@ class System:
     def app(self, http: HTTPConfig) -> FastAPI:
         """The HTTP API over this system: its engines start and stop with the
         server, and the garbage collector settles once they have started.
-        Tracing (when asked for) starts first and sends its last spans last."""
+        Tracing (when asked for) starts first and sends its last spans last.
+        Stored responses live in `http.response_store` (a SQLite file by
+        default, serve/response_store.py), closed after the engines stop."""
         from rotor.api.app import create_app
         from rotor.serve.gc import settle_after_startup
         from rotor.serve.kserve import kserve_options
         from rotor.serve.request_log import open_request_log
+        from rotor.serve.response_store import build_response_store
         from rotor.tracing import Exporting
 
         traces = Exporting(http.otlp_endpoint, "rotor")
         engine = self.engines[0] if self.engines else None
+        responses = build_response_store(http.response_store, "file")
         return create_app(
             self.frontend,
-            api_key=http.api_key,
+            api_key=http.api_keys or None,
+            # issue 39, once create_app takes it: response_store=responses,
             on_startup=[traces.start, self.start, settle_after_startup],
-            on_shutdown=[self.stop, traces.stop],
+            on_shutdown=[self.stop, responses.close, traces.stop],
             max_queued=http.max_queued_requests,
             max_waiting=http.max_waiting_requests,
             request_log=open_request_log(http),

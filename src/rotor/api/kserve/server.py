@@ -10,6 +10,7 @@ shutdown grace is over, as HTTP's do; a unary call still running
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import grpc
 
@@ -26,7 +27,7 @@ class KServeServer:
         self,
         responder: Responder,
         options: KServeOptions,
-        api_key: str | None,
+        api_key: str | Sequence[str] | None,
         leaving: asyncio.Event,
         message_limit: int,
     ) -> None:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import TypeAlias
 
 import grpc
 
 from rotor import __version__
+from rotor.api.auth import APIKeys
 from rotor.api.body import client_request_id
 from rotor.api.drain import SHUTTING_DOWN
 from rotor.api.errors import APIError
@@ -41,11 +42,14 @@ Context: TypeAlias = grpc.aio.ServicerContext
 
 class KServeService(GRPCInferenceServiceServicer):
     def __init__(
-        self, responder: Responder, api_key: str | None, leaving: Callable[[], bool]
+        self,
+        responder: Responder,
+        api_key: str | Sequence[str] | None,
+        leaving: Callable[[], bool],
     ) -> None:
         self.responder = responder
         self.frontend = responder.frontend
-        self._key = api_key.encode() if api_key is not None else None
+        self._keys = APIKeys(api_key) if api_key is not None else None
         self._leaving = leaving
 
     # -- health and metadata --------------------------------------------------------------
@@ -173,8 +177,8 @@ class KServeService(GRPCInferenceServiceServicer):
         return resp, observed(resp, responder.metrics, ENDPOINT, call.streaming, t0)
 
     async def _authorize(self, context: Context) -> None:
-        if self._key is None:
+        if self._keys is None:
             return
-        error = key_refusal(context.invocation_metadata() or (), self._key)
+        error = key_refusal(context.invocation_metadata() or (), self._keys)
         if error is not None:
             await abort(context, error)

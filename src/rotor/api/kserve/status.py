@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 import grpc
 
-from rotor.api.auth import check_key
+from rotor.api.auth import APIKeys, check_key
 from rotor.api.errors import INTERNAL_ERROR, REFUSALS, APIError, api_error
 
 log = logging.getLogger("rotor.api")
@@ -57,12 +57,13 @@ async def abort(context: grpc.aio.ServicerContext, error: APIError) -> NoReturn:
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
 
-def key_refusal(metadata: Iterable[Any], api_key: bytes) -> APIError | None:
+def key_refusal(metadata: Iterable[Any], keys: APIKeys) -> APIError | None:
     """`--api-key` over gRPC: `authorization: Bearer KEY` (or `x-api-key:
-    KEY`) metadata, checked as HTTP checks its headers."""
+    KEY`) metadata, checked as HTTP checks its headers (any of the keys)."""
     headers = [
         (k.encode(), v.encode() if isinstance(v, str) else v)
         for k, v in metadata
         if not k.endswith("-bin")
     ]
-    return check_key(headers, api_key)
+    found = check_key(headers, keys)
+    return found if isinstance(found, APIError) else None

@@ -23,6 +23,8 @@ bucket name, so both sides always agree.
 - object store `rotor_cards`    model cards (with tokenizers) by content hash.
 - KV bucket `rotor_planner`     `rotor planner --connector virtual`: each pool's decision
   and an external system's acknowledgement of it (planner/connectors/virtual.py).
+- KV bucket `rotor_responses`   stored Responses-API responses, shared by every frontend
+  (runtime/nats/response_bucket.py).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ STEPS_PREFIX = "rotor.steps."
 # (`steps`): its value is that subject.
 STEPS_HEADER = "rotor-steps"
 PLANNER_BUCKET = "rotor_planner"
+RESPONSES_BUCKET = "rotor_responses"
 
 
 def generate(worker_id: str) -> str:

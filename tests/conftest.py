@@ -1,0 +1,25 @@
+"""What every test runs under, whichever folder it is in.
+
+The suite never writes to the home of whoever runs it: `rotor run` keeps
+stored responses in a SQLite file under the XDG state folder by default
+(serve/response_store.py), so XDG_STATE_HOME points into a temporary folder
+of this session's, for the tests and every rotor process they start (they
+inherit the environment)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+_STATE = tempfile.mkdtemp(prefix="rotor-test-state-")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ["XDG_STATE_HOME"] = _STATE
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_STATE, ignore_errors=True)

@@ -229,7 +229,7 @@ def frontend_server(config: FrontendConfig, announce: str = "") -> Any:
     app = create_app(
         frontend,
         api_key=http.api_keys or None,
-        # issue 39, once create_app takes it: response_store=responses,
+        response_store=responses,
         on_startup=[traces.start, cluster.start, settle_after_startup],
         on_shutdown=[cluster.stop, responses.close, traces.stop],
         max_queued=http.max_queued_requests,

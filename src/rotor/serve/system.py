@@ -75,7 +75,7 @@ class System:
         return create_app(
             self.frontend,
             api_key=http.api_keys or None,
-            # issue 39, once create_app takes it: response_store=responses,
+            response_store=responses,
             on_startup=[traces.start, self.start, settle_after_startup],
             on_shutdown=[self.stop, responses.close, traces.stop],
             max_queued=http.max_queued_requests,

@@ -2,9 +2,11 @@
 its turns chained by `previous_response_id` (the SDK sends only each
 turn's new items), the mocker scripted to call the tool and then answer.
 
-The frontends the turns go to are a fixture (`base_urls`): each request goes
-to the next in turn, so a chain continued at another frontend that shares
-the store is the same test with more URLs.
+The frontends the turns go to are a fixture (`frontends`): each request
+goes to the next in turn. With one `rotor run` the chain lives in its SQLite
+file; with two `rotor frontend`s over NATS (one mocker worker) every turn
+lands on the other frontend than the turn before, so each continues a
+response the other stored, through the shared JetStream bucket.
 """
 
 from __future__ import annotations
@@ -18,22 +20,37 @@ import openai
 import pytest
 from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 
+from support.cluster import nats_server, start_frontend, start_worker
 from support.scripts import hermes
 from support.server import Server, rotor_server
 
 MODEL = "mock-model"
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
-    with rotor_server("out=mocker", "--speedup-ratio", "0") as srv:
-        yield srv
+@pytest.fixture(scope="module", params=["rotor run", "two frontends over NATS"])
+def frontends(request: pytest.FixtureRequest) -> Iterator[list[Server]]:
+    """The servers the agent's requests go to, in turn."""
+    if request.param == "rotor run":
+        with rotor_server("out=mocker", "--speedup-ratio", "0") as srv:
+            yield [srv]
+        return
+    with nats_server() as nats:
+        worker = start_worker(nats, "out=mocker", "--speedup-ratio", "0")
+        started = [start_frontend(nats), start_frontend(nats)]
+        try:
+            for frontend in started:
+                frontend.wait_workers(MODEL, {worker.id})
+            yield list(started)
+        finally:
+            for frontend in started:
+                frontend.proc.stop()
+            worker.proc.stop()
 
 
-@pytest.fixture(params=["one frontend"])
-def base_urls(server: Server) -> list[str]:
+@pytest.fixture
+def base_urls(frontends: list[Server]) -> list[str]:
     """The `/v1` URLs the agent's requests go to, in turn."""
-    return [server.v1]
+    return [f.v1 for f in frontends]
 
 
 class Turns(httpx.AsyncBaseTransport):
@@ -78,7 +95,7 @@ async def turns(base_urls: list[str]) -> AsyncIterator[Turns]:
     await transport.aclose()
 
 
-async def test_a_tool_calling_agent_chains_its_turns(server: Server, turns: Turns) -> None:
+async def test_a_tool_calling_agent_chains_its_turns(frontends: list[Server], turns: Turns) -> None:
     set_tracing_disabled(True)
     client = openai.AsyncOpenAI(
         base_url=str(turns.urls[0]),
@@ -139,6 +156,6 @@ async def test_a_tool_calling_agent_chains_its_turns(server: Server, turns: Turn
         {"type": "function", "function": {k: v for k, v in t.items() if k != "type"}}
         for t in turns.sent[-1]["tools"]
     ]
-    prompt = server.tokenize(messages=chat, tools=tools)
+    prompt = frontends[0].tokenize(messages=chat, tools=tools)
     assert second.raw_responses[-1].usage.input_tokens == len(prompt)
     await client.close()

@@ -147,9 +147,8 @@ def big_png() -> bytes:
 
 async def test_decoding_runs_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """16 concurrent decodes of an 8 MB image: each runs in one of the
-    decoder's threads, never the loop's. The first is held inside the decode
-    until the loop itself releases it — on the loop's thread that would hold
-    the loop too, and the release would never come."""
+    decoder's threads, never the loop's; and the loop runs while they do: the
+    decodes are held inside until the loop itself releases them."""
     data = big_png()
     assert len(data) > 8_000_000
     loop = asyncio.get_running_loop()
@@ -161,6 +160,8 @@ async def test_decoding_runs_off_the_event_loop(monkeypatch: pytest.MonkeyPatch)
 
     def watched(data: bytes, limits: MediaLimits, where: str) -> DecodedImage:
         threads.append(threading.get_ident())
+        if threads[-1] == loop_thread:  # holding it here would hold the loop
+            raise AssertionError("an image was decoded on the event loop's thread")
         loop.call_soon_threadsafe(inside.set)
         assert release.wait(30), "the loop never ran while an image was decoding"
         return real(data, limits, where)

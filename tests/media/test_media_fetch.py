@@ -23,6 +23,7 @@ from support.media_http import (
     body,
     redirect,
     response_head,
+    tls_contexts,
 )
 
 PUBLIC = "93.184.216.34"  # img.test
@@ -408,3 +409,25 @@ async def test_a_url_that_is_not_one_is_a_bad_url(server: MediaServer, url: str)
     result, _, network = await fetch(server, url)
     failure(result, "bad_url")
     assert network.dialled == []
+
+
+async def test_https_goes_to_the_checked_address_and_verifies_the_name() -> None:
+    """TLS over the pinned address still speaks to the name: SNI and the
+    certificate check are img.test's, so a certificate for another name fails
+    even though the address is the one the name resolved to."""
+    server_tls, client_tls = tls_contexts(["img.test"])
+    server = await MediaServer(routes={"/img": body(IMAGE)}).start(tls=server_tls)
+    table = {"img.test": [PUBLIC], "imposter.test": [PUBLIC]}
+    resolver, network = TableResolver(table), FakeNetwork({PUBLIC: server.port})
+    fetcher = Fetcher(MediaLimits(), resolver, network, tls=client_tls)
+    try:
+        assert await fetcher.fetch("https://img.test/img", WHERE) == IMAGE
+        with pytest.raises(MediaError) as caught:
+            await fetcher.fetch("https://imposter.test/img", WHERE)
+    finally:
+        await fetcher.aclose()
+        await server.close()
+    assert network.dialled == [(PUBLIC, 443), (PUBLIC, 443)]
+    error = failure(caught.value, "fetch_failed")
+    assert "CERTIFICATE_VERIFY_FAILED" in str(error) and "imposter.test" in str(error)
+    assert server.requests == ["/img"]

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
+import tempfile
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpcore
@@ -57,8 +60,8 @@ class MediaServer:
     _server: asyncio.Server | None = None
     _connections: set[asyncio.Task[Any]] = field(default_factory=set)
 
-    async def start(self) -> MediaServer:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+    async def start(self, tls: ssl.SSLContext | None = None) -> MediaServer:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=tls)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
@@ -84,7 +87,7 @@ class MediaServer:
                     await handler(path, writer)
                 finally:
                     self.finished.append(path)
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
             self.client_left.set()
         finally:
             writer.close()
@@ -140,3 +143,59 @@ class TableResolver:
         if host not in self.table:
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
         return list(self.table[host])
+
+
+def tls_contexts(names: list[str]) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server, client) TLS contexts: a throwaway CA, a server certificate for
+    `names` signed by it, and a client that trusts only that CA."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    valid = (now - datetime.timedelta(hours=1), now + datetime.timedelta(hours=1))
+
+    def certificate(
+        subject: str, key: ec.EllipticCurvePrivateKey, issuer: str, signer: Any, ca: bool
+    ) -> x509.Certificate:
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(valid[0])
+            .not_valid_after(valid[1])
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if not ca:
+            sans = x509.SubjectAlternativeName([x509.DNSName(n) for n in names])
+            builder = builder.add_extension(sans, critical=False)
+        else:
+            usage = x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                crl_sign=True, encipher_only=False, decipher_only=False,
+            )  # fmt: skip
+            builder = builder.add_extension(usage, critical=True)
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = certificate("rotor test CA", ca_key, "rotor test CA", ca_key, ca=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = certificate(names[0], key, "rotor test CA", ca_key, ca=False)
+
+    pem = serialization.Encoding.PEM
+    with tempfile.TemporaryDirectory() as folder:
+        chain, key_file = Path(folder, "chain.pem"), Path(folder, "key.pem")
+        chain.write_bytes(leaf.public_bytes(pem))
+        key_file.write_bytes(
+            key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        )
+        server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        server.load_cert_chain(chain, key_file)
+    client = ssl.create_default_context(cadata=ca.public_bytes(pem).decode())
+    return server, client

@@ -9,6 +9,7 @@ that runs over it is cut there, its connection closed)."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 import httpcore
 import httpx
@@ -24,18 +25,20 @@ REDIRECTS = frozenset({301, 302, 303, 307, 308})
 class Fetcher:
     """Fetches http(s) URLs under `limits`; one client (and its connection pool)
     for every fetch. `resolver` and `network` are for tests: names resolved
-    without DNS, and connections routed to loopback servers."""
+    without DNS, and connections routed to loopback servers; `tls` is the
+    certificates trusted (default: the system's and certifi's, as httpx's)."""
 
     def __init__(
         self,
         limits: MediaLimits,
         resolver: Resolver = system_resolver,
         network: httpcore.AsyncNetworkBackend | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._limits = limits
         checked = CheckedNetwork(resolver, limits.allow_internal, network)
         self._client = httpx.AsyncClient(
-            transport=CheckedTransport(checked),
+            transport=CheckedTransport(checked, tls),
             follow_redirects=False,
             trust_env=False,
             timeout=httpx.Timeout(limits.total_timeout, connect=limits.connect_timeout),

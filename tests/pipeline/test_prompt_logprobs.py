@@ -18,7 +18,7 @@ from rotor.pipeline.served import ServedModel
 from rotor.protocol.flow import Pulled
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 
-from support.mocker import TOK, MakeEngine, make_engine  # noqa: F401 - the fixture
+from support.mocker import TOK, MakeEngine
 
 VOCAB = readable_vocab(TOK)
 

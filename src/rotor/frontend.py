@@ -210,7 +210,7 @@ def _adapter_entry(base: ModelEntry, name: str, path: str) -> ModelEntry:
 class StartedResponse:
     """A started response: its id, the model serving it, its usage (complete
     once the events end), and the internal event stream. `token_text` names a
-    token for logprobs."""
+    token for logprobs (the prompt's too)."""
 
     id: str
     served: ServedModel
@@ -293,7 +293,8 @@ class Frontend:
         with tracing.start("rotor.prepare") as span:  # template + tokenization
             prepared = await self.prepare_chat(entry.model, req)
             _note_prepared(span, [prepared])
-        return await self._start(entry, f"chatcmpl-{request_id}", [prepared], req.logprobs)
+        named = req.logprobs or req.prompt_logprobs_wanted() is not None
+        return await self._start(entry, f"chatcmpl-{request_id}", [prepared], named)
 
     async def completion(
         self, entry: ModelEntry, req: CompletionRequest, request_id: str
@@ -306,7 +307,8 @@ class Frontend:
             else:
                 prepared = prepare_completion(entry.model, req, engine_id)
             _note_prepared(span, prepared)
-        return await self._start(entry, f"cmpl-{request_id}", prepared, req.logprobs is not None)
+        named = req.logprobs is not None or req.prompt_logprobs_wanted() is not None
+        return await self._start(entry, f"cmpl-{request_id}", prepared, named)
 
     async def embed(self, entry: ModelEntry, req: EmbeddingRequest) -> Embedded:
         """Each input's vector (`/v1/embeddings`); RequestError for what the

@@ -31,6 +31,12 @@ def server() -> Iterator[Server]:
         ("/v1/chat/completions", {**CHAT, "stream": 0}, "stream"),
         ("/v1/chat/completions", {**CHAT, "logprobs": "yes"}, "logprobs"),
         ("/v1/chat/completions", {**CHAT, "return_token_ids": "yes"}, "return_token_ids"),
+        ("/v1/chat/completions", {**CHAT, "prompt_logprobs": "2"}, "prompt_logprobs"),
+        (
+            "/v1/completions",
+            {"model": "echo", "prompt": "x", "prompt_logprobs": 1.0},
+            "prompt_logprobs",
+        ),
         (
             "/v1/completions",
             {"model": "echo", "prompt": "x", "return_token_ids": 1},

@@ -21,6 +21,7 @@ from rotor.protocol.engine import (
     EngineOutput,
     EngineRequest,
     OutputParams,
+    PromptLogprob,
     SamplingParams,
     StopParams,
     TokenLogprob,
@@ -67,7 +68,11 @@ stop = st.builds(
     ignore_eos=st.booleans(),
 )
 output_params = st.builds(
-    OutputParams, logprobs=st.booleans(), top_logprobs=small_int, skip_special_tokens=st.booleans()
+    OutputParams,
+    logprobs=st.booleans(),
+    top_logprobs=small_int,
+    skip_special_tokens=st.booleans(),
+    prompt_logprobs=st.none() | small_int,
 )
 requests = st.builds(
     EngineRequest,
@@ -90,6 +95,13 @@ logprob = st.builds(
     logprob=number,
     top=st.lists(st.tuples(token, number), max_size=5),
 )
+prompt_logprob = st.builds(
+    PromptLogprob,
+    token_id=token,
+    logprob=number,
+    rank=st.integers(0, 2**31),
+    top=st.lists(st.tuples(token, number), max_size=5),
+)
 outputs = st.builds(
     EngineOutput,
     index=st.integers(0, 64),
@@ -100,6 +112,7 @@ outputs = st.builds(
     matched=st.none() | token | text,
     cached_tokens=st.none() | st.integers(0, 2**31),
     error=st.none() | text,
+    prompt_logprobs=st.none() | st.lists(prompt_logprob, max_size=8),
 )
 hash64 = st.integers(0, 2**64 - 1)
 kv_events = st.one_of(
@@ -163,6 +176,9 @@ def test_output_round_trip(output: EngineOutput) -> None:
     if decoded.logprobs:
         assert all(type(lp.top) is list for lp in decoded.logprobs)
         assert all(type(pair) is tuple for lp in decoded.logprobs for pair in lp.top)
+    if decoded.prompt_logprobs:
+        assert all(type(lp.top) is list for lp in decoded.prompt_logprobs)
+        assert all(type(pair) is tuple for lp in decoded.prompt_logprobs for pair in lp.top)
 
 
 @given(st.lists(outputs, max_size=5))
@@ -284,6 +300,29 @@ def test_a_streams_plain_outputs_travel_as_their_token_ids() -> None:
     assert codec.decode_outputs(old) == plain
 
 
+def test_prompt_logprobs_travel_once_as_entries_and_ask_only_when_set() -> None:
+    """A first output with the prompt's logprobs is a map of [id, logprob,
+    rank, top] entries (never the compact form); a request that asks for
+    none sends null, which an older peer ignores as any unknown field."""
+    scored = [PromptLogprob(5, -0.5, 1, [(5, -0.5), (6, -1.5)]), PromptLogprob(9, -3.0, 4)]
+    first = EngineOutput(token_ids=[7], prompt_logprobs=scored)
+    data = codec.encode_outputs([first, EngineOutput(token_ids=[8])])
+    assert msgpack.unpackb(data) == [
+        {
+            "index": 0,
+            "token_ids": [7],
+            "prompt_logprobs": [[5, -0.5, 1, [[5, -0.5], [6, -1.5]]], [9, -3.0, 4, []]],
+        },
+        [8],
+    ]
+    assert codec.decode_outputs(data) == [first, EngineOutput(token_ids=[8])]
+    asked = EngineRequest("r", "m", [1, 2], output=OutputParams(prompt_logprobs=3))
+    assert msgpack.unpackb(codec.encode_request(asked))["output"]["prompt_logprobs"] == 3
+    assert codec.decode_request(codec.encode_request(asked)) == asked
+    plain = msgpack.unpackb(codec.encode_request(EngineRequest("r", "m", [1])))
+    assert plain["output"]["prompt_logprobs"] is None
+
+
 # -- a newer peer, an older peer ----------------------------------------------------
 
 
@@ -294,7 +333,7 @@ def test_unknown_fields_are_ignored_everywhere() -> None:
         m["deadline_ms"] = 3
         m["sampling"]["mirostat"] = {"tau": 5}
         m["stop"]["stop_strings_v2"] = ["x"]
-        m["output"]["prompt_logprobs"] = True
+        m["output"]["prompt_logprobs_v2"] = True
 
     assert codec.decode_request(repack(codec.encode_request(request), newer_request)) == request
     out = EngineOutput(0, [5], logprobs=[TokenLogprob(5, -0.5, [(6, -1.0)])], finish="eos")
@@ -418,6 +457,11 @@ def test_malformed_requests_are_codec_errors(payload: bytes, match: str) -> None
         ({"logprobs": [[1, -0.5, [["a", -1.0]]]]}, "top"),
         ({"logprobs": [[1, -0.5, [[2, None]]]]}, "top"),
         ({"logprobs": [[1, -0.5, 3]]}, "logprobs"),
+        ({"prompt_logprobs": {"a": 1}}, "prompt_logprobs"),
+        ({"prompt_logprobs": [[1, -0.5, []]]}, "prompt_logprobs"),
+        ({"prompt_logprobs": [[1, -0.5, "1", []]]}, "prompt_logprobs"),
+        ({"prompt_logprobs": [[1, -0.5, 1, [[2]]]]}, "top"),
+        ({"prompt_logprobs": [[1, -0.5, 1, 3]]}, "top"),
     ],
 )
 def test_malformed_outputs_are_codec_errors(payload: dict, match: str) -> None:

@@ -20,6 +20,9 @@ class Capabilities:
 
     structural_tags: bool = False  # enforces guided / structural-tag constraints
     logprobs: bool = False
+    # gives the prompt's logprobs (OutputParams.prompt_logprobs): echo with
+    # logprobs, and `prompt_logprobs`, are 400s without it
+    prompt_logprobs: bool = False
     mock_scripts: bool = False  # honours the `mock` request extension
     # can continue a decoding constraint from output generated elsewhere (so a
     # constrained request may migrate to it mid-stream)

@@ -13,20 +13,21 @@ from collections.abc import AsyncIterator
 from rotor.pipeline.decode import End
 from rotor.pipeline.events import ChoiceEvent, Finished
 from rotor.pipeline.parse.base import Content, Piece, Reasoning, ToolCall
-from rotor.protocol.engine import TokenLogprob
+from rotor.protocol.engine import PromptLogprob, TokenLogprob
 
 # a run of text: its kind and its texts, joined when asked for
 _Run = tuple[type[Content] | type[Reasoning], list[str]]
 
 
 class Collected:
-    __slots__ = ("_runs", "logprobs", "token_ids", "finished")
+    __slots__ = ("_runs", "logprobs", "token_ids", "prompt_logprobs", "finished")
 
     def __init__(self) -> None:
         # runs of text, and tool calls in their place among them
         self._runs: list[_Run | ToolCall] = []
         self.logprobs: list[TokenLogprob] = []
         self.token_ids: list[int] = []  # (`return_token_ids`)
+        self.prompt_logprobs: list[PromptLogprob] | None = None  # (when asked)
         self.finished: Finished | None = None
 
     def add(self, event: ChoiceEvent) -> None:
@@ -44,6 +45,8 @@ class Collected:
             self.logprobs.extend(event.logprobs)
         if event.token_ids:
             self.token_ids.extend(event.token_ids)
+        if event.prompt_logprobs is not None:
+            self.prompt_logprobs = event.prompt_logprobs
         if event.finished is not None:
             self.finished = event.finished
 

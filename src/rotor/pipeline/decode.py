@@ -96,7 +96,9 @@ class ChoiceDecoder:
         self._held = ""  # unsent text that may still start a stop string
         self._last_id: int | None = None
         self.tokens = 0
-        self.end: Ended | None = None
+        # max_tokens 0 (completions' echo: the prompt alone): ended before its
+        # first token, which it never takes
+        self.end: Ended | None = Ended(End.LENGTH) if stop.max_tokens == 0 else None
         self.logprobs: list[TokenLogprob] = []
 
     # -- per output ---------------------------------------------------------------

@@ -3,7 +3,8 @@ every API (and the terminal inputs) shapes in its own way.
 
 One `ChoiceEvent` per engine output that moved a choice: the message pieces
 it brought (content, reasoning, tool calls), the logprobs of its tokens (and,
-when asked, their ids), and — on the choice's last event — how it finished. Nothing here is ever
+when asked, their ids; on its first event, the prompt's logprobs), and — on
+the choice's last event — how it finished. Nothing here is ever
 serialised as it is: each API builds its JSON from an allow-list of fields.
 """
 
@@ -15,7 +16,7 @@ from typing import Literal
 
 from rotor.pipeline.decode import ChoiceDecoder, End
 from rotor.pipeline.parse.base import Piece
-from rotor.protocol.engine import EngineError, TokenLogprob
+from rotor.protocol.engine import EngineError, PromptLogprob, TokenLogprob
 
 # refused: the request (400); unavailable: no engine can serve it now (503);
 # internal: a bug or a broken engine (500, message logged, not sent);
@@ -67,6 +68,9 @@ class ChoiceEvent:
     finished: Finished | None = None
     # this event's token ids (`return_token_ids`; None when not asked)
     token_ids: list[int] | None = None
+    # the prompt's logprobs, on the choice's first event when asked
+    # (`EngineOutput.prompt_logprobs`: one per prompt token after the first)
+    prompt_logprobs: list[PromptLogprob] | None = None
 
 
 class Usage:

@@ -28,6 +28,7 @@ from rotor.protocol.engine import (
     EngineOutput,
     EngineRequest,
     EngineStream,
+    PromptLogprob,
 )
 from rotor.protocol.flow import Sink, SinkBroke, Source
 
@@ -37,7 +38,9 @@ log = logging.getLogger("rotor.pipeline")
 class ChoiceRun:
     """One choice's events until it finishes: its engine stream through its
     pipeline, one event per engine output. `take_cached`: this choice reports
-    the prompt's cached tokens (one choice per prompt does)."""
+    the prompt's cached tokens (one choice per prompt does). A request that
+    asks for the prompt's logprobs gets them on its first output, and the
+    choice's first event carries them."""
 
     __slots__ = (
         "_engine",
@@ -47,6 +50,8 @@ class ChoiceRun:
         "_index",
         "_usage",
         "_take_cached",
+        "_take_prompt",
+        "_opening",
         "_over",
         "_sink",
     )
@@ -67,6 +72,9 @@ class ChoiceRun:
         self._index = index
         self._usage = usage
         self._take_cached = take_cached
+        self._take_prompt = request.output.prompt_logprobs is not None
+        # what the first outputs still owe (checked once an output, as one flag)
+        self._opening = take_cached or self._take_prompt
         self._over = False  # its last event was made
         self._sink: Sink[ChoiceEvent] | None = None
 
@@ -164,10 +172,7 @@ class ChoiceRun:
     def _event(self, out: EngineOutput) -> ChoiceEvent:
         """One engine output through the choice's pipeline; ResponseFailed
         when the choice failed."""
-        if self._take_cached and out.cached_tokens is not None:
-            self._take_cached = False
-            usage = self._usage
-            usage.cached_tokens = (usage.cached_tokens or 0) + out.cached_tokens
+        prompt = self._open(out) if self._opening else None
         choice = self._choice
         pieces = choice.feed(out)
         finished = choice.finished
@@ -175,7 +180,34 @@ class ChoiceRun:
             self._over = True
             if finished.failure is not None:
                 raise ResponseFailed(finished.failure)
-        return choice.event(self._index, pieces)
+        event = choice.event(self._index, pieces)
+        if prompt is not None:
+            event.prompt_logprobs = prompt
+        return event
+
+    def _open(self, out: EngineOutput) -> list[PromptLogprob] | None:
+        """What the first outputs owe: the prompt's cached tokens (counted
+        into usage), and the prompt's logprobs when asked (returned: the
+        first output carries them; one without them, unless it is an
+        error, is a broken engine's)."""
+        prompt = None
+        if self._take_cached and out.cached_tokens is not None:
+            self._take_cached = False
+            usage = self._usage
+            usage.cached_tokens = (usage.cached_tokens or 0) + out.cached_tokens
+        if self._take_prompt:
+            self._take_prompt = False
+            prompt = out.prompt_logprobs
+            if prompt is None and out.finish != "error":
+                raise ResponseFailed(
+                    Failure(
+                        "internal",
+                        f"engine request {self._request.request_id}: the first output "
+                        "has no prompt logprobs",
+                    )
+                )
+        self._opening = self._take_cached or self._take_prompt
+        return prompt
 
     def _closing(self, failure: Failure | None) -> ChoiceEvent:
         """The last event of a choice whose stream ended without a finish (or broke)."""

@@ -40,7 +40,7 @@ def engine_params(
                 f"context length of {context} tokens",
                 "messages" if isinstance(req, ChatCompletionRequest) else "prompt",
             )
-    elif prompt_tokens + max_tokens > context:
+    elif prompt_tokens + max(max_tokens, 1) > context:  # (0: the engine makes one)
         raise RequestError(
             f"this model's maximum context length is {context} tokens; the request has "
             f"{prompt_tokens} prompt tokens and asks for {max_tokens} completion tokens "
@@ -68,7 +68,9 @@ def engine_params(
         logit_bias=bias,
     )
     stop = StopParams(
-        max_tokens=max_tokens,
+        # max_tokens 0 (completions with echo: the prompt alone): the engine
+        # makes one token, as vLLM's does, and the choice's decoder drops it
+        max_tokens=max(max_tokens, 1),
         min_tokens=req.min_tokens,
         stop_token_ids=list(req.stop_token_ids or []),
         eos_token_ids=list(card.eos_token_ids),
@@ -80,6 +82,7 @@ def engine_params(
     if top is not None:
         output.logprobs = True
         output.top_logprobs = top
+    output.prompt_logprobs = req.prompt_logprobs_wanted()
     _check_capabilities(model, req, output)
     return sampling, stop, output
 
@@ -137,6 +140,13 @@ def _check_capabilities(model: ServedModel, req: Request, output: OutputParams) 
     caps = card.capabilities
     if output.logprobs and not caps.logprobs:
         raise RequestError(f"model {card.name!r} cannot return logprobs", "logprobs")
+    if output.prompt_logprobs is not None and not caps.prompt_logprobs:
+        field = "prompt_logprobs" if req.prompt_logprobs is not None else "echo"
+        raise RequestError(
+            f"model {card.name!r} is served by an engine that cannot return the prompt's "
+            f"logprobs ({'prompt_logprobs' if field == 'prompt_logprobs' else 'echo with logprobs'})",
+            field,
+        )
     explicit_guided = req.guided() is not None
     if isinstance(req, ChatCompletionRequest) and req.response_format is not None:
         explicit_guided = explicit_guided or req.response_format.get("type") != "text"

@@ -261,11 +261,13 @@ def prepare_completion(
             cache_salt=req.cache_salt,
             priority=req.priority,
         )
+        # max_tokens 0 (echo: the prompt alone): the engine's one token is dropped
+        kept = replace(stop, max_tokens=0) if req.max_tokens == 0 else stop
         choices = [
             ChoicePipeline(
                 i,
                 _decoder(
-                    tok, stop, req.stop_strings, req.include_stop_str_in_output, skip_special, False
+                    tok, kept, req.stop_strings, req.include_stop_str_in_output, skip_special, False
                 ),
                 MessageParser(),
                 keep_ids=bool(req.return_token_ids),

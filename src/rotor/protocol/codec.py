@@ -4,7 +4,8 @@ Every message is a msgpack map keyed by field name: a field a newer peer added
 is ignored, a missing optional field takes its dataclass default, and a peer
 never depends on field order. Two shapes are arrays for speed, and ignore extra
 trailing elements the same way: a logprob entry `[token_id, logprob, top]` (its
-`top` exact `[token_id, logprob]` pairs) and a snapshot block `[hash, parent]`.
+`top` exact `[token_id, logprob]` pairs), a prompt logprob entry `[token_id,
+logprob, rank, top]` and a snapshot block `[hash, parent]`.
 An output omits its fields that are None (their default), so a one-token
 output is `{"index": 0, "token_ids": [id]}`.
 
@@ -33,6 +34,7 @@ from rotor.protocol.engine import (
     ErrorKind,
     Finish,
     OutputParams,
+    PromptLogprob,
     SamplingParams,
     StopParams,
     TokenLogprob,
@@ -224,6 +226,7 @@ _OUTPUT_PARAMS: dict[str, Check] = {
     "logprobs": _bool,
     "top_logprobs": _int,
     "skip_special_tokens": _bool,
+    "prompt_logprobs": _optional(_int),
 }
 _REQUEST: dict[str, Check] = {
     "request_id": _str,
@@ -288,6 +291,10 @@ def _output_map(out: EngineOutput) -> dict[str, Any]:
         m["error"] = out.error
     if out.kv_transfer is not None:
         m["kv_transfer"] = out.kv_transfer
+    if out.prompt_logprobs is not None:
+        m["prompt_logprobs"] = [
+            (lp.token_id, lp.logprob, lp.rank, lp.top) for lp in out.prompt_logprobs
+        ]
     return m
 
 
@@ -312,6 +319,32 @@ def _logprobs(value: Any, name: str) -> list[TokenLogprob]:
             if not _number(pair[1]):
                 raise CodecError(f"{name}.top: expected [token_id, logprob] pairs, got {pair!r}")
         entries.append(TokenLogprob(token_id, logprob, list(top)))
+    return entries
+
+
+def _top_pairs(top: Any, name: str) -> list[tuple[int, float]]:
+    if type(top) is not tuple:
+        raise CodecError(f"{name}: expected a list of [token_id, logprob] pairs, got {top!r}")
+    for pair in top:
+        if type(pair) is not tuple or len(pair) != 2 or type(pair[0]) is not int:
+            raise CodecError(f"{name}: expected [token_id, logprob] pairs, got {pair!r}")
+        if not _number(pair[1]):
+            raise CodecError(f"{name}: expected [token_id, logprob] pairs, got {pair!r}")
+    return list(top)
+
+
+def _prompt_logprobs(value: Any, name: str) -> list[PromptLogprob]:
+    """Entries [token_id, logprob, rank, top], top as exact [token_id, logprob] pairs."""
+    if type(value) is not tuple:
+        raise _wrong(name, "a list", value)
+    entries = []
+    for entry in value:
+        if type(entry) is not tuple or len(entry) < 4:
+            raise _wrong(name, "[token_id, logprob, rank, top] entries", entry)
+        token_id, logprob, rank = entry[0], entry[1], entry[2]
+        if type(token_id) is not int or not _number(logprob) or type(rank) is not int:
+            raise CodecError(f"{name}: expected [token_id, logprob, rank, top], got {entry!r}")
+        entries.append(PromptLogprob(token_id, logprob, rank, _top_pairs(entry[3], f"{name}.top")))
     return entries
 
 
@@ -348,6 +381,9 @@ def _output(value: Any, name: str) -> EngineOutput:
         if type(transfer) is not dict:
             raise _wrong(f"{name}.kv_transfer", "a map", transfer)
         transfer = _lists(transfer)
+    prompt = get("prompt_logprobs")
+    if prompt is not None:
+        prompt = _prompt_logprobs(prompt, f"{name}.prompt_logprobs")
     return EngineOutput(
         index=index,
         token_ids=ids,
@@ -358,6 +394,7 @@ def _output(value: Any, name: str) -> EngineOutput:
         cached_tokens=cached,
         error=error,
         kv_transfer=transfer,
+        prompt_logprobs=prompt,
     )
 
 
@@ -400,6 +437,7 @@ def _output_item(out: EngineOutput) -> Any:
         and out.cached_tokens is None
         and out.error is None
         and out.kv_transfer is None
+        and out.prompt_logprobs is None
     ):
         return out.token_ids
     return _output_map(out)

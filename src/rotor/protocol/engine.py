@@ -109,6 +109,10 @@ class OutputParams:
     logprobs: bool = False
     top_logprobs: int = 0
     skip_special_tokens: bool = True
+    # The prompt's logprobs, with this many top alternatives per prompt token
+    # (vLLM's `prompt_logprobs`); None: not asked. The request's first output
+    # carries them (`EngineOutput.prompt_logprobs`), once.
+    prompt_logprobs: int | None = None
 
 
 # The annotation of a request resumed on another worker (router/migration.py):
@@ -162,6 +166,18 @@ class TokenLogprob:
 
 
 @dataclass(slots=True)
+class PromptLogprob:
+    """A prompt token's logprob given the tokens before it: its rank in the
+    vocabulary (1: the likeliest) and the likeliest alternatives, best
+    first, as (token id, logprob) pairs (their ranks are 1, 2, ...)."""
+
+    token_id: int
+    logprob: float
+    rank: int
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class EngineOutput:
     """One item of an engine's stream, for one choice."""
 
@@ -176,6 +192,9 @@ class EngineOutput:
     # A PREFILL_ONLY request's last output: what a decode worker needs to
     # fetch the prompt's KV blocks (engine-specific, plain msgpack values).
     kv_transfer: dict[str, Any] | None = None
+    # `OutputParams.prompt_logprobs` asked: on the request's first output, one
+    # entry per prompt token after the first (the first has no context)
+    prompt_logprobs: list[PromptLogprob] | None = None
 
 
 @dataclass(slots=True)

@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from typing_extensions import TypeIs
 
 MAX_N = 16
+# The most alternatives per token a request may ask for (top_logprobs,
+# completions' logprobs, prompt_logprobs): vLLM's default --max-logprobs.
+MAX_LOGPROBS = 20
 MAX_SESSION_ID = 256  # characters of a session id
 # A cache_salt as vLLM's OpenAI server takes it (its validate_cache_salt): at
 # most 128 characters, none of these; so a salt rotor takes, vLLM takes too.
@@ -269,6 +272,8 @@ class SamplingFields(_CommonIgnored):
     skip_special_tokens: bool | None = None
     # vLLM: the prompt's and each choice's token ids, as the engine took and made them
     return_token_ids: bool | None = None
+    # vLLM: each prompt token's logprob (and this many alternatives), not streamed
+    prompt_logprobs: int | None = None
     guided_json: dict[str, Any] | str | None = None
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
@@ -303,6 +308,26 @@ class SamplingFields(_CommonIgnored):
     @classmethod
     def _stop(cls, v: str | list[str] | None) -> list[str] | None:
         return stop_list(v)
+
+    @field_validator("prompt_logprobs")
+    @classmethod
+    def _prompt_logprobs(cls, v: int | None) -> int | None:
+        if v is not None and not 0 <= v <= MAX_LOGPROBS:
+            raise ValueError(
+                f"must be between 0 and {MAX_LOGPROBS} (the alternatives given per prompt "
+                f"token; -1, the whole vocabulary, is not served), got {v}"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _prompt_logprobs_not_streamed(self) -> SamplingFields:
+        if self.stream and self.prompt_logprobs:  # (as vLLM: 0 passes, and nothing is sent)
+            raise field_error(
+                "prompt_logprobs",
+                "prompt_logprobs are not available when stream is true",
+                self.prompt_logprobs,
+            )
+        return self
 
     @property
     def stop_strings(self) -> list[str] | None:
@@ -361,6 +386,11 @@ class SamplingFields(_CommonIgnored):
             )
         return self
 
+    def prompt_logprobs_wanted(self) -> int | None:
+        """How many alternatives per prompt token the engine is asked for
+        (None: no prompt logprobs); a stream sends none."""
+        return None if self.stream else self.prompt_logprobs
+
     def error_params(self) -> dict[str, str] | None:
         """How a 400 about the constraint names the field the client sent:
         engines name the guided_* twin, a structured_outputs client gets its own."""
@@ -389,7 +419,7 @@ class ChatCompletionRequest(SamplingFields, _ChatIgnored):
     messages: list[dict[str, Any]]
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool = True
@@ -504,7 +534,9 @@ def _token_ids(prompt: list[str] | list[int] | list[list[int]]) -> TypeIs[list[i
 
 class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
-    logprobs: int | None = Field(default=None, ge=0, le=20)
+    # 0 only with echo: the prompt alone (scored, with logprobs)
+    max_tokens: int | None = Field(default=None, ge=0)
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = None
@@ -516,15 +548,25 @@ class CompletionRequest(SamplingFields):
             raise ValueError("prompt must not be empty")
         return v
 
-    @field_validator("echo")
-    @classmethod
-    def _echo(cls, v: bool, info: ValidationInfo) -> bool:
-        if v and info.data.get("logprobs") is not None:
-            raise ValueError(
-                "echo with logprobs (prompt scoring) is not supported: "
-                "rotor's engines return no prompt logprobs"
+    @model_validator(mode="after")
+    def _max_tokens_zero(self) -> CompletionRequest:
+        if self.max_tokens == 0 and not self.echo:
+            raise field_error(
+                "max_tokens",
+                "max_tokens 0 is allowed only with echo (the prompt alone); "
+                "otherwise it must be at least 1",
+                0,
             )
-        return v
+        return self
+
+    def prompt_logprobs_wanted(self) -> int | None:
+        """How many alternatives per prompt token the engine is asked for
+        (None: no prompt logprobs): `prompt_logprobs`, and with echo the
+        prompt's share of `logprobs`; a stream sends only the latter."""
+        wanted = [self.logprobs] if self.echo and self.logprobs is not None else []
+        if self.prompt_logprobs is not None and not self.stream:
+            wanted.append(self.prompt_logprobs)
+        return max(wanted) if wanted else None
 
     @model_validator(mode="after")
     def _log_ignored(self) -> CompletionRequest:

@@ -157,6 +157,7 @@ async def _prefill(pool: Pool, request: EngineRequest, pick: Pick) -> Handover |
         token_ids=first.token_ids,
         logprobs=first.logprobs,
         cached_tokens=first.cached_tokens,
+        prompt_logprobs=first.prompt_logprobs,
     )
     return Handover(answer, worker, first.kv_transfer, time.monotonic())
 

@@ -64,7 +64,8 @@ def resumed(
 ) -> EngineRequest:
     """The request as another worker continues it (as `request_id`, with
     these annotations added): its output so far is now part of the prompt,
-    and the limits count what is already done."""
+    and the limits count what is already done (and the prompt's logprobs,
+    which came with its first output, are not asked again)."""
     done = progress.tokens
     stop = replace(
         request.stop,
@@ -74,10 +75,14 @@ def resumed(
     extra = dict(request.annotations)
     extra[RESUME_FROM] = extra.get(RESUME_FROM, 0) + done
     extra.update(annotations or {})
+    output = request.output
+    if done and output.prompt_logprobs is not None:  # the first output carried them
+        output = replace(output, prompt_logprobs=None)
     return replace(
         request,
         request_id=request_id,
         token_ids=[*request.token_ids, *progress.token_ids],
         stop=stop,
+        output=output,
         annotations=extra,
     )

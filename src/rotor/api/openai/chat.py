@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from rotor.api.openai.base import OpenAIShaper
+from rotor.api.openai.logprobs import listed
 from rotor.api.openai.usage import chat_logprob, usage
 from rotor.frontend import StartedResponse
 from rotor.pipeline.collected import Collected
@@ -122,10 +123,16 @@ class ChatShaper(OpenAIShaper):
 
 
 def chat_body(
-    resp: StartedResponse, choices: list[Collected], reasoning_field: str, token_ids: bool = False
+    resp: StartedResponse,
+    choices: list[Collected],
+    reasoning_field: str,
+    token_ids: bool = False,
+    prompt_logprobs: int | None = None,
 ) -> dict[str, Any]:
     """The collected choices as one `chat.completion`; with `token_ids`
-    (`return_token_ids`) each choice's ids and the prompt's, where vLLM puts them."""
+    (`return_token_ids`) each choice's ids and the prompt's, and with
+    `prompt_logprobs` (the alternatives per prompt token) the prompt's
+    logprobs, where vLLM puts them."""
     token_text = resp.token_text
     out = []
     for i, c in enumerate(choices):
@@ -164,6 +171,8 @@ def chat_body(
         "choices": out,
         "usage": usage(u.prompt_tokens, u.completion_tokens, u.cached_tokens),
     }
+    if prompt_logprobs is not None and token_text is not None and choices:
+        body["prompt_logprobs"] = listed(choices[0].prompt_logprobs, prompt_logprobs, token_text)
     if token_ids:
         body["prompt_token_ids"] = resp.prompt_token_ids(0)
     return body

@@ -11,6 +11,7 @@ from rotor.api.anthropic.models import anthropic_model, anthropic_models
 from rotor.api.body import read_request
 from rotor.api.openai.chat import ChatShaper, chat_body
 from rotor.api.openai.completions import CompletionShaper, completion_body
+from rotor.api.openai.logprobs import PromptAsk
 from rotor.api.openapi import route
 from rotor.api.respond import APIView, Responder
 from rotor.api.sse import OPENAI
@@ -28,6 +29,7 @@ def register_openai(app: FastAPI, responder: Responder, body_limit: int) -> None
         options = req.stream_options
         field = frontend.reasoning_field
         ids = bool(req.return_token_ids)
+        prompt = PromptAsk.of(req)
 
         def view(resp: StartedResponse, rid: str) -> APIView:
             return APIView(
@@ -39,7 +41,7 @@ def register_openai(app: FastAPI, responder: Responder, body_limit: int) -> None
                     token_ids=ids,
                 ),
                 OPENAI,
-                lambda choices: chat_body(resp, choices, field, ids),
+                lambda choices: chat_body(resp, choices, field, ids, prompt.listed),
             )
 
         return await responder.respond(request, "chat", req, view, params=req.error_params())
@@ -49,6 +51,7 @@ def register_openai(app: FastAPI, responder: Responder, body_limit: int) -> None
         req = await read_request(request, CompletionRequest, body_limit)
         options = req.stream_options
         ids = bool(req.return_token_ids)
+        prompt = PromptAsk.of(req)
 
         def view(resp: StartedResponse, rid: str) -> APIView:
             echo = echo_texts(resp.served, req) if req.echo else None
@@ -60,9 +63,10 @@ def register_openai(app: FastAPI, responder: Responder, body_limit: int) -> None
                     echo=echo,
                     n=req.n,
                     token_ids=ids,
+                    ask=prompt,
                 ),
                 OPENAI,
-                lambda choices: completion_body(resp, choices, echo, req.n, ids),
+                lambda choices: completion_body(resp, choices, echo, req.n, ids, prompt),
             )
 
         return await responder.respond(

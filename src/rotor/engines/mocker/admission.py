@@ -19,7 +19,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rotor.engines.mocker.config import MockerConfig
 from rotor.engines.mocker.constrained import constrained_text, refuse_unsupported
-from rotor.engines.mocker.sampler import LogprobMaker, RandomSource, biased, readable_vocab
+from rotor.engines.mocker.sampler import (
+    LogprobMaker,
+    RandomSource,
+    biased,
+    prompt_logprobs,
+    readable_vocab,
+)
 from rotor.engines.mocker.scheduler import Scheduler
 from rotor.engines.mocker.script import ScriptSource, parse_script
 from rotor.engines.mocker.sequence import Sequence, TokenSource
@@ -43,6 +49,8 @@ OFF_LOOP_SCRIPT_CHARS = 4096
 # tokenization peaks at ~170 bytes per character of script (1.4 GB for 8 MB),
 # so running them side by side would multiply the worst case.
 SCRIPT_WORKERS = 1
+# The most alternatives per prompt token it gives (the frontend's cap too)
+MAX_PROMPT_LOGPROBS = 20
 
 
 class Admission:
@@ -125,6 +133,13 @@ class Admission:
             raise EngineError(f"n must be at least 1, got {request.n}", "refused", "n")
         if not request.token_ids:
             raise EngineError("token_ids: the prompt is empty", "refused", "prompt")
+        top = request.output.prompt_logprobs
+        if top is not None and not 0 <= top <= MAX_PROMPT_LOGPROBS:
+            raise EngineError(
+                f"prompt_logprobs must be between 0 and {MAX_PROMPT_LOGPROBS}, got {top}",
+                "refused",
+                "prompt_logprobs",
+            )
         if len(request.token_ids) >= self.max_seq_len:
             # The frontend's context check (against this engine's card) comes
             # first; this one keeps a direct caller from queueing a sequence that
@@ -250,6 +265,9 @@ class Admission:
             makers.append(maker)
         req = RequestState(seqs, makers, stream)
         req.prefill_only = bool(request.annotations.get(PREFILL_ONLY))
+        top = request.output.prompt_logprobs
+        if top is not None:
+            req.prompt_logprobs = prompt_logprobs(self.vocab, request.token_ids, top)
         self.requests[request.request_id] = req
         for seq in seqs:
             self.scheduler.add(seq)

@@ -53,6 +53,7 @@ class MockerEngine:
         caps = dataclasses.replace(
             card.capabilities,
             logprobs=True,
+            prompt_logprobs=True,
             mock_scripts=True,
             structural_tags=config.structural_tags,
             kv_block_size=config.block_size,

@@ -2,7 +2,9 @@
 
 Output is random but reproducible: the same seed and choice index give the
 same tokens, whatever else the request asks for (logprobs come from their own
-generator so asking for them never changes the tokens).
+generator so asking for them never changes the tokens). The prompt's logprobs
+(`prompt_logprobs`) are the same for every request and engine: each token's
+is a function of the tokens before it and of the token itself.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import math
 import random
 
 from rotor.model.tokenizer import Tokenizer
-from rotor.protocol.engine import EngineOutput, StopParams, TokenLogprob
+from rotor.protocol.engine import EngineOutput, PromptLogprob, StopParams, TokenLogprob
 
 BAN = -100.0  # a bias this low bans a token (OpenAI: "should result in a ban")
 FORCE = 100.0  # this high makes it (with any others as high) the only choice
@@ -148,3 +150,63 @@ class LogprobMaker:
         change the draws), as `RandomSource.skip`."""
         for _ in range(count):
             self.make(-1)
+
+
+# -- the prompt's logprobs -------------------------------------------------------
+
+_MASK = (1 << 64) - 1
+_PROMPT_SEED = 0x726F746F72  # a prefix's hash starts here
+MAX_RANK = 32  # a prompt token's rank is at most this
+
+
+def _mix(x: int) -> int:
+    """SplitMix64's step: a well-mixed 64-bit value from any integer."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def prompt_logprobs(vocab: list[int], ids: list[int], top: int) -> list[PromptLogprob]:
+    """Each prompt token's logprob after the first, given the tokens before
+    it, with its rank and `top` alternatives: the same for any request that
+    has that prefix (asking for fewer alternatives gives the first of the
+    same ones). A prefix's likeliest token has p in [0.4, 0.95), and each
+    next rank half the one before; the token's own rank is 1 with
+    probability 1/2, 2 with 1/4, ... (at most MAX_RANK); the tokens at the
+    other ranks are drawn from `vocab`."""
+    out: list[PromptLogprob] = []
+    prefix = _mix(_PROMPT_SEED)  # the hash of the tokens so far
+    for i, token in enumerate(ids):
+        if i:
+            out.append(_scored(prefix, token, vocab, top))
+        prefix = _mix(prefix ^ token)
+    return out
+
+
+def _scored(prefix: int, token: int, vocab: list[int], top: int) -> PromptLogprob:
+    """`token`'s entry after the prefix whose hash is `prefix`."""
+    p1 = 0.4 + 0.55 * (_mix(prefix ^ 1) >> 11) / float(1 << 53)
+
+    def logprob(rank: int) -> float:
+        return math.log(p1) if rank == 1 else math.log((1.0 - p1) / 2.0 ** (rank - 1))
+
+    bits, rank = _mix(prefix ^ _mix(token)), 1
+    while bits & 1 and rank < MAX_RANK:
+        rank, bits = rank + 1, bits >> 1
+    alternatives: list[tuple[int, float]] = []
+    taken = {token}
+    draw = 0
+    while len(alternatives) < top:
+        k = len(alternatives) + 1
+        if k == rank:
+            alternatives.append((token, logprob(k)))
+            continue
+        draw += 1
+        if draw > 8 * top + 8 or not vocab:  # (a vocabulary too small for `top`)
+            break
+        other = vocab[_mix(prefix ^ (draw << 40) ^ 0xA17) % len(vocab)]
+        if other not in taken:
+            taken.add(other)
+            alternatives.append((other, logprob(k)))
+    return PromptLogprob(token, logprob(rank), rank, alternatives)

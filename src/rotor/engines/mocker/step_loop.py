@@ -305,6 +305,8 @@ class StepLoop:
                 out.logprobs = [maker.make(t) for t in ids]
             if first:
                 out.cached_tokens = req.cached_tokens
+                if req.prompt_logprobs is not None:  # (the request's first output: once)
+                    out.prompt_logprobs, req.prompt_logprobs = req.prompt_logprobs, None
             if req.outbox.put(out):
                 self.due.append(req)
             req.unread += len(ids)

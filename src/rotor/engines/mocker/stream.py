@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from rotor.engines.mocker.sampler import LogprobMaker
 from rotor.engines.mocker.sequence import Sequence
-from rotor.protocol.engine import EngineOutput, EngineRequest, merge_outputs
+from rotor.protocol.engine import EngineOutput, EngineRequest, PromptLogprob, merge_outputs
 from rotor.protocol.flow import Backlog, Sink, broken
 
 if TYPE_CHECKING:
@@ -52,6 +52,8 @@ class RequestState:
     unread: int = 0  # tokens in the outbox
     aborted: set[int] = field(default_factory=set)
     prefill_only: bool = False  # one token, then the prompt's blocks pinned for a decode worker
+    # the prompt's logprobs when asked, until its first output takes them
+    prompt_logprobs: list[PromptLogprob] | None = None
 
     @property
     def cached_tokens(self) -> int:

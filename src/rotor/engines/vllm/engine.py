@@ -43,6 +43,7 @@ from rotor.protocol.engine import (
     EngineState,
     EngineStream,
     Finish,
+    PromptLogprob,
     TokenLogprob,
 )
 from rotor.protocol.flow import Pump
@@ -130,6 +131,7 @@ class VLLMEngine:
             card.capabilities,
             structural_tags=pool is None,
             logprobs=pool is None,
+            prompt_logprobs=pool is None,
             mock_scripts=False,
             embedding_dim=pool.embedding_dim if pool is not None else 0,
             generates=pool is None,
@@ -245,6 +247,7 @@ class VLLMEngine:
         params = sampling_params(request, handover.params)
         want_logprobs = request.output.logprobs
         top = request.output.top_logprobs
+        prompt_top = request.output.prompt_logprobs  # (its first output carries them)
         # its adapter (if any) stays in vLLM until it ends
         with self.loras.using(request.lora) as lora:
             self._running.add(rid)
@@ -252,9 +255,15 @@ class VLLMEngine:
             if request.cache_salt is not None:  # vLLM salts its first block's hash
                 prompt["cache_salt"] = request.cache_salt
             stream = llm.generate(prompt, params, rid, lora_request=lora, priority=request.priority)
+            scored = None  # the prompt's logprobs, till an output takes them
             first: set[int] = set()
             try:
                 async for out in stream:
+                    if prompt_top is not None and out.prompt_logprobs:  # (once; then [])
+                        scored = _prompt_logprobs(
+                            request.token_ids, out.prompt_logprobs, prompt_top
+                        )
+                        prompt_top = None
                     for c in out.outputs:
                         if c.finish_reason == "abort":
                             continue  # aborted: the stream ends with no further output
@@ -276,6 +285,8 @@ class VLLMEngine:
                             elif handover.fetch_tokens > 0:
                                 loaded = self.disagg.loaded(handover, out.kv_transfer_params)
                                 self.kv_blocks_fetched += loaded // self.relay.block_size
+                        if scored is not None and (ids or item.finish is not None):
+                            item.prompt_logprobs, scored = scored, None
                         if ids or item.finish is not None:
                             yield item
             except EngineDeadError as e:
@@ -413,9 +424,34 @@ def _logprobs(ids: list[int], entries: Any, top: int) -> list[TokenLogprob]:
     return result
 
 
+def _prompt_logprobs(ids: list[int], entries: Any, top: int) -> list[PromptLogprob]:
+    """vLLM's prompt logprobs ({id: Logprob} per prompt token, None for the
+    first) as PromptLogprobs: each token's own logprob and rank, and the
+    `top` best by rank."""
+    result: list[PromptLogprob] = []
+    for token_id, entry in zip(ids[1:], list(entries)[1:], strict=False):
+        if entry is None:
+            continue
+        chosen = entry.get(token_id)
+        ranked = sorted(
+            ((tid, lp) for tid, lp in entry.items() if lp.rank is not None and lp.rank <= top),
+            key=lambda pair: pair[1].rank,
+        )
+        result.append(
+            PromptLogprob(
+                token_id,
+                chosen.logprob if chosen is not None else float("-inf"),
+                chosen.rank if chosen is not None and chosen.rank is not None else 0,
+                [(tid, lp.logprob) for tid, lp in ranked[:top]],
+            )
+        )
+    return result
+
+
 def _param(message: str) -> str | None:
     """The request field a vLLM validation message is about, when it names one."""
-    for name in ("max_tokens", "logprobs", "structured_outputs", "seed", "temperature", "top_p"):
+    names = ("max_tokens", "prompt_logprobs", "logprobs", "structured_outputs", "seed")
+    for name in (*names, "temperature", "top_p"):
         if name in message:
             return "guided_json" if name == "structured_outputs" else name
     return None

@@ -78,6 +78,7 @@ def sampling_params(request: EngineRequest, kv_transfer: dict[str, Any] | None =
         stop_token_ids=stop_ids,
         ignore_eos=stop.ignore_eos,
         logprobs=out.top_logprobs if out.logprobs else None,
+        prompt_logprobs=out.prompt_logprobs,
         detokenize=False,
         skip_special_tokens=False,
         output_kind=RequestOutputKind.DELTA,

@@ -351,6 +351,19 @@ ANSWERS = [
     ("/detokenize", {"tokens": [1, 2, 3]}),
     ("/v1/embeddings", {"input": ["Hello", "there"]}),
     ("/v1/embeddings", {"input": [[1, 2, 3]], "encoding_format": "base64", "dimensions": 8}),
+    # evaluation and RL clients: the echoed prompt's logprobs, vLLM's prompt_logprobs, token ids
+    (
+        "/v1/completions",
+        {"prompt": "Hello there", "echo": True, "logprobs": 2, "max_tokens": 0},
+    ),
+    (
+        "/v1/completions",
+        {"prompt": "Hello", "prompt_logprobs": 2, "return_token_ids": True, "max_tokens": 3},
+    ),
+    (
+        "/v1/chat/completions",
+        {"messages": HELLO, "prompt_logprobs": 1, "return_token_ids": True, "max_tokens": 3},
+    ),
 ]
 
 
@@ -375,6 +388,15 @@ def test_the_answers_carry_what_the_cases_meant_to_cover(server: Server) -> None
     assert [o["type"] for o in output] == ["reasoning", "message", "function_call"]
     body = {"messages": HELLO, "logprobs": True, "top_logprobs": 2, "mock": {"output": "Hi"}}
     assert post(server, "/v1/chat/completions", body)["choices"][0]["logprobs"]["content"]
+    echoed = post(server, *ANSWERS[-3])["choices"][0]["logprobs"]
+    assert echoed["token_logprobs"][0] is None and echoed["text_offset"][0] == 0
+    scored = post(server, *ANSWERS[-2])["choices"][0]
+    assert scored["prompt_logprobs"][0] is None and scored["prompt_logprobs"][1]
+    assert scored["token_ids"] and scored["prompt_token_ids"]
+    chat = post(server, *ANSWERS[-1])
+    assert (
+        chat["prompt_logprobs"][1] and chat["prompt_token_ids"] and chat["choices"][0]["token_ids"]
+    )
 
 
 def test_stream_chunks_validate_against_the_documented_chunks(

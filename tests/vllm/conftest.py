@@ -15,6 +15,9 @@ import pytest
 HERE = Path(__file__).resolve().parent
 
 
+# tryfirst: pytest-xdist's worker puts the group into each test's id in its own
+# hook of this name, which otherwise runs first and sees no mark
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in item.path.resolve().parents:

@@ -127,6 +127,18 @@ class ChatChoice(_Closed):
     logprobs: ChatLogprobs | None
     finish_reason: str | None = Field(description="stop, length or tool_calls")
     stop_reason: StopReason
+    token_ids: list[int] | None = Field(default=None, description="with return_token_ids")
+
+
+class PromptLogprob(_Closed):
+    logprob: float
+    rank: int | None
+    decoded_token: str | None
+
+
+# vLLM's prompt_logprobs: null for the first prompt token, then per token its id
+# (as a string) and its likeliest alternatives'
+PromptLogprobs = list[dict[str, PromptLogprob] | None]
 
 
 class ChatCompletion(_Closed):
@@ -138,6 +150,8 @@ class ChatCompletion(_Closed):
     model: str
     choices: list[ChatChoice]
     usage: Usage
+    prompt_token_ids: list[int] | None = Field(default=None, description="with return_token_ids")
+    prompt_logprobs: PromptLogprobs | None = Field(default=None, description="with prompt_logprobs")
 
 
 class ToolCallDelta(_Closed):
@@ -185,9 +199,13 @@ class ChatCompletionChunk(_Closed):
 
 
 class CompletionLogprobs(_Closed):
+    """With echo the prompt's tokens come first, the very first one's logprob
+    and alternatives null."""
+
     tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
 
 
 class CompletionChoice(_Closed):
@@ -196,6 +214,9 @@ class CompletionChoice(_Closed):
     logprobs: CompletionLogprobs | None
     finish_reason: str | None = Field(description="stop or length")
     stop_reason: StopReason = None
+    prompt_token_ids: list[int] | None = Field(default=None, description="with return_token_ids")
+    token_ids: list[int] | None = Field(default=None, description="with return_token_ids")
+    prompt_logprobs: PromptLogprobs | None = Field(default=None, description="with prompt_logprobs")
 
 
 class Completion(_Closed):

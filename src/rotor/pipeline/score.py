@@ -114,14 +114,13 @@ def prepare_scores(model: ServedModel, route: str, sides: Sides) -> ScoreInputs:
     first = sides.first * len(sides.second) if len(sides.first) == 1 else sides.first
     pairs: list[ScorePair] = []
     for i, (a, b) in enumerate(zip(first, sides.second, strict=True)):
-        check_prompt_size(
-            model, f"{sides.second_field} {i} with its pair", sides.second_field, a, b
-        )
+        what = f"pair with {sides.second_field}[{i}]"
+        check_prompt_size(model, what, sides.second_field, a, b)
         ids, types = tok.encode_pair(a, b)
         if len(ids) > context:
             raise RequestError(
-                f"{sides.second_field} {i} with its pair is {len(ids)} tokens, more than the "
-                f"model's context length of {context} tokens",
+                f"the {what} is {len(ids)} tokens, more than the model's context length of "
+                f"{context} tokens",
                 sides.second_field,
             )
         start = types.index(1) if card.token_type_ids and 1 in types else None
@@ -135,13 +134,13 @@ def _bi_inputs(model: ServedModel, sides: Sides, context: int) -> BiInputs:
     token_ids: list[list[int]] = []
     for name, texts in ((sides.first_field, sides.first), (sides.second_field, sides.second)):
         for i, text in enumerate(texts):
-            check_prompt_size(model, f"{name} {i}", name, text)
+            check_prompt_size(model, f"{name}[{i}]", name, text)
             ids = tok.encode(text, add_special_tokens=True)
             if not ids:
-                raise RequestError(f"{name} {i} is empty: it has no tokens to embed", name)
+                raise RequestError(f"{name}[{i}] is empty: it has no tokens to embed", name)
             if len(ids) > context:
                 raise RequestError(
-                    f"{name} {i} is {len(ids)} tokens, more than the model's context length "
+                    f"{name}[{i}] is {len(ids)} tokens, more than the model's context length "
                     f"of {context} tokens",
                     name,
                 )

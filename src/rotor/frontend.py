@@ -39,12 +39,14 @@ from rotor.pipeline.preprocess import (
     prepare_chat,
     prepare_completion,
 )
+from rotor.pipeline.score import BiInputs, Sides, cosine, prepare_scores
 from rotor.pipeline.served import ServedModel
 from rotor.protocol.embeddings import EmbeddingRequest
 from rotor.protocol.engine import EngineClient, EngineError
 from rotor.protocol.flow import Pulled
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 from rotor.protocol.routing import KVCounts, PoolCounts, Routed
+from rotor.protocol.scores import ScorePair
 from rotor.tracing import Span
 from rotor.tracing.generate import traced
 
@@ -61,6 +63,14 @@ class EmbeddingEngine(Protocol):
     registry sees it: an engine in process, or a pool of remote workers)."""
 
     async def embed(self, inputs: list[list[int]], dimensions: int | None) -> list[list[float]]: ...
+
+
+@runtime_checkable
+class ScoringEngine(Protocol):
+    """An engine client that scores pairs (engines/base.Scorer's contract, as
+    the registry sees it)."""
+
+    async def score(self, pairs: list[ScorePair]) -> list[float]: ...
 
 
 @runtime_checkable
@@ -251,6 +261,12 @@ class Embedded:
     prompt_tokens: int
 
 
+@dataclass(frozen=True)
+class Scored:
+    scores: list[float]  # one per text of the request's second side, in order
+    prompt_tokens: int
+
+
 @dataclass
 class Frontend:
     registry: ModelRegistry = field(default_factory=ModelRegistry)
@@ -325,6 +341,29 @@ class Frontend:
         except EngineError as e:
             raise ResponseFailed(Failure.from_engine(e)) from None
         return Embedded(vectors, inputs.prompt_tokens)
+
+    async def score(self, entry: ModelEntry, route: str, sides: Sides) -> Scored:
+        """Each pair's score (`/v1/score`, `/v1/rerank`): a cross-encoder's, or
+        the cosine of an embedding model's two vectors; RequestError for what
+        the model cannot do, ResponseFailed when its engine fails."""
+        engine = entry.engine
+        if text_size((sides.first, sides.second), LONG_PROMPT_CHARS) > LONG_PROMPT_CHARS:
+            inputs = await self.preparer.run(prepare_scores, entry.model, route, sides)
+        else:
+            inputs = prepare_scores(entry.model, route, sides)
+        try:
+            if isinstance(inputs, BiInputs):
+                if not isinstance(engine, EmbeddingEngine):
+                    raise RequestError(f"the model {entry.name!r} cannot embed", "model")
+                vectors = await engine.embed(inputs.token_ids, None)
+                scores = [cosine(vectors[a], vectors[b]) for a, b in inputs.pairs()]
+            else:
+                if not isinstance(engine, ScoringEngine):
+                    raise RequestError(f"the model {entry.name!r} cannot score pairs", "model")
+                scores = await engine.score(inputs.pairs)
+        except EngineError as e:
+            raise ResponseFailed(Failure.from_engine(e)) from None
+        return Scored(scores, inputs.prompt_tokens)
 
     async def _start(
         self, entry: ModelEntry, response_id: str, prepared: list[Prepared], logprobs: bool

@@ -55,6 +55,11 @@ ROUTES = {
     ("get", "/v1/responses/{response_id}/input_items"),
     ("post", "/v1/responses/{response_id}/cancel"),
     ("post", "/v1/embeddings"),
+    ("post", "/v1/score"),
+    ("post", "/score"),
+    ("post", "/v1/rerank"),
+    ("post", "/rerank"),
+    ("post", "/v2/rerank"),
     ("post", "/v1/messages"),
     ("post", "/v1/messages/count_tokens"),
     ("post", "/tokenize"),
@@ -93,8 +98,12 @@ def embedder() -> Iterator[Server]:
         yield srv
 
 
+POOLING = ("/v1/embeddings", "/v1/score", "/score", "/v1/rerank", "/rerank", "/v2/rerank")
+
+
 def serving(path: str, server: Server, embedder: Server) -> Server:
-    return embedder if path == "/v1/embeddings" else server
+    """The embedding model serves the pooling routes (scores by cosine)."""
+    return embedder if path in POOLING else server
 
 
 @pytest.fixture(scope="module")
@@ -225,6 +234,14 @@ def sdk_bodies(server: Server, embedder: Server) -> dict[str, dict[str, Any]]:
     bodies["/v1/messages/count_tokens"] = cap.bodies.pop()
     bodies["/tokenize"] = {"model": "mock-model", "messages": HELLO, "tools": TOOLS}
     bodies["/detokenize"] = {"model": "mock-model", "tokens": [1, 2, 3]}
+    # no SDK here scores: the bodies of vLLM's docs, Jina's API and Cohere's v2
+    docs = ["Paris is in France.", "Berlin is in Germany."]
+    bodies["/v1/score"] = {"model": "mock-model", "text_1": "Where is Paris?", "text_2": docs}
+    bodies["/score"] = {"model": "mock-model", "queries": ["a", "b"], "documents": docs}
+    jina = {"model": "mock-model", "query": "Where is Paris?", "documents": docs}
+    bodies["/v1/rerank"] = {**jina, "top_n": 1, "return_documents": False}
+    bodies["/rerank"] = jina
+    bodies["/v2/rerank"] = {**jina, "top_n": 2}
     return bodies
 
 
@@ -242,6 +259,9 @@ WRONG = [
     ("/detokenize", {"model": "mock-model"}),
     ("/v1/embeddings", {"model": "mock-model"}),
     ("/v1/embeddings", {"input": "x", "encoding_format": "int8"}),
+    ("/v1/score", {"queries": "x", "documents": ["y"], "no_such_field": 1}),
+    ("/v1/rerank", {"query": "x"}),
+    ("/rerank", {"query": "x", "documents": ["y"], "top_n": -1}),
     ("/v1/loras", {"lora_name": "x"}),
     ("/v1/load_lora_adapter", {"lora_name": "x", "lora_path": "/a", "base_model_name": "m"}),
     ("/v1/unload_lora_adapter", {}),
@@ -351,6 +371,9 @@ ANSWERS = [
     ("/detokenize", {"tokens": [1, 2, 3]}),
     ("/v1/embeddings", {"input": ["Hello", "there"]}),
     ("/v1/embeddings", {"input": [[1, 2, 3]], "encoding_format": "base64", "dimensions": 8}),
+    ("/v1/score", {"queries": "Where is Paris?", "documents": ["Paris.", "Rome."]}),
+    ("/v1/rerank", {"query": "Where is Paris?", "documents": ["Paris.", "Rome."]}),
+    ("/v1/rerank", {"query": "Paris?", "documents": ["a", "b"], "return_documents": False}),
     # evaluation and RL clients: the echoed prompt's logprobs, vLLM's prompt_logprobs, token ids
     (
         "/v1/completions",

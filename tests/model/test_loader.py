@@ -703,3 +703,24 @@ def test_family_model_dir_with_template_text(tmp_path: Path) -> None:
     card, tok = load_model(root)
     assert card.chat_templates == {"default": "{{ bos_token }}x"}
     assert card.eos_token_ids == [token_id(tok, "</s>")]
+
+
+@pytest.mark.parametrize(
+    ("tokenizer_config", "gives"),
+    [
+        ({}, False),
+        ({"tokenizer_class": "PreTrainedTokenizerFast"}, False),
+        ({"tokenizer_class": "BertTokenizerFast"}, True),
+        ({"tokenizer_class": "BertTokenizer"}, True),
+        ({"tokenizer_class": "BertTokenizerFast", "model_input_names": ["input_ids"]}, False),
+        ({"model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}, True),
+    ],
+)
+def test_the_card_says_whether_the_tokenizer_gives_token_types(
+    tmp_path: Path, tokenizer_config: dict[str, Any], gives: bool
+) -> None:
+    """As transformers decides: `model_input_names`, else the class's default."""
+    root = bare_model(tmp_path)
+    write_json(root / "tokenizer_config.json", tokenizer_config)
+    card, _ = load_model(root)
+    assert card.token_type_ids is gives

@@ -542,3 +542,26 @@ def test_every_dataclass_field_has_a_check() -> None:
         (Capabilities, codec._CAPABILITIES),
     ]:
         assert set(schema) == {f.name for f in dataclasses.fields(cls)}, cls.__name__
+
+
+def test_score_requests_and_answers_round_trip() -> None:
+    from rotor.protocol.scores import ScorePair
+
+    pairs = [ScorePair([1, 2, 3], 2), ScorePair([4], None)]
+    assert codec.decode_score_request(codec.encode_score_request(pairs)) == pairs
+    scores = [0.125, 0.7705397258802893]  # float64: exactly as the engine gave them
+    assert codec.decode_scores(codec.encode_scores(scores)) == scores
+    error = EngineError("no", "refused", "documents")
+    with pytest.raises(EngineError) as caught:
+        codec.decode_scores(codec.encode_score_error(error))
+    assert caught.value.param == "documents"
+    with pytest.raises(CodecError):
+        codec.decode_score_request(msgpack.packb({"pairs": [[[1, 2]]]}))
+
+
+def test_a_cards_token_types_cross_the_wire() -> None:
+    card, tok = builtin_test_model("m")
+    card.token_type_ids = True
+    card.capabilities.scores_pairs = True
+    back, _ = codec.decode_card(codec.encode_card(card, tok))
+    assert back.token_type_ids and back.capabilities.scores_pairs

@@ -67,6 +67,9 @@ class FakeLink:
     async def embed(self, *args: Any) -> list[list[float]]:
         raise AssertionError("not asked of this link")
 
+    async def score(self, *args: Any) -> list[float]:
+        raise AssertionError("not asked of this link")
+
     def worker_gone(self, worker_id: str) -> None:
         self.gone.append(worker_id)
 

@@ -43,6 +43,7 @@ from rotor.api.lora import LoraControl, register_lora
 from rotor.api.metrics import Metrics
 from rotor.api.openai.embeddings import register_embeddings
 from rotor.api.openai.routes import register_openai
+from rotor.api.openai.scores import register_scores
 from rotor.api.openapi import install as install_openapi
 from rotor.api.ops import register_ops
 from rotor.api.page import register_page
@@ -146,6 +147,7 @@ def create_app(
         stop_first.append(app.state.kserve.stop)
     register_openai(app, responder, body_limit)
     register_embeddings(app, responder, body_limit)
+    register_scores(app, responder, body_limit)
     register_anthropic(app, responder, body_limit)
     store = response_store if response_store is not None else MemoryStore()
     stop_first.append(register_responses(app, responder, body_limit, store))

@@ -1,4 +1,5 @@
-"""`--api-key`: /v1/*, /tokenize and /detokenize need `Authorization: Bearer KEY`
+"""`--api-key`: /v1/*, /tokenize, /detokenize and vLLM's scoring paths
+outside /v1/ (/score, /rerank, /v2/rerank) need `Authorization: Bearer KEY`
 (or `x-api-key: KEY`). The probes (/live, /health, /metrics), the API's own
 description (/openapi.json, /docs, /redoc and their assets under /docs/assets,
 api/docs.py) and the chat page (/, which asks for the key itself) stay open:
@@ -26,8 +27,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from rotor.api.errors import APIError, error_response, is_anthropic
 from rotor.protocol.response_store import TENANT_SCOPE_KEY
 
-# Paths outside /v1/ that do real work (tokenizing, rendering) and need the key.
-_GUARDED = frozenset({"/tokenize", "/detokenize"})
+# Paths outside /v1/ that do real work (tokenizing, rendering, scoring) and need the key.
+_GUARDED = frozenset({"/tokenize", "/detokenize", "/score", "/rerank", "/v2/rerank"})
 _CREDENTIALS = (b"authorization", b"x-api-key")
 
 

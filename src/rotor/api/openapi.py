@@ -29,6 +29,7 @@ from rotor.protocol.embeddings import EmbeddingRequest
 from rotor.protocol.lora import LoadLoraRequest, UnloadLoraRequest
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 from rotor.protocol.responses import ResponsesRequest
+from rotor.protocol.scores import RerankRequest, ScoreRequest
 
 REF = "#/components/schemas/{model}"
 
@@ -89,6 +90,22 @@ DOCS: dict[str, Doc] = {
         "EmbeddingList",
         "EmbeddingRequest",
         {"input": "Hello!"},
+        errors=_GENERATION_ERRORS,
+    ),
+    "score": Doc(
+        "Scores of text pairs (pooling models: a cross-encoder, or an embedding model's cosine)",
+        "Scoring",
+        "ScoreList",
+        "ScoreRequest",
+        {"queries": "What is the capital of France?", "documents": ["Paris.", "Berlin."]},
+        errors=_GENERATION_ERRORS,
+    ),
+    "rerank": Doc(
+        "Documents ranked by relevance to a query (Jina's and Cohere's shape)",
+        "Scoring",
+        "RerankResponse",
+        "RerankRequest",
+        {"query": "What is the capital of France?", "documents": ["Paris.", "Berlin."]},
         errors=_GENERATION_ERRORS,
     ),
     "responses": Doc(
@@ -262,6 +279,8 @@ def model(name: str) -> type[BaseModel]:
         MessagesRequest,
         CountTokensRequest,
         EmbeddingRequest,
+        ScoreRequest,
+        RerankRequest,
         LoadLoraRequest,
         UnloadLoraRequest,
     )

@@ -264,6 +264,54 @@ class EmbeddingList(_Closed):
     usage: EmbeddingUsage
 
 
+# -- scores and rerank -------------------------------------------------------------------------
+
+
+class Score(_Closed):
+    index: int = Field(description="the pair's place: the index of its text on the second side")
+    object: Literal["score"]
+    score: float
+
+
+class ScoreUsage(_Closed):
+    prompt_tokens: int
+    total_tokens: int
+    completion_tokens: int
+
+
+class ScoreList(_Closed):
+    id: str
+    object: Literal["list"]
+    created: int
+    model: str
+    data: list[Score]
+    usage: ScoreUsage
+
+
+class RerankDocument(_Closed):
+    text: str
+
+
+class RerankResult(_Closed):
+    index: int = Field(description="the document's index in the request")
+    document: RerankDocument | None = Field(
+        default=None, description="the document (absent with return_documents false)"
+    )
+    relevance_score: float
+
+
+class RerankUsage(_Closed):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class RerankResponse(_Closed):
+    id: str
+    model: str
+    usage: RerankUsage
+    results: list[RerankResult] = Field(description="best first; the first top_n when given")
+
+
 # -- models -------------------------------------------------------------------------------------
 
 
@@ -277,8 +325,9 @@ class ModelEntry(_Closed):
         "a LoRA adapter's: its directory"
     )
     parent: str | None = Field(description="a LoRA adapter: the model it adapts; else null")
-    task: Literal["generate", "embed"] = Field(
-        description="generate: chat and completions; embed: /v1/embeddings only"
+    task: Literal["generate", "embed", "score"] = Field(
+        description="generate: chat and completions; embed: /v1/embeddings, /v1/score and "
+        "/v1/rerank (by cosine); score: a cross-encoder, /v1/score and /v1/rerank only"
     )
     embedding_dim: int | None = Field(
         default=None, description="an embedding model: the dimension of its vectors"

@@ -22,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 from rotor.model.card import ModelCard
 from rotor.protocol.engine import EngineClient
 from rotor.protocol.kv import KVEvent, KVSnapshot
+from rotor.protocol.scores import ScorePair
 
 
 class Engine(EngineClient, Protocol):
@@ -66,6 +67,19 @@ class Embedder(Protocol):
 
     async def embed(self, inputs: list[list[int]], dimensions: int | None) -> list[list[float]]:
         """Each input's vector, in order; EngineError ("refused", naming the
+        field) for what the engine cannot do."""
+        ...
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """Engines that score pairs (cross-encoders: the mocker with `--runner
+    pooling --convert classify`, vLLM running a one-label classifier): one
+    relevance score per (query, document) pair, with
+    `card.capabilities.scores_pairs`."""
+
+    async def score(self, pairs: list[ScorePair]) -> list[float]:
+        """Each pair's score, in order; EngineError ("refused", naming the
         field) for what the engine cannot do."""
         ...
 

@@ -58,6 +58,7 @@ def _build_mocker(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any
 
     if tok is None:
         raise ValueError("the mocker needs a tokenizer (a model directory with tokenizer.json)")
+    pools = options["convert"] if options["runner"] == "pooling" else None
     config = MockerConfig(
         max_num_seqs=options["max_num_seqs"],
         max_num_batched_tokens=options["max_num_batched_tokens"],
@@ -78,7 +79,8 @@ def _build_mocker(card: ModelCard, tok: Tokenizer | None, options: dict[str, Any
         disk_kv_blocks=options["disk_kv_blocks"],
         host_kv_gbps=options["host_kv_gbps"],
         disk_kv_gbps=options["disk_kv_gbps"],
-        embedding_dim=embedding_dim(card.path, options) if options["runner"] == "pooling" else 0,
+        embedding_dim=embedding_dim(card.path, options) if pools == "embed" else 0,
+        scores_pairs=pools == "classify",
         lora_load_ms=options["lora_load_ms"],
         wedge_after_steps=options["wedge_after_steps"],
         wedge_seconds=options["wedge_seconds"],
@@ -277,6 +279,14 @@ MOCKER_FLAGS = (
         str.lower,
         "generate",
         choices=("generate", "pooling"),
+    ),
+    Flag(
+        "--convert",
+        "mocker with --runner pooling: embed (an embedding model) or classify (a "
+        "cross-encoder that scores pairs: /v1/score and /v1/rerank)",
+        str.lower,
+        "embed",
+        choices=("embed", "classify"),
     ),
     Flag(
         "--embedding-dim",

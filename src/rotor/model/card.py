@@ -35,6 +35,10 @@ class Capabilities:
     embedding_dim: int = 0
     generates: bool = True
     shortens_embeddings: bool = False
+    # a cross-encoder (a reranker): one relevance score per (query, document)
+    # pair, the pair's tokens read together (/v1/score, /v1/rerank); an
+    # embedding model scores by its vectors' cosine instead
+    scores_pairs: bool = False
     # schedules by a request's `priority` (`--scheduling-policy priority`):
     # without it a nonzero priority is a 400 naming that flag
     priority_scheduling: bool = False
@@ -63,6 +67,9 @@ class ModelCard:
     tokenizer_hash: str | None = None
     # more names the model is served under (`--served-model-name A B`: B)
     aliases: list[str] = field(default_factory=list)
+    # its tokenizer gives token type ids (a BERT-style one): a pair's second
+    # text is type 1, which a cross-encoder reads (model/loader.py decides)
+    token_type_ids: bool = False
 
     def names(self) -> list[str]:
         """Every name it is served under, the canonical one first."""

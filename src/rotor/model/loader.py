@@ -32,6 +32,10 @@ _CONTEXT_KEYS = (
 )
 # transformers writes int(1e30) (and friends) when a tokenizer has no real limit.
 _NO_LIMIT = 10**9
+# tokenizer classes whose `model_input_names` include token_type_ids (transformers')
+_TOKEN_TYPE_CLASSES = frozenset(
+    ("BertTokenizer", "ElectraTokenizer", "MobileBertTokenizer", "ConvBertTokenizer")
+)
 _FLOAT_DEFAULTS = ("temperature", "top_p", "min_p", "repetition_penalty")
 _INT_DEFAULTS = ("top_k", "max_new_tokens")
 
@@ -88,6 +92,7 @@ def load_model(
         eos_token=eos_token,
         unk_token=unk_token,
         pad_token=pad_token,
+        token_type_ids=_gives_token_types(tokenizer_config),
     )
     apply_overrides(card, max_model_len, chat_template_file, context_source)
     return card, tokenizer
@@ -285,6 +290,17 @@ def _named_templates(value: Any, file: Path) -> dict[str, str]:
     raise ModelLoadError(
         f"{file}: chat_template must be a string or a list of named templates, got {_kind(value)}"
     )
+
+
+def _gives_token_types(tokenizer_config: dict[str, Any]) -> bool:
+    """Whether transformers' tokenizer returns token type ids: the config's
+    `model_input_names` when it names them, else its class's default (the
+    BERT-style classes return them; the generic fast tokenizer does not)."""
+    names = tokenizer_config.get("model_input_names")
+    if isinstance(names, list):
+        return "token_type_ids" in names
+    kind = tokenizer_config.get("tokenizer_class")
+    return isinstance(kind, str) and kind.removesuffix("Fast") in _TOKEN_TYPE_CLASSES
 
 
 def _context_length(

@@ -30,9 +30,12 @@ def prepare_embedding(model: ServedModel, req: EmbeddingRequest) -> EmbeddingInp
     card, tok = model.card, model.tokenizer
     caps = card.capabilities
     if caps.embedding_dim == 0:
-        raise RequestError(
-            f"the model {card.name!r} cannot embed: it is served for generation", "model"
+        what = (
+            "it is a cross-encoder, which serves /v1/score and /v1/rerank"
+            if caps.scores_pairs
+            else "it is served for generation"
         )
+        raise RequestError(f"the model {card.name!r} cannot embed: {what}", "model")
     dimensions = req.dimensions
     if dimensions is not None and dimensions != caps.embedding_dim:
         if not caps.shortens_embeddings:
@@ -72,12 +75,15 @@ def prepare_embedding(model: ServedModel, req: EmbeddingRequest) -> EmbeddingInp
 
 
 def refuse_generation(model: ServedModel) -> None:
-    """RequestError when the model only embeds (chat and completions need a generator)."""
-    if not model.card.capabilities.generates:
-        raise RequestError(
-            f"the model {model.card.name!r} is an embedding model: it serves /v1/embeddings only",
-            "model",
-        )
+    """RequestError when the model only pools (chat and completions need a generator)."""
+    caps = model.card.capabilities
+    if caps.generates:
+        return
+    if caps.scores_pairs:
+        what = "a cross-encoder: it serves /v1/score and /v1/rerank only"
+    else:
+        what = "an embedding model: it serves /v1/embeddings, /v1/score and /v1/rerank only"
+    raise RequestError(f"the model {model.card.name!r} is {what}", "model")
 
 
 def encoded(vector: list[float], encoding_format: str) -> list[float] | str:

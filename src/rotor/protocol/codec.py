@@ -48,6 +48,7 @@ from rotor.protocol.kv import (
     KVSnapshot,
     Medium,
 )
+from rotor.protocol.scores import ScorePair
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -502,6 +503,50 @@ def decode_embeddings(data: bytes) -> list[list[float]]:
     return vectors
 
 
+# -- scores (request/reply on a worker's score subject) ----------------------------------
+
+
+def encode_score_request(pairs: list[ScorePair]) -> bytes:
+    return _packb({"pairs": [[p.token_ids, p.type_start] for p in pairs]})
+
+
+def decode_score_request(data: bytes) -> list[ScorePair]:
+    m = _map(_unpack(data), "score")
+    pairs = m.get("pairs")
+    if type(pairs) is not list:
+        raise _wrong("score.pairs", "a list", pairs)
+    out: list[ScorePair] = []
+    for i, pair in enumerate(pairs):
+        name = f"score.pairs[{i}]"
+        if type(pair) is not list or len(pair) != 2:
+            raise _wrong(name, "[token ids, type start]", pair)
+        out.append(ScorePair(_token_ids(pair[0], name), _optional(_int)(pair[1], name)))
+    return out
+
+
+def encode_scores(scores: list[float]) -> bytes:
+    """Float64 on the wire: a score is one number, kept as the engine gave it."""
+    return _packb({"scores": scores})
+
+
+def encode_score_error(error: EngineError) -> bytes:
+    return _packb({"error": encode_error(error)})
+
+
+def decode_scores(data: bytes) -> list[float]:
+    """The scores, or the worker's EngineError raised."""
+    m = _map(_unpack(data), "scores")
+    if "error" in m:
+        raw = m["error"]
+        if type(raw) is not bytes:
+            raise _wrong("scores.error", "bytes", raw)
+        raise decode_error(raw)
+    scores = m.get("scores")
+    if type(scores) is not list:
+        raise _wrong("scores.scores", "a list", scores)
+    return [_float(v, f"scores.scores[{i}]") for i, v in enumerate(scores)]
+
+
 def encode_error(error: EngineError) -> bytes:
     m = {"message": error.message, "kind": error.kind, "param": error.param}
     if error.cause is not None:
@@ -685,6 +730,7 @@ _CARD: dict[str, Check] = {
     "created": _int,
     "tokenizer_hash": _optional(_str),
     "aliases": _strs,
+    "token_type_ids": _bool,
 }
 _CARD_NAMES, _CAPABILITY_NAMES = _names(ModelCard), _names(Capabilities)
 

@@ -23,13 +23,14 @@ import asyncio
 import dataclasses
 import logging
 import uuid
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 from rotor.model.card import ModelCard
 from rotor.protocol.engine import EngineError, EngineRequest, EngineState, EngineStream
 from rotor.protocol.lease import Lease
 from rotor.protocol.routing import Routed
+from rotor.protocol.scores import ScorePair
 from rotor.router.disagg import DisaggPolicy
 from rotor.router.kv import KVRouter, KVStats
 from rotor.router.modes import LocalLoad, Pick, Router, WorkerState
@@ -45,6 +46,7 @@ log = logging.getLogger("rotor.router")
 _STATE_FIELDS = tuple(f.name for f in dataclasses.fields(EngineState))
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
 DECODE_ROLES = ("agg", "decode")
+T = TypeVar("T")
 
 
 class WorkerLink(Protocol):
@@ -72,6 +74,10 @@ class WorkerLink(Protocol):
     ) -> list[list[float]]:
         """The inputs' vectors (`width` numbers each) from one worker;
         EngineError when it cannot give them."""
+        ...
+
+    async def score(self, worker_id: str, pairs: list[ScorePair], timeout: float) -> list[float]:
+        """The pairs' scores from one worker; EngineError when it cannot give them."""
         ...
 
     def worker_gone(self, worker_id: str) -> None:
@@ -237,23 +243,39 @@ class Pool:
     async def embed(self, inputs: list[list[int]], dimensions: int | None) -> list[list[float]]:
         """The inputs' vectors from one live worker, the router's pick; when it
         is unavailable, from another, up to the migration limit."""
-        request = EngineRequest(f"embed-{uuid.uuid4().hex[:12]}", self.card.name, inputs[0])
+        width = dimensions or self.card.capabilities.embedding_dim
+        return await self._pooled(
+            "embed",
+            inputs[0],
+            lambda worker: self.link.embed(worker, inputs, dimensions, width, self.request_timeout),
+        )
+
+    async def score(self, pairs: list[ScorePair]) -> list[float]:
+        """The pairs' scores from one live worker, as `embed`."""
+        return await self._pooled(
+            "score",
+            pairs[0].token_ids,
+            lambda worker: self.link.score(worker, pairs, self.request_timeout),
+        )
+
+    async def _pooled(self, kind: str, first: list[int], ask: Callable[[str], Awaitable[T]]) -> T:
+        """`ask` one live worker, the router's pick for a request of the
+        `first` input's tokens; when it is unavailable, another, up to the
+        migration limit."""
+        request = EngineRequest(f"{kind}-{uuid.uuid4().hex[:12]}", self.card.name, first)
         tried: set[str] = set()
         while True:
             pick = self.choose(request, tried)
             worker = pick.worker_id
             prefill = self.load.sent(worker, request, pick)
             try:
-                width = dimensions or self.card.capabilities.embedding_dim
-                return await self.link.embed(
-                    worker, inputs, dimensions, width, self.request_timeout
-                )
+                return await ask(worker)
             except EngineError as e:
                 if e.kind != "unavailable" or len(tried) >= self.migration_limit:
                     raise
                 tried.add(worker)
                 self.stats.migrations[e.cause or "unavailable"] += 1
-                log.warning("embed request %s: %s; trying another worker", request.request_id, e)
+                log.warning("%s request %s: %s; trying another worker", kind, request.request_id, e)
             finally:
                 self.load.done(worker, prefill)
 

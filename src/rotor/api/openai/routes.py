@@ -16,6 +16,7 @@ from rotor.api.openapi import route
 from rotor.api.respond import APIView, Responder
 from rotor.api.sse import OPENAI
 from rotor.frontend import ModelEntry, StartedResponse
+from rotor.model.card import ModelCard
 from rotor.pipeline.served import ServedModel
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 
@@ -102,6 +103,14 @@ def echo_texts(model: ServedModel, req: CompletionRequest) -> list[str]:
     ]
 
 
+def _task(card: ModelCard) -> str:
+    """What the model is served for: generate, embed, or score (a cross-encoder)."""
+    caps = card.capabilities
+    if caps.generates:
+        return "generate"
+    return "score" if caps.scores_pairs else "embed"
+
+
 def model_entry(entry: ModelEntry) -> dict[str, Any]:
     """OpenAI's model object under the entry's name, with vLLM's `root` (the
     canonical name: a model's aliases share it; a LoRA adapter's directory,
@@ -116,7 +125,7 @@ def model_entry(entry: ModelEntry) -> dict[str, Any]:
         "root": entry.lora_path or card.name,
         "parent": card.name if entry.lora is not None else None,
         "max_model_len": card.context_length,
-        "task": "generate" if card.capabilities.generates else "embed",
+        "task": _task(card),
     }
     if card.capabilities.embedding_dim:
         out["embedding_dim"] = card.capabilities.embedding_dim

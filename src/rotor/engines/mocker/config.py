@@ -64,6 +64,9 @@ class MockerConfig:
     # `--runner pooling`: an embedding model of this many dimensions, which
     # cannot generate (0: `--runner generate`, which cannot embed)
     embedding_dim: int = 0
+    # `--runner pooling --convert classify`: a cross-encoder (a reranker) that
+    # scores pairs and neither generates nor embeds
+    scores_pairs: bool = False
     # Simulated time a LoRA adapter takes to load (read and move its weights)
     lora_load_ms: float = 50.0
     # A fault: the step loop stops after this many steps (0: never), for

@@ -33,12 +33,14 @@ from rotor.engines.mocker.config import MockerConfig
 from rotor.engines.mocker.embed import shortened, unit_vector
 from rotor.engines.mocker.handover import Fetcher, Holds
 from rotor.engines.mocker.scheduler import Scheduler
+from rotor.engines.mocker.score import pair_score
 from rotor.engines.mocker.step_loop import StepLoop
 from rotor.engines.mocker.stream import Closed, MockerStream, RequestState
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
 from rotor.protocol.engine import KV_TRANSFER, EngineError, EngineRequest, EngineState
 from rotor.protocol.kv import KVEvent, KVSnapshot
+from rotor.protocol.scores import ScorePair
 
 
 class MockerEngine:
@@ -58,7 +60,8 @@ class MockerEngine:
             structural_tags=config.structural_tags,
             kv_block_size=config.block_size,
             embedding_dim=config.embedding_dim,
-            generates=config.embedding_dim == 0,
+            generates=config.embedding_dim == 0 and not config.scores_pairs,
+            scores_pairs=config.scores_pairs,
             shortens_embeddings=True,
             priority_scheduling=config.scheduling_policy == "priority",
         )
@@ -175,6 +178,22 @@ class MockerEngine:
             tokens = sum(len(ids) for ids in inputs)
             await self.sleep(self.config.step_ms(tokens, 0) / 1000 / ratio)
         return [shortened(unit_vector(ids, dim), dimensions) for ids in inputs]
+
+    async def score(self, pairs: list[ScorePair]) -> list[float]:
+        """A score per pair (engines/mocker/score.py), after the simulated time
+        of prefilling them all in one step."""
+        if not self.config.scores_pairs:
+            raise EngineError(
+                f"the model {self.card.name!r} cannot score pairs (start the mocker with "
+                "--runner pooling --convert classify)",
+                "refused",
+                "model",
+            )
+        ratio = self.config.speedup_ratio
+        if ratio > 0:
+            tokens = sum(len(p.token_ids) for p in pairs)
+            await self.sleep(self.config.step_ms(tokens, 0) / 1000 / ratio)
+        return [pair_score(p) for p in pairs]
 
     # -- LoRA adapters -------------------------------------------------------
 

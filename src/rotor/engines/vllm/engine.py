@@ -9,7 +9,7 @@ hit count (`cached_tokens`), its scheduler's running / waiting / KV usage
 (`EngineDeadError`: an *unavailable* engine error, never a hang). Its KV cache
 events come back through `kv_events(listener)`, as the mocker's do. With
 `-- --runner pooling` it serves an embedding model instead (`embed`,
-pooling.py). With `--lora NAME=DIR` (or `-- --enable-lora`) vLLM serves LoRA
+pooling.py), or with a one-label classifier a cross-encoder (`score`). With `--lora NAME=DIR` (or `-- --enable-lora`) vLLM serves LoRA
 adapters, loaded and unloaded while it runs (the `Adapters` protocol, lora.py).
 
 The AsyncLLM is created in `start()` (engine processes are spawned there,
@@ -32,7 +32,7 @@ from rotor.engines.vllm.disagg import Mode, Relay
 from rotor.engines.vllm.holds import StoredHolds
 from rotor.engines.vllm.kv_relay import KVRelay, listen, relay_events
 from rotor.engines.vllm.lora import VLLMLoras, size_lora
-from rotor.engines.vllm.pooling import check_embeds, embed, pooling_of
+from rotor.engines.vllm.pooling import check_pooling, embed, pooling_of, score
 from rotor.engines.vllm.sampling import sampling_params
 from rotor.model.card import ModelCard
 from rotor.model.lora import read_adapter
@@ -48,6 +48,7 @@ from rotor.protocol.engine import (
 )
 from rotor.protocol.flow import Pump
 from rotor.protocol.kv import KVEvent, KVSnapshot
+from rotor.protocol.scores import ScorePair
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ class VLLMEngine:
         startup = [read_adapter(name, path) for name, path in loras or []]
         size_lora(self.args, vllm_words, startup)
         self.loras = VLLMLoras(bool(self.args.enable_lora), self.args.max_lora_rank)
-        # a pooling model (-- --runner pooling) embeds and does not generate
+        # a pooling model (-- --runner pooling) embeds or scores pairs, and does not generate
         self.pooling = pooling_of(self.args)
         pool = self.pooling
         caps = dataclasses.replace(
@@ -136,6 +137,7 @@ class VLLMEngine:
             embedding_dim=pool.embedding_dim if pool is not None else 0,
             generates=pool is None,
             shortens_embeddings=pool is not None and pool.matryoshka,
+            scores_pairs=pool is not None and pool.scores_pairs,
             priority_scheduling=self.args.scheduling_policy == "priority",
         )
         self.card = dataclasses.replace(card, capabilities=caps)
@@ -183,7 +185,7 @@ class VLLMEngine:
             raise
         if self.pooling is not None:
             try:
-                await check_embeds(self.llm)
+                await check_pooling(self.llm, self.pooling)
             except BaseException:
                 sock.close(linger=0)
                 await self.stop()
@@ -301,14 +303,26 @@ class VLLMEngine:
 
     async def embed(self, inputs: list[list[int]], dimensions: int | None) -> list[list[float]]:
         """Each input's vector from vLLM's pooler, in order (pooling.py)."""
-        if self.pooling is None:
+        if self.pooling is None or self.pooling.scores_pairs:
+            what = "generation (start it with -- --runner pooling)"
             raise EngineError(
-                f"the model {self.card.name!r} cannot embed: vLLM runs it for generation "
-                "(start it with -- --runner pooling)",
+                f"the model {self.card.name!r} cannot embed: vLLM runs it for "
+                + ("scoring pairs" if self.pooling is not None else what),
                 "refused",
                 "model",
             )
         return await embed(self.llm, inputs, dimensions, self._running)
+
+    async def score(self, pairs: list[ScorePair]) -> list[float]:
+        """Each pair's score from vLLM's classifier, in order (pooling.py)."""
+        if self.pooling is None or not self.pooling.scores_pairs:
+            raise EngineError(
+                f"the model {self.card.name!r} cannot score pairs: vLLM runs it for "
+                + ("generation" if self.pooling is None else "embeddings"),
+                "refused",
+                "model",
+            )
+        return await score(self.llm, pairs, self._running)
 
     def abort(self, request_id: str) -> None:
         """Free the request's slot in vLLM now (its stream then ends)."""

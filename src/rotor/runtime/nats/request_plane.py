@@ -44,6 +44,7 @@ from nats.errors import MaxPayloadError, NoRespondersError
 
 from rotor.protocol import codec
 from rotor.protocol.engine import EngineError, EngineRequest
+from rotor.protocol.scores import ScorePair
 from rotor.runtime.nats import messages, subjects
 from rotor.runtime.nats.subscriptions import Subscriptions
 from rotor.runtime.stream import OutputStream
@@ -320,6 +321,55 @@ class RequestPlane:
         except codec.CodecError as e:
             raise EngineError(
                 f"worker {worker_id} sent a malformed answer: {e}", "internal"
+            ) from None
+
+    async def score(self, worker_id: str, pairs: list[ScorePair], timeout: float) -> list[float]:
+        """The pairs' scores from one worker, as request/reply messages that
+        each fit the server's max payload, all at once; EngineError
+        "unavailable" when the worker does not answer in `timeout` seconds or
+        is gone."""
+        limit = int(self.nc.max_payload * EMBED_FILL)
+        runs = embed_runs([p.token_ids for p in pairs], 2, limit)  # (a score: one float64)
+        starts, done = [], 0
+        for run in runs:
+            starts.append(done)
+            done += len(run)
+        answers = await asyncio.gather(
+            *(
+                self._score_run(worker_id, pairs[s : s + len(run)], timeout)
+                for s, run in zip(starts, runs, strict=True)
+            )
+        )
+        return [score for answer in answers for score in answer]
+
+    async def _score_run(
+        self, worker_id: str, pairs: list[ScorePair], timeout: float
+    ) -> list[float]:
+        data = codec.encode_score_request(pairs)
+        reply = await self._ask(subjects.score(worker_id), worker_id, data, timeout)
+        try:
+            return codec.decode_scores(reply.data)
+        except codec.CodecError as e:
+            raise EngineError(
+                f"worker {worker_id} sent a malformed answer: {e}", "internal"
+            ) from None
+
+    async def _ask(self, subject: str, worker_id: str, data: bytes, timeout: float) -> Msg:
+        """A score request/reply with one worker; its failures as EngineErrors."""
+        try:
+            return await self._request(subject, data, timeout)
+        except NoRespondersError:
+            self._found_gone(worker_id)
+            raise gone(worker_id) from None
+        except MaxPayloadError:
+            raise EngineError(
+                "a pair is too large for one NATS message", "refused", "documents"
+            ) from None
+        except (asyncio.TimeoutError, TimeoutError):
+            raise EngineError(
+                f"worker {worker_id} did not answer in {timeout:g} s",
+                "unavailable",
+                cause="timeout",
             ) from None
 
     async def _request(self, subject: str, data: bytes, timeout: float) -> Msg:

@@ -5,6 +5,7 @@ bucket name, so both sides always agree.
   to the reply subject it names, in order, numbered.
 - `rotor.worker.<id>.abort`     a request id to stop now.
 - `rotor.worker.<id>.embed`     request/reply: inputs' token ids → their vectors (or an error).
+- `rotor.worker.<id>.score`     request/reply: pairs' token ids → their scores (or an error).
 - `rotor.worker.<id>.kv`        request/reply: the worker's KV snapshot (resync).
 - `rotor.worker.<id>.kv_fetch`  request/reply: the KV blocks a prefill pinned
   (`{"transfer_id", "hashes"}` → `{"hashes": the ones handed over}`).
@@ -48,6 +49,10 @@ def generate(worker_id: str) -> str:
 
 def embed(worker_id: str) -> str:
     return f"rotor.worker.{worker_id}.embed"
+
+
+def score(worker_id: str) -> str:
+    return f"rotor.worker.{worker_id}.score"
 
 
 def abort(worker_id: str) -> str:

@@ -29,6 +29,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,7 @@ from rotor.engines.base import (
     KVEventSource,
     KVHandover,
     KVHold,
+    Scorer,
 )
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
@@ -153,6 +155,8 @@ class WorkerService:
         await self._subs.add(subjects.abort(wid), self._on_abort)
         if isinstance(self.engine, Embedder) and self.engine.card.capabilities.embedding_dim:
             await self._subs.add(subjects.embed(wid), self._on_embed)
+        if isinstance(self.engine, Scorer) and self.engine.card.capabilities.scores_pairs:
+            await self._subs.add(subjects.score(wid), self._on_score)
         await self._subs.add(subjects.kv_snapshot(wid), self._on_kv_snapshot)
         await self._subs.add(subjects.unread_all(wid), self._on_unread)
         if isinstance(self.engine, KVHold):
@@ -449,12 +453,40 @@ class WorkerService:
     async def _on_embed(self, msg: Msg) -> None:
         """Request/reply: the vectors of the inputs' token ids, on a task of
         its own (one slow batch must not hold up the next), which a drain waits for."""
-        if not msg.reply:
-            return
-        key = f"embed-{uuid.uuid4().hex}"
-        task = asyncio.create_task(self._embed(msg.data, msg.reply), name=key)
+        if msg.reply:
+            self._answer_on_task("embed", self._embed(msg.data, msg.reply))
+
+    async def _on_score(self, msg: Msg) -> None:
+        """Request/reply: the scores of the pairs' token ids, as `_on_embed`."""
+        if msg.reply:
+            self._answer_on_task("score", self._score(msg.data, msg.reply))
+
+    def _answer_on_task(self, kind: str, answer: Coroutine[Any, Any, None]) -> None:
+        key = f"{kind}-{uuid.uuid4().hex}"
+        task = asyncio.create_task(answer, name=key)
         self._tasks[key] = task
         task.add_done_callback(lambda _: self._tasks.pop(key, None))
+
+    async def _score(self, data: bytes, reply: str) -> None:
+        assert isinstance(self.engine, Scorer)
+        try:
+            if self._leaving:
+                raise EngineError(
+                    f"worker {self.worker_id} is shutting down",
+                    "unavailable",
+                    cause="shutting_down",
+                )
+            try:
+                pairs = codec.decode_score_request(data)
+            except codec.CodecError as e:
+                raise EngineError(f"malformed score request: {e}", "internal") from None
+            answer = codec.encode_scores(await self.engine.score(pairs))
+        except EngineError as e:
+            answer = codec.encode_score_error(e)
+        except Exception as e:
+            log.exception("a score request failed on worker %s", self.worker_id)
+            answer = codec.encode_score_error(EngineError(str(e), "internal"))
+        await self.nc.publish(reply, answer)  # (the frontend sizes its runs to fit)
 
     async def _embed(self, data: bytes, reply: str) -> None:
         assert isinstance(self.engine, Embedder)

@@ -1,6 +1,6 @@
 """The HTTP process's side: an engine client over the engine process's unix
 socket, implementing the Engine contract (`generate`, `abort`, `state`, and
-`embed`), so
+`embed`, `score`), so
 the frontend cannot tell it from an in-process engine.
 
 One connection per HTTP process carries all its requests; each request's
@@ -20,10 +20,13 @@ from rotor.protocol.codec import (
     decode_embeddings,
     decode_error,
     decode_outputs,
+    decode_scores,
     encode_embed_request,
     encode_request,
+    encode_score_request,
 )
 from rotor.protocol.engine import EngineError, EngineRequest, EngineState
+from rotor.protocol.scores import ScorePair
 from rotor.runtime.socket import frames
 from rotor.runtime.stream import OutputStream
 
@@ -42,7 +45,7 @@ class SocketEngine(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._reader = frames.Reader(self._on_frame)
         self._streams: dict[str, OutputStream] = {}
-        self._embeds: dict[str, asyncio.Future[bytes]] = {}  # by the embed's own id
+        self._answers: dict[str, asyncio.Future[bytes]] = {}  # an embed's or score's, by its id
         self._state = EngineState()
         self._state_asked = False
         self._first_state: asyncio.Future[None] | None = None
@@ -99,17 +102,30 @@ class SocketEngine(asyncio.Protocol):
     async def embed(self, inputs: list[list[int]], dimensions: int | None) -> list[list[float]]:
         if not self.card.capabilities.embedding_dim:  # (the frontend checked; the contract)
             raise EngineError(f"the model {self.card.name!r} cannot embed", "refused", "model")
+        payload = encode_embed_request(inputs, dimensions)
+        return decode_embeddings(
+            await self._ask(frames.EMBED, f"embed-{uuid.uuid4().hex}", payload)
+        )
+
+    async def score(self, pairs: list[ScorePair]) -> list[float]:
+        if not self.card.capabilities.scores_pairs:  # (the frontend checked; the contract)
+            raise EngineError(
+                f"the model {self.card.name!r} cannot score pairs", "refused", "model"
+            )
+        payload = encode_score_request(pairs)
+        return decode_scores(await self._ask(frames.SCORE, f"score-{uuid.uuid4().hex}", payload))
+
+    async def _ask(self, kind: bytes, rid: str, payload: bytes) -> bytes:
+        """One frame to the engine process, and its answer's payload."""
         if self.transport is None:
             raise EngineError(GONE, "unavailable", cause="worker_gone")
-        rid = f"embed-{uuid.uuid4().hex}"
-        answer = self._embeds[rid] = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._answers[rid] = answer
         try:
-            self.transport.write(
-                frames.frame(frames.EMBED, rid, encode_embed_request(inputs, dimensions))
-            )
-            return decode_embeddings(await answer)
+            self.transport.write(frames.frame(kind, rid, payload))
+            return await answer
         finally:
-            self._embeds.pop(rid, None)
+            self._answers.pop(rid, None)
 
     def abort(self, request_id: str) -> None:
         if self.transport is not None:
@@ -140,7 +156,7 @@ class SocketEngine(asyncio.Protocol):
         self.transport = None
         for stream in self._streams.values():
             stream.fail(EngineError(GONE, "unavailable", cause="worker_gone"))
-        for answer in self._embeds.values():
+        for answer in self._answers.values():
             if not answer.done():
                 answer.set_exception(EngineError(GONE, "unavailable", cause="worker_gone"))
         if self._first_state is not None and not self._first_state.done():
@@ -153,8 +169,8 @@ class SocketEngine(asyncio.Protocol):
             if self._first_state is not None and not self._first_state.done():
                 self._first_state.set_result(None)
             return
-        if kind == frames.VECTORS:
-            answer = self._embeds.get(rid)
+        if kind in (frames.VECTORS, frames.SCORES):
+            answer = self._answers.get(rid)
             if answer is not None and not answer.done():
                 answer.set_result(payload)
             return

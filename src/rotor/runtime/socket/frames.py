@@ -3,8 +3,9 @@
 A frame is `u32 length` (big-endian) + `kind` (one byte) + `u32 seq` + `u8
 id length` + the engine request id + a payload in rotor's wire codec. Kinds,
 from the HTTP side: GENERATE (an encoded EngineRequest), ABORT, STATE, EMBED
-(inputs' token ids to embed, under an id of the HTTP side's); from the engine
-side: VECTORS (an embed's answer: its vectors, or its error), OUTPUTS (encoded outputs of one request, in order — every
+(inputs' token ids to embed, under an id of the HTTP side's), SCORE (pairs'
+token ids to score, likewise); from the engine side: VECTORS (an embed's
+answer: its vectors, or its error), SCORES (a score's answer), OUTPUTS (encoded outputs of one request, in order — every
 output the engine produced for it since the last write), ERROR (an encoded
 EngineError: the stream ends), DONE (the stream ends), STATE (the engine's
 state). The engine side numbers each request's OUTPUTS / ERROR / DONE frames
@@ -23,8 +24,8 @@ import msgpack
 from rotor.protocol.engine import EngineState
 
 GENERATE, ABORT, STATE, OUTPUTS, ERROR, DONE = b"G", b"A", b"S", b"O", b"E", b"D"
-EMBED, VECTORS = b"M", b"V"
-_KINDS = frozenset((GENERATE, ABORT, STATE, OUTPUTS, ERROR, DONE, EMBED, VECTORS))
+EMBED, VECTORS, SCORE, SCORES = b"M", b"V", b"C", b"R"
+_KINDS = frozenset((GENERATE, ABORT, STATE, OUTPUTS, ERROR, DONE, EMBED, VECTORS, SCORE, SCORES))
 MAX_FRAME = 64 * 1024 * 1024  # a frame this large is a broken peer, not a message
 _HEAD = 1 + 4 + 1  # kind, seq, id length
 _STATE_FIELDS = tuple(f.name for f in dataclasses.fields(EngineState))

@@ -16,17 +16,21 @@ import socket
 from functools import partial
 from typing import cast
 
-from rotor.engines.base import Embedder, Engine
+from rotor.engines.base import Embedder, Engine, Scorer
 from rotor.protocol.codec import (
     CodecError,
     decode_embed_request,
     decode_request,
+    decode_score_request,
     encode_embed_error,
     encode_embeddings,
     encode_error,
     encode_outputs,
+    encode_score_error,
+    encode_scores,
 )
 from rotor.protocol.engine import EngineError, EngineOutput, EngineRequest
+from rotor.protocol.scores import ScorePair
 from rotor.runtime.relay import Relay
 from rotor.runtime.socket import frames
 
@@ -89,6 +93,9 @@ class _Connection(asyncio.Protocol):
         elif kind == frames.EMBED:
             inputs, dimensions = decode_embed_request(payload)
             self.tasks[rid] = asyncio.ensure_future(self._embed(rid, inputs, dimensions))
+        elif kind == frames.SCORE:
+            pairs = decode_score_request(payload)
+            self.tasks[rid] = asyncio.ensure_future(self._score(rid, pairs))
         else:
             raise frames.WireError(f"frame kind {kind!r} is not one an HTTP process sends")
 
@@ -105,6 +112,20 @@ class _Connection(asyncio.Protocol):
         finally:
             self.tasks.pop(rid, None)
         self._write(frames.frame(frames.VECTORS, rid, answer))
+
+    async def _score(self, rid: str, pairs: list[ScorePair]) -> None:
+        try:
+            if not isinstance(self.engine, Scorer):
+                raise EngineError("the engine cannot score pairs", "refused", "model")
+            answer = encode_scores(await self.engine.score(pairs))
+        except EngineError as e:
+            answer = encode_score_error(e)
+        except Exception as e:  # a broken engine fails the request, not the process
+            log.exception("score request %s failed", rid)
+            answer = encode_score_error(EngineError(f"{type(e).__name__}: {e}", "internal"))
+        finally:
+            self.tasks.pop(rid, None)
+        self._write(frames.frame(frames.SCORES, rid, answer))
 
     async def _run(self, request: EngineRequest) -> None:
         """Its outputs into the next write, each as the engine puts it, in the

@@ -20,7 +20,8 @@ from starlette.responses import Response
 from rotor.api.body import read_request, request_id
 from rotor.api.errors import REFUSALS, api_error
 from rotor.api.openapi import route
-from rotor.api.respond import UNKNOWN_MODEL, Responder
+from rotor.api.respond import UNKNOWN_MODEL, ClientGone, Responder
+from rotor.api.sse import race_disconnect
 from rotor.frontend import ModelEntry, Scored
 from rotor.pipeline.score import Sides, ranked, rerank_sides, score_sides
 from rotor.protocol.scores import RerankRequest, ScoreRequest
@@ -32,17 +33,26 @@ RERANK_PATHS = ("/v1/rerank", "/rerank", "/v2/rerank")
 def register_scores(app: FastAPI, responder: Responder, body_limit: int) -> None:
     frontend, metrics = responder.frontend, responder.metrics
 
+    async def admitted(entry: ModelEntry, endpoint: str, both: Sides) -> Scored:
+        async with responder.admission.queued():  # (no priority field: 0)
+            return await frontend.score(entry, f"/v1/{endpoint}", both)
+
     async def scored(
-        endpoint: str, name: str | None, sides: Callable[[], Sides]
+        request: Request, endpoint: str, name: str | None, sides: Callable[[], Sides]
     ) -> tuple[ModelEntry, Sides, Scored]:
-        """The request's sides (a RequestError when they do not pair up) and their scores."""
+        """The request's sides (a RequestError when they do not pair up) and
+        their scores; ClientGone when the client left first (in the admission
+        line, or while its pairs were scored)."""
         label = UNKNOWN_MODEL
         try:
             entry = frontend.model(name)
             label = entry.model.name
             both = sides()
-            with responder.admission.queued():
-                done = await frontend.score(entry, f"/v1/{endpoint}", both)
+            work = await race_disconnect(admitted(entry, endpoint, both), request.receive)
+            if work is None:
+                metrics.disconnected.labels(label).inc()
+                raise ClientGone
+            done = work.result()
         except REFUSALS as e:
             error = api_error(e, None, responder.overload_status)
             metrics.outcome(label, endpoint, "false", str(error.status)).inc()
@@ -53,7 +63,10 @@ def register_scores(app: FastAPI, responder: Responder, body_limit: int) -> None
 
     async def score(request: Request) -> Response:
         req = await read_request(request, ScoreRequest, body_limit)
-        entry, _, done = await scored("score", req.model, lambda: score_sides(req))
+        try:
+            entry, _, done = await scored(request, "score", req.model, lambda: score_sides(req))
+        except ClientGone:
+            return Response(status_code=499)  # nginx's 499, as the other routes
         body = {
             "id": f"score-{request_id(request)}",
             "object": "list",
@@ -72,7 +85,12 @@ def register_scores(app: FastAPI, responder: Responder, body_limit: int) -> None
 
     async def rerank(request: Request) -> Response:
         req = await read_request(request, RerankRequest, body_limit)
-        entry, sides, done = await scored("rerank", req.model, lambda: rerank_sides(req))
+        try:
+            entry, sides, done = await scored(
+                request, "rerank", req.model, lambda: rerank_sides(req)
+            )
+        except ClientGone:
+            return Response(status_code=499)  # nginx's 499, as the other routes
         results = []
         for i in ranked(done.scores, req.top_n):
             result: dict[str, object] = {"index": i}

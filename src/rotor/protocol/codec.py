@@ -314,16 +314,12 @@ def _logprobs(value: Any, name: str) -> list[TokenLogprob]:
         token_id, logprob, top = entry[0], entry[1], entry[2]
         if type(token_id) is not int or not _number(logprob) or type(top) is not tuple:
             raise CodecError(f"{name}: expected [token_id, logprob, top], got {entry!r}")
-        for pair in top:
-            if type(pair) is not tuple or len(pair) != 2 or type(pair[0]) is not int:
-                raise CodecError(f"{name}.top: expected [token_id, logprob] pairs, got {pair!r}")
-            if not _number(pair[1]):
-                raise CodecError(f"{name}.top: expected [token_id, logprob] pairs, got {pair!r}")
-        entries.append(TokenLogprob(token_id, logprob, list(top)))
+        entries.append(TokenLogprob(token_id, logprob, _top_pairs(top, f"{name}.top")))
     return entries
 
 
 def _top_pairs(top: Any, name: str) -> list[tuple[int, float]]:
+    """A token's alternatives: exact [token_id, logprob] pairs."""
     if type(top) is not tuple:
         raise CodecError(f"{name}: expected a list of [token_id, logprob] pairs, got {top!r}")
     for pair in top:

@@ -29,7 +29,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -468,50 +468,55 @@ class WorkerService:
         task.add_done_callback(lambda _: self._tasks.pop(key, None))
 
     async def _score(self, data: bytes, reply: str) -> None:
-        assert isinstance(self.engine, Scorer)
-        try:
-            if self._leaving:
-                raise EngineError(
-                    f"worker {self.worker_id} is shutting down",
-                    "unavailable",
-                    cause="shutting_down",
-                )
-            try:
-                pairs = codec.decode_score_request(data)
-            except codec.CodecError as e:
-                raise EngineError(f"malformed score request: {e}", "internal") from None
-            answer = codec.encode_scores(await self.engine.score(pairs))
-        except EngineError as e:
-            answer = codec.encode_score_error(e)
-        except Exception as e:
-            log.exception("a score request failed on worker %s", self.worker_id)
-            answer = codec.encode_score_error(EngineError(str(e), "internal"))
+        engine = self.engine
+        assert isinstance(engine, Scorer)
+
+        async def scores() -> bytes:
+            return codec.encode_scores(await engine.score(codec.decode_score_request(data)))
+
+        answer = await self._pooling_answer("score", scores, codec.encode_score_error)
         await self.nc.publish(reply, answer)  # (the frontend sizes its runs to fit)
 
     async def _embed(self, data: bytes, reply: str) -> None:
-        assert isinstance(self.engine, Embedder)
-        try:
-            if self._leaving:
-                raise EngineError(
-                    f"worker {self.worker_id} is shutting down",
-                    "unavailable",
-                    cause="shutting_down",
-                )
-            try:
-                inputs, dimensions = codec.decode_embed_request(data)
-            except codec.CodecError as e:
-                raise EngineError(f"malformed embed request: {e}", "internal") from None
-            answer = codec.encode_embeddings(await self.engine.embed(inputs, dimensions))
-        except EngineError as e:
-            answer = codec.encode_embed_error(e)
-        except Exception as e:
-            log.exception("an embed request failed on worker %s", self.worker_id)
-            answer = codec.encode_embed_error(EngineError(str(e), "internal"))
+        engine = self.engine
+        assert isinstance(engine, Embedder)
+
+        async def vectors() -> bytes:
+            inputs, dimensions = codec.decode_embed_request(data)
+            return codec.encode_embeddings(await engine.embed(inputs, dimensions))
+
+        answer = await self._pooling_answer("embed", vectors, codec.encode_embed_error)
         try:
             await self.nc.publish(reply, answer)
         except MaxPayloadError:  # (the frontend sizes its runs so that this cannot happen)
             too_big = EngineError("the vectors are more than one NATS message holds", "internal")
             await self.nc.publish(reply, codec.encode_embed_error(too_big))
+
+    async def _pooling_answer(
+        self,
+        kind: str,
+        work: Callable[[], Awaitable[bytes]],
+        encode_error: Callable[[EngineError], bytes],
+    ) -> bytes:
+        """An embed or score request's reply: what `work` (decode the request,
+        run the engine, encode) answers, or the error that stopped it: a
+        worker that is leaving, a request it cannot read, the engine's."""
+        try:
+            if self._leaving:
+                raise EngineError(
+                    f"worker {self.worker_id} is shutting down",
+                    "unavailable",
+                    cause="shutting_down",
+                )
+            try:
+                return await work()
+            except codec.CodecError as e:
+                raise EngineError(f"malformed {kind} request: {e}", "internal") from None
+        except EngineError as e:
+            return encode_error(e)
+        except Exception as e:
+            log.exception("a %s request failed on worker %s", kind, self.worker_id)
+            return encode_error(EngineError(str(e), "internal"))
 
     def _reply_of(self, subject: str) -> str:
         """A batch to a frontend carries this worker's unread subject for it."""

@@ -150,7 +150,7 @@ class FakeHub(BaseHTTPRequestHandler):
     seen: list[str | None] = []
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        FakeHub.seen.append(self.headers.get("Authorization"))
+        type(self).seen.append(self.headers.get("Authorization"))
         self.send_response(self.status)
         self.send_header("X-Error-Code", self.error_code)
         self.send_header("Content-Length", "0")
@@ -164,14 +164,16 @@ class FakeHub(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def fake_hub(hf_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[type[FakeHub]]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
+    # each server its own handler class, so its own `seen`: a handler thread of an
+    # earlier test's server that ends late cannot write into this test's list
+    hub = type("Hub", (FakeHub,), {"seen": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), hub)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{server.server_port}")
-    FakeHub.seen = []
     try:
-        yield FakeHub
+        yield hub
     finally:
         server.shutdown()
         server.server_close()
@@ -202,7 +204,7 @@ def test_hf_token_is_what_the_hub_is_sent(
     monkeypatch.setenv("HF_TOKEN", "hf_rotor_test")
     with pytest.raises(StartupError):
         load(config(REPO), engine_spec("echo"))
-    assert fake_hub.seen and fake_hub.seen[0] == "Bearer hf_rotor_test"
+    assert fake_hub.seen and set(fake_hub.seen) == {"Bearer hf_rotor_test"}
 
 
 # -- directories, and what is neither ------------------------------------------------

@@ -204,7 +204,10 @@ def test_hf_token_is_what_the_hub_is_sent(
     monkeypatch.setenv("HF_TOKEN", "hf_rotor_test")
     with pytest.raises(StartupError):
         load(config(REPO), engine_spec("echo"))
-    assert fake_hub.seen and set(fake_hub.seen) == {"Bearer hf_rotor_test"}
+    # (huggingface_hub may send a first request of its own bare: in the full
+    # suite it did; what counts is that HF_TOKEN's token reaches the Hub, and no other)
+    assert "Bearer hf_rotor_test" in fake_hub.seen
+    assert set(fake_hub.seen) <= {"Bearer hf_rotor_test", None}
 
 
 # -- directories, and what is neither ------------------------------------------------

@@ -419,20 +419,25 @@ class VLLMEngine:
         return "error", None
 
 
+def _best(entry: Any, top: int) -> list[tuple[int, float]]:
+    """The `top` likeliest of one position's {id: Logprob} map, by vLLM's rank."""
+    ranked = sorted(
+        ((tid, lp) for tid, lp in entry.items() if lp.rank is not None and lp.rank <= top),
+        key=lambda pair: pair[1].rank,
+    )
+    return [(tid, lp.logprob) for tid, lp in ranked[:top]]
+
+
 def _logprobs(ids: list[int], entries: Any, top: int) -> list[TokenLogprob]:
     """vLLM's per-token {id: Logprob} maps as TokenLogprobs with the `top` best."""
     result: list[TokenLogprob] = []
     for token_id, entry in zip(ids, entries, strict=False):
         chosen = entry.get(token_id)
-        ranked = sorted(
-            ((tid, lp) for tid, lp in entry.items() if lp.rank is not None and lp.rank <= top),
-            key=lambda pair: pair[1].rank,
-        )
         result.append(
             TokenLogprob(
                 token_id,
                 chosen.logprob if chosen is not None else float("-inf"),
-                [(tid, lp.logprob) for tid, lp in ranked[:top]],
+                _best(entry, top),
             )
         )
     return result
@@ -447,16 +452,12 @@ def _prompt_logprobs(ids: list[int], entries: Any, top: int) -> list[PromptLogpr
         if entry is None:
             continue
         chosen = entry.get(token_id)
-        ranked = sorted(
-            ((tid, lp) for tid, lp in entry.items() if lp.rank is not None and lp.rank <= top),
-            key=lambda pair: pair[1].rank,
-        )
         result.append(
             PromptLogprob(
                 token_id,
                 chosen.logprob if chosen is not None else float("-inf"),
                 chosen.rank if chosen is not None and chosen.rank is not None else 0,
-                [(tid, lp.logprob) for tid, lp in ranked[:top]],
+                _best(entry, top),
             )
         )
     return result

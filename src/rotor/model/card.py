@@ -42,6 +42,10 @@ class Capabilities:
     # schedules by a request's `priority` (`--scheduling-policy priority`):
     # without it a nonzero priority is a 400 naming that flag
     priority_scheduling: bool = False
+    # takes a prompt's images (EngineRequest.images): their bytes, their spans,
+    # their content hashes in its prefix cache; without it an image part is a
+    # 400 naming the part
+    images: bool = False
 
 
 @dataclass(slots=True)
@@ -70,6 +74,10 @@ class ModelCard:
     # its tokenizer gives token type ids (a BERT-style one): a pair's second
     # text is type 1, which a cross-encoder reads (model/loader.py decides)
     token_type_ids: bool = False
+    # A vision-language model's image processing, as rotor counts it
+    # (model/vision.py reads it: the family, its placeholder and what the
+    # processor files say); None: the model takes text only.
+    vision: dict[str, Any] | None = None
 
     def names(self) -> list[str]:
         """Every name it is served under, the canonical one first."""

@@ -29,6 +29,7 @@ from rotor.model.tokenizer import Tokenizer
 from rotor.protocol.engine import (
     Cause,
     EngineError,
+    EngineImage,
     EngineOutput,
     EngineRequest,
     ErrorKind,
@@ -229,6 +230,30 @@ _OUTPUT_PARAMS: dict[str, Check] = {
     "skip_special_tokens": _bool,
     "prompt_logprobs": _optional(_int),
 }
+
+
+def _bytes(value: Any, name: str) -> bytes:
+    if type(value) is not bytes:
+        raise _wrong(name, "bytes", value)
+    return value
+
+
+_IMAGE: dict[str, Check] = {
+    "content_hash": _str,
+    "offset": _int,
+    "length": _int,
+    "placeholder": _int,
+    "data": _optional(_bytes),
+}
+_IMAGE_NAMES = _names(EngineImage)
+
+
+def _images(value: Any, name: str) -> list[EngineImage]:
+    if type(value) is not list:
+        raise _wrong(name, "a list of images", value)
+    return [_build(EngineImage, _IMAGE, item, f"{name}[{i}]") for i, item in enumerate(value)]
+
+
 _REQUEST: dict[str, Check] = {
     "request_id": _str,
     "model": _str,
@@ -242,6 +267,7 @@ _REQUEST: dict[str, Check] = {
     "lora": _optional(_str),
     "cache_salt": _optional(_str),
     "priority": _int,
+    "images": _images,
 }
 _SAMPLING_NAMES, _STOP_NAMES = _names(SamplingParams), _names(StopParams)
 _OUTPUT_PARAMS_NAMES = _names(OutputParams)
@@ -265,6 +291,11 @@ def encode_request(request: EngineRequest) -> bytes:
             "lora": request.lora,
             **({"cache_salt": request.cache_salt} if request.cache_salt is not None else {}),
             **({"priority": request.priority} if request.priority else {}),
+            **(
+                {"images": [_as_map(image, _IMAGE_NAMES) for image in request.images]}
+                if request.images
+                else {}
+            ),
         }
     )
 
@@ -727,6 +758,7 @@ _CARD: dict[str, Check] = {
     "tokenizer_hash": _optional(_str),
     "aliases": _strs,
     "token_type_ids": _bool,
+    "vision": _optional(_map),
 }
 _CARD_NAMES, _CAPABILITY_NAMES = _names(ModelCard), _names(Capabilities)
 

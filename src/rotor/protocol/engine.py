@@ -132,6 +132,44 @@ KV_TRANSFER = "kv_transfer"
 
 
 @dataclass(slots=True)
+class EngineImage:
+    """An image of the prompt: its tokens are `token_ids[offset : offset + length]`
+    (the placeholder expanded as the model's processor expands it, so the
+    prompt's length, its KV blocks and their hashes are the engine's), and an
+    engine that expands placeholders itself (vLLM) is sent `placeholder` once in
+    the span's place (`collapsed_ids`).
+
+    `content_hash` is the image's identity (SHA-256 of its bytes, hex:
+    media/decode.content_hash): it salts the hash of every KV block that holds
+    its tokens (protocol/kv.block_hashes) and is vLLM's `multi_modal_uuids`.
+    `data` is the image's bytes as the client sent them (PNG, JPEG, ...), never
+    decoded pixels; None where they are not needed (a decode worker that
+    fetches the prompt's KV) or travel beside the request (a worker fetches
+    them by `content_hash`, runtime/nats/media.py)."""
+
+    content_hash: str
+    offset: int
+    length: int
+    placeholder: int
+    data: bytes | None = None
+
+
+def collapsed_ids(token_ids: list[int], images: list[EngineImage]) -> list[int]:
+    """The prompt with each image's span replaced by its one placeholder token
+    (what vLLM expands itself); `images` in prompt order."""
+    if not images:
+        return token_ids
+    out: list[int] = []
+    at = 0
+    for image in images:
+        out.extend(token_ids[at : image.offset])
+        out.append(image.placeholder)
+        at = image.offset + image.length
+    out.extend(token_ids[at:])
+    return out
+
+
+@dataclass(slots=True)
 class EngineRequest:
     request_id: str
     model: str
@@ -156,6 +194,9 @@ class EngineRequest:
     # vLLM's meaning: lower is scheduled earlier, ties by arrival; only an
     # engine whose card says `priority_scheduling` is sent a nonzero one.
     priority: int = 0
+    # The prompt's images, in prompt order, their spans apart (EngineImage);
+    # only an engine whose card says `images` is sent any.
+    images: list[EngineImage] = field(default_factory=list)
 
 
 @dataclass(slots=True)

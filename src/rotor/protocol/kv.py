@@ -38,6 +38,23 @@ hashes: the salt is an extra key of a sequence's first block.
 KV events still name a sequence's first block with no parent (None): the
 root is part of its hash, not a block of its own.
 
+A block that holds any of an image's tokens (protocol/engine.EngineImage: the
+span `[offset, offset + length)` of the prompt) also hashes that image's
+identity and where the image starts relative to the block, vLLM's extra keys
+("mm", identifier, offset - block start):
+
+    h_i = XXH3_64(seed=SEED, data=le_u64(h_{i-1}) + le_u32(t_0) + ... + le_u32(t_{k-1})
+                  + for each image overlapping the block, in prompt order:
+                    b"\x00mm" + utf8(content_hash) + le_i64(offset - block start))
+
+The placeholder tokens of two different images are equal, so without this a
+different image behind the same text would hit the first image's blocks. The
+identity is the image's content hash (SHA-256 of its bytes), so the same image
+sent as a `data:` URL and fetched from a URL hashes the same; the relative
+offset is the one vLLM's events carry, so the router can name vLLM's blocks
+from its events alone (engines/vllm/kv_relay.py). A block with no image's
+tokens hashes exactly as before.
+
 SEED = 0x726F746F72 (= 491496173426, the ASCII bytes of "rotor" read as a
 big-endian integer). XXH3-64 is the 64-bit XXH3 of the `xxhash` package
 (`xxhash.xxh3_64_intdigest`), version-stable by its own specification, so
@@ -60,7 +77,7 @@ import sys
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 import xxhash
 
@@ -111,15 +128,40 @@ def chain_root(lora: str | None = None, cache_salt: str | None = None) -> int | 
     return _xxh3(_le_u64(root) + cache_salt.encode(), seed=SALT_SEED)
 
 
-def block_hash(parent: int | None, tokens: Iterable[int]) -> int:
+class Placed(Protocol):
+    """An image's place in a prompt, as block hashes read it (EngineImage is one)."""
+
+    @property
+    def content_hash(self) -> str: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def length(self) -> int: ...
+
+
+def image_key(identity: str, offset: int) -> bytes:
+    """An image's bytes in the hash of a block it overlaps: its identity and
+    its start relative to the block's first token (negative: it began earlier)."""
+    return b"\x00mm" + identity.encode() + offset.to_bytes(8, "little", signed=True)
+
+
+def block_hash(parent: int | None, tokens: Iterable[int], extra: bytes = b"") -> int:
     """The hash of one block of `tokens` whose parent block hashed to `parent`
-    (None for the first block of a sequence)."""
-    return _xxh3(_le_u64(parent) + _le_u32(tokens), seed=SEED)
+    (None for the first block of a sequence); `extra`: its images' keys (image_key)."""
+    return _xxh3(_le_u64(parent) + _le_u32(tokens) + extra, seed=SEED)
 
 
-def block_hashes(token_ids: Sequence[int], block_size: int, parent: int | None = None) -> list[int]:
+def block_hashes(
+    token_ids: Sequence[int],
+    block_size: int,
+    parent: int | None = None,
+    images: Sequence[Placed] = (),
+    start: int = 0,
+) -> list[int]:
     """The chained hashes of every full block of `token_ids` (a trailing partial
-    block has none); `parent` is the hash of the block before the first one."""
+    block has none); `parent` is the hash of the block before the first one.
+    `images` are the whole prompt's, placed in its coordinates; `start` is where
+    `token_ids` begins in the prompt (a multiple of `block_size`)."""
     if block_size < 1:
         raise ValueError(f"block_size must be at least 1, got {block_size}")
     full = len(token_ids) // block_size
@@ -127,8 +169,20 @@ def block_hashes(token_ids: Sequence[int], block_size: int, parent: int | None =
     step = 4 * block_size
     hashes: list[int] = []
     h = _le_u64(parent)
-    for start in range(0, full * step, step):
-        value = _xxh3(h + raw[start : start + step], seed=SEED)
+    if not images:
+        for at in range(0, full * step, step):
+            value = _xxh3(h + raw[at : at + step], seed=SEED)
+            hashes.append(value)
+            h = value.to_bytes(8, "little")
+        return hashes
+    for i in range(full):
+        first = start + i * block_size
+        extra = b"".join(
+            image_key(image.content_hash, image.offset - first)
+            for image in images
+            if image.offset < first + block_size and image.offset + image.length > first
+        )
+        value = _xxh3(h + raw[i * step : (i + 1) * step] + extra, seed=SEED)
         hashes.append(value)
         h = value.to_bytes(8, "little")
     return hashes

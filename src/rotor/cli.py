@@ -27,6 +27,13 @@ from rotor.engines.registry import ENGINES, engine_flags, engine_names, engine_s
 from rotor.flags import Flag
 from rotor.inputs.style import COLOR_MODES
 from rotor.logs import FORMATS
+from rotor.media.limits import (
+    MediaLimits,
+    parse_allowed_domains,
+    parse_allowed_local_path,
+    parse_limit_per_prompt,
+    parse_max_media_bytes,
+)
 from rotor.pipeline.preparer import DEFAULT_BUDGET_S
 from rotor.planner.predict import PREDICTORS
 from rotor.protocol.lease import ROLES
@@ -61,6 +68,8 @@ in=/out= ↔ ROTOR_IN/ROTOR_OUT. The echo engine's pace is ROTOR_ECHO_DELAY_MS
 (default 10 ms per character; 0 = as fast as possible).
 """
 
+
+DEFAULT_MEDIA = MediaLimits()
 
 HTTP_FLAGS = [
     Flag("--host", "address the HTTP API binds (rotor run: in=http)", str, "127.0.0.1"),
@@ -158,6 +167,49 @@ HTTP_FLAGS = [
         int,
         DEFAULT_MAX_BYTES,
         minimum=1,
+    ),
+    # media parts (rotor.media): how images are fetched and decoded
+    Flag(
+        "--max-media-bytes",
+        "the most bytes one image may have (a data: URL's payload, a fetched body, a file)",
+        parse_max_media_bytes,
+        DEFAULT_MEDIA.max_media_bytes,
+    ),
+    Flag(
+        "--media-timeout",
+        "seconds one image fetch may take, redirects and body included (vLLM's 5 s)",
+        float,
+        DEFAULT_MEDIA.total_timeout,
+        minimum=0.001,
+    ),
+    Flag(
+        "--allowed-media-domains",
+        "fetch images only from these host names (comma-separated, exact); default: any host",
+        parse_allowed_domains,
+    ),
+    Flag(
+        "--allow-media-redirects",
+        "follow an image URL's redirects (each hop checked like the first); default: refused",
+        bool,
+        False,
+        action="store_true",
+    ),
+    Flag(
+        "--allow-internal-media",
+        "fetch images from loopback, private, link-local and metadata addresses too",
+        bool,
+        False,
+        action="store_true",
+    ),
+    Flag(
+        "--allowed-local-media-path",
+        "file:// image URLs may read files under this directory (default: no file:// at all)",
+        parse_allowed_local_path,
+    ),
+    Flag(
+        "--limit-mm-per-prompt",
+        'the most media parts per prompt, as JSON ({"image": 2}) or image=2,video=1',
+        parse_limit_per_prompt,
     ),
 ]
 MODEL_FLAGS = [
@@ -718,6 +770,21 @@ def _http_config(args: argparse.Namespace) -> HTTPConfig:
             ttl_s=args.response_store_ttl,
             max_bytes=args.response_store_max_bytes,
         ),
+        media=media_limits(args),
+    )
+
+
+def media_limits(args: argparse.Namespace) -> MediaLimits:
+    """The media flags as one MediaLimits."""
+    return MediaLimits(
+        max_media_bytes=args.max_media_bytes,
+        connect_timeout=min(DEFAULT_MEDIA.connect_timeout, args.media_timeout),
+        total_timeout=args.media_timeout,
+        allow_redirects=args.allow_media_redirects,
+        allowed_domains=args.allowed_media_domains,
+        allow_internal=args.allow_internal_media,
+        allowed_local_path=args.allowed_local_media_path,
+        limit_per_prompt=args.limit_mm_per_prompt or {},
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rotor.media.limits import MediaLimits
 from rotor.protocol.lease import Role
 from rotor.protocol.response_store import DEFAULT_MAX_BYTES, DEFAULT_TTL_S
 from rotor.router.disagg import DisaggPolicy
@@ -73,6 +74,8 @@ class HTTPConfig:
     otlp_endpoint: str | None = None  # tracing: the OTLP/HTTP collector (rotor.tracing)
     grpc_port: int | None = None  # KServe v2 gRPC beside HTTP (rotor.api.kserve); None: off
     response_store: ResponseStoreConfig = field(default_factory=ResponseStoreConfig)
+    # how a request's images are fetched and decoded (the media flags)
+    media: MediaLimits = field(default_factory=MediaLimits)
 
 
 @dataclass

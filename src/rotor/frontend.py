@@ -26,11 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from rotor import tracing
+from rotor.media.limits import MediaLimits
 from rotor.pipeline.bounds import text_size
 from rotor.pipeline.embed import prepare_embedding
 from rotor.pipeline.errors import RequestError
 from rotor.pipeline.events import ChoiceEvent, Failure, ResponseFailed, Usage
 from rotor.pipeline.generate import run_all
+from rotor.pipeline.images import ImageLoader
 from rotor.pipeline.preparer import Preparer
 from rotor.pipeline.preprocess import (
     LONG_PROMPT_CHARS,
@@ -274,6 +276,8 @@ class Frontend:
     ready: bool = False  # the engines it was built with have started
     # Where prompts are rendered and tokenized, within a time budget.
     preparer: Preparer = field(default_factory=Preparer)
+    # Where a request's images are fetched and decoded (under --max-media-bytes, ...).
+    images: ImageLoader = field(default_factory=lambda: ImageLoader.build(MediaLimits()))
 
     def model(self, name: str | None) -> ModelEntry:
         """The served model a request names (ModelNotFound when there is none)."""
@@ -294,12 +298,19 @@ class Frontend:
         """The chat request prepared as `chat` runs it (prompt, tokens, choices),
         by the preparer: a chat template is untrusted code. A short
         conversation is tried on the loop first, under a CPU alarm (the thread
-        hop each way cost more than the work). Raises RequestError."""
+        hop each way cost more than the work). Its images are loaded first,
+        all at once, off the loop. Raises RequestError."""
+        images = await self.images.load(model, req.messages)
         # A `mock` script is checked here too (its tool calls, under a constraint).
         work = (req.messages, req.tools, req.mock)
-        short = text_size(work, LONG_PROMPT_CHARS) <= LONG_PROMPT_CHARS
+        short = not images and text_size(work, LONG_PROMPT_CHARS) <= LONG_PROMPT_CHARS
         return await self.preparer.run(
-            prepare_chat, model, req, new_request_id(), inline=model.name if short else None
+            prepare_chat,
+            model,
+            req,
+            new_request_id(),
+            images,
+            inline=model.name if short else None,
         )
 
     async def chat(

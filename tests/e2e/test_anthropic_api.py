@@ -349,7 +349,8 @@ def test_bad_requests_raise_bad_request_in_anthropics_envelope(
         "source": {"type": "base64", "media_type": "image/png", "data": "AA=="},
     }
     with pytest.raises(
-        anthropic.BadRequestError, match=r"messages\[0\]\.content\[0\] is an image block"
+        anthropic.BadRequestError,
+        match=r"messages\[0\]\.content\[0\] is an image: the model .mock-model. takes text only",
     ):
         client.messages.create(
             model=MODEL, max_tokens=10, messages=[{"role": "user", "content": [image]}]

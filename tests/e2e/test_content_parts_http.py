@@ -1,7 +1,8 @@
-"""Content parts rotor cannot serve (images, audio, files, documents), over
-each API with its SDK: a 400 whose message names the part's path and type and
-says the model takes text only — never a part dropped on the way to the
-template. Text parts keep working."""
+"""Content parts rotor cannot serve, over each API with its SDK: audio, files
+and documents are a 400 whose message names the part's path and type and says
+rotor takes text and images; an image sent to a text-only model is a 400
+naming the part and saying the model takes text only — never a part dropped
+on the way to the template. Text parts keep working."""
 
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ RESPONSES_PARTS = [
     ("input_file", {"type": "input_file", "file_id": "file-abc"}),
     ("input_audio", {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}),
 ]
+
+
+IMAGES = ("image_url", "image", "input_image")
 
 
 def _article(kind: str) -> str:
@@ -178,9 +182,13 @@ def test_a_part_rotor_cannot_serve_is_a_400_naming_it(
     param: str | None,
 ) -> None:
     message, got_param = _message(server, route, body)
-    assert message == (
-        f"{path} is {_article(kind)} {kind} {noun}: rotor cannot serve it, the model takes text only"
-    )
+    if kind in IMAGES:  # an image is served, but not by a text-only model
+        assert message == f"{path} is an image: the model {MODEL!r} takes text only"
+    else:
+        assert message == (
+            f"{path} is {_article(kind)} {kind} {noun}: rotor takes text and images "
+            "(image_url parts), not this media"
+        )
     assert got_param == param
 
 
@@ -198,7 +206,7 @@ def test_a_streamed_request_is_refused_before_the_stream(
     )
     assert r.status_code == 400, r.text
     assert r.headers["content-type"].startswith("application/json")
-    assert path in r.text and "takes text only" in r.text
+    assert f"{path} is " in r.text
 
 
 @pytest.mark.parametrize(

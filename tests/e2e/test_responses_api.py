@@ -377,7 +377,8 @@ def test_bad_requests_raise_bad_request(client: openai.OpenAI) -> None:
     assert e.value.body["message"] == "unknown field 'bogus'"
     image = {"type": "input_image", "image_url": "data:image/png;base64,AA=="}
     with pytest.raises(
-        openai.BadRequestError, match=r"input\[0\]\.content\[0\] is an input_image part"
+        openai.BadRequestError,
+        match=r"input\[0\]\.content\[0\] is an image: the model .mock-model. takes text only",
     ):
         client.responses.create(model=MODEL, input=[{"role": "user", "content": [image]}])
     with pytest.raises(openai.BadRequestError, match="input must not be empty"):

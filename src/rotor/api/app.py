@@ -128,6 +128,7 @@ def create_app(
         lambda: [(e.model.name, e.remote) for e in registry.entries() if e.remote is not None],
         admission,
         answers,
+        lambda: frontend.images.counts,
     )
     streams = OpenStreams()
     app.state.leaving = leaving

@@ -13,6 +13,7 @@ from rotor.api.admission import Admission
 from rotor.api.answers import Answers
 from rotor.api.histogram import FastHistogram
 from rotor.frontend import RemoteEngine
+from rotor.pipeline.images import ImageCounts
 from rotor.protocol.engine import EngineState
 
 # How each EngineState field is exported: a gauge of what the engine holds
@@ -211,6 +212,37 @@ class _AdmissionCollector:
         )
 
 
+class _MediaCollector:
+    """What loading requests' images did (pipeline/images.ImageCounts), read at scrape time."""
+
+    def __init__(self, counts: Callable[[], ImageCounts]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
+        c = self._counts()
+        loaded = CounterMetricFamily(
+            "rotor_media_images", "Images loaded, by source (data, http, file)", labels=["source"]
+        )
+        size = CounterMetricFamily(
+            "rotor_media_bytes", "Bytes of the images loaded, by source", labels=["source"]
+        )
+        failed = CounterMetricFamily(
+            "rotor_media_failures",
+            "Image parts refused (a 400), by reason (timeout, too_large, refused_address, ...)",
+            labels=["reason"],
+        )
+        for source, n in sorted(c.loaded.items()):
+            loaded.add_metric([source], n)
+            size.add_metric([source], c.bytes[source])
+        for reason, n in sorted(c.failures.items()):
+            failed.add_metric([reason], n)
+        seconds = HistogramMetricFamily(
+            "rotor_media_load_seconds", "One image fetched (or read) and decoded"
+        )
+        seconds.add_metric([], c.seconds.cumulative(), c.seconds.total)
+        yield from (loaded, size, failed, seconds)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ModelSeries:
     """One model's children of the per-response metrics. Looking a child up
@@ -232,6 +264,7 @@ class Metrics:
         pools: Pools | None = None,
         admission: Admission | None = None,
         answers: Answers | None = None,
+        images: Callable[[], ImageCounts] | None = None,
     ) -> None:
         self.answers = answers  # per-response figures for the planner (rotor frontend only)
         r = self.registry = CollectorRegistry()
@@ -275,6 +308,8 @@ class Metrics:
             r.register(_RouterCollector(pools))
         if admission is not None:
             r.register(_AdmissionCollector(admission))
+        if images is not None:
+            r.register(_MediaCollector(images))
 
     def series(self, model: str) -> ModelSeries:
         """The model's children (served model names only: a bounded set)."""

@@ -98,6 +98,10 @@ def record(
     if usage.cached_tokens is not None:
         fields["cached_tokens"] = usage.cached_tokens
     fields["completion_tokens"] = usage.completion_tokens
+    images = resp.prepared[0].requests[0].images if resp.prepared else []
+    if images:  # how many and how many tokens, never their bytes
+        fields["images"] = len(images)
+        fields["image_tokens"] = sum(image.length for image in images)
     if timing is not None and timing.first is not None:
         fields["ttft_s"] = _seconds(timing.first - t0)
     fields["e2e_s"] = _seconds(end - t0)

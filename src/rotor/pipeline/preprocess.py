@@ -16,23 +16,30 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
+from rotor.media.decode import DecodedImage
 from rotor.model.tokenizer import Tokenizer
 from rotor.pipeline.bounds import check_prompt_size
 from rotor.pipeline.choice import ChoicePipeline
 from rotor.pipeline.decode import ChoiceDecoder
 from rotor.pipeline.embed import refuse_generation
 from rotor.pipeline.errors import RequestError
+from rotor.pipeline.expand import expand_images
 from rotor.pipeline.mock_calls import markup_choices
 from rotor.pipeline.params import engine_params, request_guided
 from rotor.pipeline.parse.base import ReasoningParser, ToolParser, Tools
 from rotor.pipeline.parse.message import MessageParser
 from rotor.pipeline.parse.reasoning import reasoning_parser
 from rotor.pipeline.parse.tools import tool_parser
-from rotor.pipeline.prompt import last_user_text, render_chat, thinking_disabled
+from rotor.pipeline.prompt import (
+    last_user_text,
+    render_chat,
+    template_messages,
+    thinking_disabled,
+)
 from rotor.pipeline.served import ServedModel
 from rotor.pipeline.tool_choice import ToolChoice, check_tool_choice
 from rotor.pipeline.tool_plan import ToolPlan, plan_tools
-from rotor.protocol.engine import EngineRequest, StopParams
+from rotor.protocol.engine import EngineImage, EngineRequest, StopParams
 from rotor.protocol.mock import MockScript, parse_mock
 from rotor.protocol.openai import ChatCompletionRequest, CompletionRequest
 
@@ -62,17 +69,24 @@ def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
-def prepare_chat(model: ServedModel, req: ChatCompletionRequest, request_id: str) -> Prepared:
+def prepare_chat(
+    model: ServedModel,
+    req: ChatCompletionRequest,
+    request_id: str,
+    images: list[DecodedImage] | None = None,
+) -> Prepared:
     """The chat request as engine requests (one per choice) and their
-    choices' pipelines; RequestError for what the request cannot ask."""
+    choices' pipelines; RequestError for what the request cannot ask.
+    `images`: the request's, loaded (pipeline/images.py), in order."""
     refuse_generation(model)
-    check_prompt_size(
-        model, "conversation (messages and tools)", "messages", req.messages, req.tools
-    )
+    images = images or []
+    # the template's view: an image part is {"type": "image"}, not its URL's characters
+    messages = template_messages(req.messages) if images else req.messages
+    check_prompt_size(model, "conversation (messages and tools)", "messages", messages, req.tools)
     tools = Tools.from_openai(req.tools)
     choice = check_tool_choice(req.tool_choice, tools)
     family = tool_parser(model.tool_parser) if model.tool_parser else None
-    prompt = _chat_prompt(model, req, choice.active)
+    prompt = _chat_prompt(model, req, choice.active, messages, images)
     plan = plan_tools(model, family, tools, choice, request_guided(req), req.turn_grammar)
     reasoning = _Reasoning.of(model, req, family, prompt.text)
     tok = model.tokenizer
@@ -94,6 +108,7 @@ def prepare_chat(model: ServedModel, req: ChatCompletionRequest, request_id: str
         session_id=req.session_id,
         cache_salt=req.cache_salt,
         priority=req.priority,
+        images=prompt.images,
     )
     # Reasoning tags that are special tokens reach the parser whatever
     # skip_special_tokens says (the parser strips them).
@@ -137,16 +152,28 @@ class _Prompt:
     token_ids: list[int]
     tokens: int  # prompt_tokens, as usage counts them
     annotations: dict[str, Any]
+    images: list[EngineImage]
 
 
-def _chat_prompt(model: ServedModel, req: ChatCompletionRequest, tools_active: bool) -> _Prompt:
+def _chat_prompt(
+    model: ServedModel,
+    req: ChatCompletionRequest,
+    tools_active: bool,
+    messages: list[dict[str, Any]],
+    images: list[DecodedImage],
+) -> _Prompt:
     tok = model.tokenizer
     if tok is None:
         echo_text = last_user_text(req.messages)
-        return _Prompt(None, [], len(echo_text), {"echo_text": echo_text})
-    text = render_chat(model, req, tools_active)
-    token_ids = tok.encode_chat(text)
-    return _Prompt(text, token_ids, len(token_ids), {})
+        return _Prompt(None, [], len(echo_text), {"echo_text": echo_text}, [])
+    if not images:
+        text = render_chat(model, req, tools_active)
+        token_ids = tok.encode_chat(text)
+        return _Prompt(text, token_ids, len(token_ids), {}, [])
+    assert model.vision is not None, "images reach only a model that takes them"
+    text = render_chat(model, req, tools_active, messages)
+    token_ids, placed = expand_images(tok.encode_chat(text), model.vision, images)
+    return _Prompt(text, token_ids, len(token_ids), {}, placed)
 
 
 @dataclass

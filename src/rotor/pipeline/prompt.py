@@ -27,7 +27,14 @@ def request_template(model: ServedModel, source: str) -> ChatTemplate:
         raise RequestError(str(e), "chat_template") from None
 
 
-def render_chat(model: ServedModel, req: ChatCompletionRequest, tools_active: bool) -> str:
+def render_chat(
+    model: ServedModel,
+    req: ChatCompletionRequest,
+    tools_active: bool,
+    messages: list[dict[str, Any]] | None = None,
+) -> str:
+    """The prompt's text; `messages` in place of the request's (its images as
+    the template sees them: `template_messages`)."""
     if req.chat_template is not None:
         template: ChatTemplate | None = request_template(model, req.chat_template)
     else:
@@ -43,7 +50,7 @@ def render_chat(model: ServedModel, req: ChatCompletionRequest, tools_active: bo
         kwargs.setdefault("reasoning_effort", req.reasoning_effort)
     try:
         return template.render(
-            req.messages,
+            req.messages if messages is None else messages,
             tools=req.tools if tools_active else None,
             add_generation_prompt=req.add_generation_prompt and not req.continue_final_message,
             continue_final_message=req.continue_final_message,
@@ -53,6 +60,25 @@ def render_chat(model: ServedModel, req: ChatCompletionRequest, tools_active: bo
         )
     except TemplateError as e:
         raise RequestError(str(e), "chat_template" if req.chat_template else "messages") from None
+
+
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages with each image part as Hugging Face processors give it
+    to a chat template, `{"type": "image"}`: a VLM's template renders its
+    placeholder for it (pipeline/expand.py expands that)."""
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list) and any(
+            isinstance(p, dict) and p.get("type") == "image_url" for p in content
+        ):
+            parts = [
+                {"type": "image"} if isinstance(p, dict) and p.get("type") == "image_url" else p
+                for p in content
+            ]
+            m = {**m, "content": parts}
+        out.append(m)
+    return out
 
 
 def last_user_text(messages: list[dict[str, Any]]) -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from rotor.model.card import ModelCard
 from rotor.model.template import ChatTemplate
 from rotor.model.tokenizer import Tokenizer
+from rotor.model.vision import Vision
 from rotor.pipeline.parse.reasoning import reasoning_parser
 from rotor.pipeline.parse.tools import tool_parser
 
@@ -19,6 +20,8 @@ class ServedModel:
     tool_parser: str | None = None
     reasoning_parser: str | None = None
     templates: dict[str, ChatTemplate] = field(default_factory=dict)
+    # how the model counts an image's tokens (None: it takes text only)
+    vision: Vision | None = None
 
     @property
     def name(self) -> str:
@@ -32,7 +35,8 @@ class ServedModel:
         tool_parser_name: str | None = None,
         reasoning_parser_name: str | None = None,
     ) -> ServedModel:
-        """Validates parser names (ValueError listing valid ones) and compiles templates."""
+        """Validates parser names (ValueError listing valid ones), compiles
+        templates and reads the card's vision (ValueError when it cannot work)."""
         tp = tool_parser_name or card.tool_call_parser
         rp = reasoning_parser_name or card.reasoning_parser
         if tp:
@@ -49,7 +53,7 @@ class ServedModel:
             )
             for name, src in card.chat_templates.items()
         }
-        return cls(card, tokenizer, tp, rp, templates)
+        return cls(card, tokenizer, tp, rp, templates, Vision.of(card, tokenizer))
 
     def template(self, with_tools: bool) -> ChatTemplate | None:
         src = self.card.chat_template(with_tools)

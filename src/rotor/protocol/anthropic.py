@@ -32,15 +32,41 @@ class TextBlock(_Strict):
     citations: list[dict[str, Any]] | None = None
 
 
-class ImageBlock(BaseModel):
-    """Modelled only so that an image gets a clear 400 rather than a shape error."""
+class Base64Source(_Strict):
+    type: Literal["base64"]
+    media_type: str
+    data: str
 
-    model_config = ConfigDict(extra="allow")
+
+class URLSource(_Strict):
+    type: Literal["url"]
+    url: str
+
+
+class ImageBlock(_Strict):
+    """An image, inline (base64) or by URL; it becomes the chat image_url part
+    (a data: URL for base64). Anthropic's `file` sources name uploaded files,
+    which rotor does not keep: a 400."""
+
     type: Literal["image"]
+    source: Annotated[Base64Source | URLSource, Field(discriminator="type")]
+    cache_control: dict[str, Any] | None = None
 
-    @model_validator(mode="after")
-    def _unsupported(self) -> ImageBlock:
-        raise ValueError("image content is not supported: no engine rotor serves takes images yet")
+    @field_validator("source", mode="before")
+    @classmethod
+    def _source(cls, v: Any) -> Any:
+        if isinstance(v, dict) and v.get("type") == "file":
+            raise ValueError(
+                "file sources name uploaded files, which rotor does not keep: send the "
+                "image as a base64 or url source"
+            )
+        return v
+
+    def url(self) -> str:
+        """The image as the chat API's image_url takes it."""
+        if isinstance(self.source, URLSource):
+            return self.source.url
+        return f"data:{self.source.media_type};base64,{self.source.data}"
 
 
 class ToolUseBlock(_Strict):

@@ -55,18 +55,41 @@ class Refusal(_Strict):
     refusal: str
 
 
+class InputImage(_Strict):
+    """An image by URL (data: or https:). A `file_id` names an uploaded file,
+    which rotor does not keep: a 400 naming it."""
+
+    type: Literal["input_image"]
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: Literal["auto", "low", "high"] = "auto"
+
+    @model_validator(mode="after")
+    def _url(self) -> InputImage:
+        if self.file_id is not None:
+            raise ValueError(
+                "file_id names an uploaded file, which rotor does not keep: send the image "
+                "as image_url (a data: or https: URL)"
+            )
+        if self.image_url is None:
+            raise ValueError("an input_image needs an image_url")
+        return self
+
+
 class UnsupportedInput(BaseModel):
-    """Images and files: modelled only so that they get a clear 400."""
+    """Files and audio: modelled only so that they get a clear 400."""
 
     model_config = ConfigDict(extra="allow")
-    type: Literal["input_image", "input_file", "input_audio"]
+    type: Literal["input_file", "input_audio"]
 
     @model_validator(mode="after")
     def _unsupported(self) -> UnsupportedInput:
-        raise ValueError(f"{self.type} is not supported: no engine rotor serves takes it yet")
+        raise ValueError(f"{self.type} is not supported: rotor takes text and images")
 
 
-Part = Annotated[InputText | OutputText | Refusal | UnsupportedInput, Field(discriminator="type")]
+Part = Annotated[
+    InputText | OutputText | Refusal | InputImage | UnsupportedInput, Field(discriminator="type")
+]
 
 
 # -- input items ---------------------------------------------------------------------------

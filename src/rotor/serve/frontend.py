@@ -22,6 +22,7 @@ from rotor.config import FrontendConfig
 from rotor.frontend import Frontend
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
+from rotor.pipeline.images import ImageLoader
 from rotor.pipeline.preparer import Preparer
 from rotor.pipeline.served import ServedModel
 from rotor.router.discovery import Discovery
@@ -219,7 +220,9 @@ def frontend_server(config: FrontendConfig, announce: str = "") -> Any:
     plane) as a uvicorn server, not yet running."""
     http = config.http
     frontend = Frontend(
-        reasoning_field=http.reasoning_field, preparer=Preparer(budget_s=config.template_timeout)
+        reasoning_field=http.reasoning_field,
+        preparer=Preparer(budget_s=config.template_timeout),
+        images=ImageLoader.build(http.media),
     )
     answers = Answers()
     responses = build_response_store(http.response_store, "nats")
@@ -231,7 +234,7 @@ def frontend_server(config: FrontendConfig, announce: str = "") -> Any:
         api_key=http.api_keys or None,
         response_store=responses,
         on_startup=[traces.start, cluster.start, settle_after_startup],
-        on_shutdown=[cluster.stop, responses.close, traces.stop],
+        on_shutdown=[cluster.stop, responses.close, frontend.images.aclose, traces.stop],
         max_queued=http.max_queued_requests,
         max_waiting=http.max_waiting_requests,
         request_log=open_request_log(http),

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from rotor.config import HTTPConfig
 from rotor.engines.base import Adapters, AdapterSource, Engine, Lifecycle
 from rotor.frontend import Frontend
+from rotor.pipeline.images import ImageLoader
 from rotor.pipeline.preparer import Preparer
 from rotor.pipeline.served import ServedModel
 
@@ -71,13 +72,14 @@ class System:
 
         traces = Exporting(http.otlp_endpoint, "rotor")
         engine = self.engines[0] if self.engines else None
+        self.frontend.images = ImageLoader.build(http.media)
         responses = build_response_store(http.response_store, "file")
         return create_app(
             self.frontend,
             api_key=http.api_keys or None,
             response_store=responses,
             on_startup=[traces.start, self.start, settle_after_startup],
-            on_shutdown=[self.stop, responses.close, traces.stop],
+            on_shutdown=[self.stop, responses.close, self.frontend.images.aclose, traces.stop],
             max_queued=http.max_queued_requests,
             max_waiting=http.max_waiting_requests,
             request_log=open_request_log(http),

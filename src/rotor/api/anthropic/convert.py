@@ -15,6 +15,7 @@ from rotor.api.body import internal_chat
 from rotor.api.errors import APIError
 from rotor.protocol.anthropic import (
     CountTokensRequest,
+    ImageBlock,
     InputMessage,
     MessagesRequest,
     RedactedThinkingBlock,
@@ -121,22 +122,42 @@ def _messages(i: int, message: InputMessage) -> list[dict[str, Any]]:
             msg["tool_calls"] = calls
         return [msg]
     out: list[dict[str, Any]] = []
-    pending: list[str] = []
+    pending: list[dict[str, Any]] = []  # the user's text and image parts since the last result
     for j, block in enumerate(content):
         if isinstance(block, TextBlock):
-            pending.append(block.text)
+            pending.append({"type": "text", "text": block.text})
+        elif isinstance(block, ImageBlock):
+            pending.append(_image(block, f"messages[{i}].content[{j}]"))
         elif isinstance(block, ToolResultBlock):
             if pending:
-                out.append({"role": "user", "content": "\n".join(pending)})
+                out.append({"role": "user", "content": _user_content(pending)})
                 pending = []
-            result = block.content
-            if not isinstance(result, str):  # text blocks (an image never validates)
-                result = "\n".join(b.text for b in result if isinstance(b, TextBlock))
+            result: Any = block.content
+            if not isinstance(result, str):
+                parts = [
+                    _image(b, f"messages[{i}].content[{j}].content[{k}]")
+                    if isinstance(b, ImageBlock)
+                    else {"type": "text", "text": b.text}
+                    for k, b in enumerate(result)
+                ]
+                result = _user_content(parts)
             out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": result})
         else:
             raise APIError(
                 400, f"messages.{i}.content.{j}: {block.type} blocks belong in assistant messages"
             )
     if pending or not out:
-        out.append({"role": "user", "content": "\n".join(pending)})
+        out.append({"role": "user", "content": _user_content(pending)})
     return out
+
+
+def _image(block: ImageBlock, where: str) -> dict[str, Any]:
+    """The chat image_url part, naming the block where the client put it."""
+    return {"type": "image_url", "image_url": {"url": block.url()}, "where": where}
+
+
+def _user_content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """Text alone joined by newlines, as before; with an image, the parts in order."""
+    if any(p["type"] == "image_url" for p in parts):
+        return parts
+    return "\n".join(p["text"] for p in parts)

@@ -14,6 +14,7 @@ from rotor.protocol.responses import (
     FunctionCallItem,
     FunctionCallOutputItem,
     FunctionChoice,
+    InputImage,
     InputItem,
     MessageItem,
     Part,
@@ -43,7 +44,7 @@ def to_chat(req: ResponsesRequest, history: Sequence[InputItem] = ()) -> ChatCom
         items.append(MessageItem(role="user", content=req.input))
     else:
         items.extend(req.input)
-    messages.extend(_messages(items))
+    messages.extend(_messages(items, len(items) - len(history)))
     tools = None
     if req.tools:
         tools = [
@@ -95,9 +96,16 @@ def to_chat(req: ResponsesRequest, history: Sequence[InputItem] = ()) -> ChatCom
     )
 
 
-def _messages(items: list[Any]) -> list[dict[str, Any]]:
+def _messages(items: list[Any], own: int) -> list[dict[str, Any]]:
     """Input items → chat messages. Function calls join the assistant turn just
-    before them; reasoning items become the next assistant turn's reasoning."""
+    before them; reasoning items become the next assistant turn's reasoning.
+    The last `own` items are the request's `input` (the others, a stored
+    conversation's): an image part names its place there."""
+    first = len(items) - own
+
+    def where(n: int, key: str) -> str:
+        return f"input[{n - first}].{key}" if n >= first else f"previous_response_id: item {n}"
+
     out: list[dict[str, Any]] = []
     reasoning: list[str] = []
 
@@ -109,9 +117,9 @@ def _messages(items: list[Any]) -> list[dict[str, Any]]:
         out.append(msg)
         return msg
 
-    for item in items:
+    for n, item in enumerate(items):
         if isinstance(item, MessageItem):
-            content = _content(item.content)
+            content = _content(item.content, where(n, "content"))
             if item.role == "assistant":
                 assistant(content)
             else:
@@ -129,7 +137,11 @@ def _messages(items: list[Any]) -> list[dict[str, Any]]:
                 assistant(None)["tool_calls"] = [call]
         elif isinstance(item, FunctionCallOutputItem):
             out.append(
-                {"role": "tool", "tool_call_id": item.call_id, "content": _content(item.output)}
+                {
+                    "role": "tool",
+                    "tool_call_id": item.call_id,
+                    "content": _content(item.output, where(n, "output")),
+                }
             )
         elif isinstance(item, ReasoningItem):
             parts = item.content if item.content is not None else item.summary
@@ -137,16 +149,25 @@ def _messages(items: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _content(content: str | list[Part]) -> str:
-    """Parts joined into one string: every template can render a string."""
+def _content(content: str | list[Part], where: str) -> str | list[dict[str, Any]]:
+    """Parts joined into one string (every template can render a string), or
+    with an image, text and image_url parts in order, each image naming its
+    part (`where[k]`)."""
     if isinstance(content, str):
         return content
-    return "\n".join(_part_text(p) for p in content)
+    if not any(isinstance(p, InputImage) for p in content):
+        return "\n".join(_part_text(p) for p in content)
+    return [
+        {"type": "image_url", "image_url": {"url": p.image_url}, "where": f"{where}[{k}]"}
+        if isinstance(p, InputImage)
+        else {"type": "text", "text": _part_text(p)}
+        for k, p in enumerate(content)
+    ]
 
 
 def _part_text(part: Part) -> str:
     if isinstance(part, Refusal):
         return part.refusal
-    if isinstance(part, UnsupportedInput):  # its validation refuses it: never here
-        raise AssertionError(f"unsupported input {part!r} was accepted")
+    if isinstance(part, (UnsupportedInput, InputImage)):  # refused, or not text: never here
+        raise AssertionError(f"input {part!r} is not text")
     return part.text

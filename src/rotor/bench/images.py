@@ -75,7 +75,10 @@ def reuses(k: int, share: float) -> bool:
 
 def image_sets(spec: ImageSpec, rng: random.Random) -> Iterator[tuple[BenchImage, ...]]:
     """Each request's images, in order, without end."""
-    pool = [_image(rng.getrandbits(64), spec, True) for _ in range(spec.pool if spec.reuse else 0)]
+    seeds = [rng.getrandbits(64) for _ in range(spec.pool)]  # drawn even when unused:
+    pool = (
+        [_image(seed, spec, True) for seed in seeds] if spec.reuse else []
+    )  # no fresh image is a pool one
     k = 0
     while True:
         if reuses(k, spec.reuse):

@@ -9,3 +9,4 @@ PATHS = {
     "responses": "/responses",
 }
 TOOL_APIS = ("chat", "messages", "responses")
+IMAGE_APIS = ("chat", "messages", "responses")

@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rotor.bench.apis import APIS, TOOL_APIS
+from rotor.bench.apis import APIS, IMAGE_APIS, TOOL_APIS
+from rotor.bench.images import ImageSpec, parse_size
 from rotor.bench.mix import parse_mix
 from rotor.bench.trace import FORMATS
 from rotor.bench.workload import WorkloadSpec
@@ -76,6 +77,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="X",
         help="the server's, for --trace/--mix (measured)",
     )
+    img = p.add_argument_group("images")
+    img.add_argument("--images-per-request", type=int, default=0, help="images per message (0)")
+    img.add_argument("--image-size", default="512x512", metavar="WxH", help="pixels (512x512)")
+    img.add_argument("--image-reuse", type=float, default=0.0, help="share of requests reusing (0)")
+    img.add_argument("--image-pool", type=int, default=8, help="images they reuse (8)")
     work.add_argument(
         "--ignore-eos", choices=("auto", "on", "off"), default="auto", help="auto: if accepted"
     )
@@ -167,6 +173,7 @@ def _check_trace(a: argparse.Namespace) -> None:
         ("--mix", a.mix),
         ("--shared-prefix", a.shared_prefix),
         ("--turns", a.turns != 1),
+        ("--images-per-request", a.images_per_request),
     ):
         if given:
             raise ValueError(f"--trace gives the schedule and the requests; it takes no {flag}")
@@ -175,6 +182,27 @@ def _check_trace(a: argparse.Namespace) -> None:
     _positive("--trace-block-size", a.trace_block_size)
     for x in a.trace_speedup or ():
         _positive("--trace-speedup", x)
+
+
+def image_spec(a: argparse.Namespace) -> ImageSpec | None:
+    """The image workload the flags ask for; None without --images-per-request."""
+    _positive("--images-per-request", a.images_per_request, allow_zero=True)
+    size = parse_size(a.image_size)
+    if not 0 <= a.image_reuse <= 1:
+        raise ValueError(f"--image-reuse is a share of the requests, 0 to 1; got {a.image_reuse}")
+    if not a.images_per_request:
+        return None
+    if a.endpoint not in IMAGE_APIS:
+        raise ValueError(
+            f"--images-per-request needs --endpoint {', '.join(IMAGE_APIS)} (not {a.endpoint})"
+        )
+    _positive("--image-pool", a.image_pool)
+    if a.image_reuse > 0 and a.image_pool < a.images_per_request:
+        raise ValueError(
+            f"--image-pool {a.image_pool} is smaller than --images-per-request "
+            f"{a.images_per_request}: a reusing request takes that many pool images"
+        )
+    return ImageSpec(a.images_per_request, *size, reuse=a.image_reuse, pool=a.image_pool)
 
 
 def config_from_args(a: argparse.Namespace) -> BenchConfig:
@@ -224,6 +252,7 @@ def config_from_args(a: argparse.Namespace) -> BenchConfig:
         turns=a.turns,
         dataset=a.dataset,
         mix=parse_mix(a.mix) if a.mix else None,
+        images=image_spec(a),
     )
     return BenchConfig(
         url=a.url,

@@ -47,6 +47,39 @@ def _text(messages: list[dict[str, Any]]) -> str:
     return "\n\n".join(m["content"] for m in messages if isinstance(m.get("content"), str))
 
 
+def _data_url(url: str) -> tuple[str, str]:
+    """'data:image/png;base64,AAAA' → ('image/png', 'AAAA')."""
+    head, _, data = url.partition(",")
+    return head.removeprefix("data:").removesuffix(";base64"), data
+
+
+def _anthropic(content: Any) -> Any:
+    """Chat parts as Anthropic blocks: an image_url's data: URL as a base64 image."""
+    if isinstance(content, str):
+        return content
+    out = []
+    for part in content:
+        if part["type"] == "image_url":
+            media_type, data = _data_url(part["image_url"]["url"])
+            source = {"type": "base64", "media_type": media_type, "data": data}
+            out.append({"type": "image", "source": source})
+        else:
+            out.append(part)
+    return out
+
+
+def _responses(content: Any) -> Any:
+    """Chat parts as Responses input parts (input_image, input_text)."""
+    if isinstance(content, str):
+        return content
+    return [
+        {"type": "input_image", "image_url": part["image_url"]["url"]}
+        if part["type"] == "image_url"
+        else {"type": "input_text", "text": part["text"]}
+        for part in content
+    ]
+
+
 def build_body(
     api: str,
     model: str,
@@ -70,7 +103,9 @@ def build_body(
         system = [m["content"] for m in messages if m["role"] == "system"]
         if system:
             body["system"] = "\n\n".join(system)
-        body["messages"] = [m for m in messages if m["role"] != "system"]
+        body["messages"] = [
+            {**m, "content": _anthropic(m["content"])} for m in messages if m["role"] != "system"
+        ]
         body["max_tokens"] = max_tokens
         if tools:
             body["tools"] = [
@@ -82,10 +117,12 @@ def build_body(
                 for t in tools
             ]
     elif api == "responses":
-        if len(messages) == 1 and messages[0]["role"] == "user":
+        if len(messages) == 1 and isinstance(messages[0]["content"], str):
             body["input"] = messages[0]["content"]
         else:
-            body["input"] = [{"role": m["role"], "content": m["content"]} for m in messages]
+            body["input"] = [
+                {"role": m["role"], "content": _responses(m["content"])} for m in messages
+            ]
         body["max_output_tokens"] = max_tokens
         if tools:
             body["tools"] = [{"type": "function", **t} for t in tools]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rotor.bench.client import Client
+from rotor.bench.images import content
 from rotor.bench.workload import Conversation
 
 
@@ -76,7 +77,7 @@ class Level:
             index = self.budget.take()
             if index is None:
                 return
-            messages.append({"role": "user", "content": turn.text})
+            messages.append({"role": "user", "content": content(turn.text, turn.images)})
             body = self.client.body(messages, turn.max_tokens)
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -90,6 +91,9 @@ class Level:
                 "max_tokens": turn.max_tokens,
                 "scheduled_s": scheduled if t == 0 else None,
                 "class": conv.tag,
+                "images": len(turn.images),
+                "image_bytes": sum(im.size for im in turn.images),
+                "images_reused": sum(im.reused for im in turn.images),
                 **record,
             }
             self.records.append(record)

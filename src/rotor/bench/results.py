@@ -15,7 +15,8 @@ summary. The schema is versioned (`schema`); fields are only ever added.
                  output_len, output_len_std, shared_prefix: [n, len]|null,
                  turns, dataset: path|null,
                  mix: [{name, min_tokens, max_tokens, share}]|null,
-                 tokens_per_word: number|null (the one used: given or measured)},
+                 tokens_per_word: number|null (the one used: given or measured),
+                 images: {per_request, width, height, reuse, pool}|null},
                  trace: path|null, trace_format, trace_block_size,
                  tokens_per_word: number|null (as given)},
       "levels": [{
@@ -34,11 +35,14 @@ summary. The schema is versioned (`schema`); fields are only ever added.
                       trace: each request's send time after its scheduled one),
                     classes: {name: a summary of the class's requests}
                       (only with --mix),
+                    images: {sent, bytes, reused, requests_with_images}
+                      (only when requests carried images; bytes of the PNGs),
                     max_in_flight,
                     server_cpu: {seconds, cores, us_per_output_token}|null,
                     client_cpu: {seconds, cores}},
         "requests": [{index, conversation, turn, max_tokens,
                       scheduled_s|null (open loop, first turns), class|null,
+                      images, image_bytes, images_reused (counts; PNG bytes),
                       start_s, ttft_s|null,
                       e2e_s, itl_s: [seconds between output events],
                       prompt_tokens|null, output_tokens|null, cached_tokens|null,

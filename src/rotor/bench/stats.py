@@ -123,9 +123,22 @@ def summarize(
             "fraction": len(good) / len(records) if records else None,
         }
     summary["schedule_lag_ms"] = describe(send_lags(records), 1e3)
+    if any(r.get("images") for r in records):
+        summary["images"] = image_totals(records)
     if per_class and any(r.get("class") for r in records):
         summary["classes"] = by_class(records, duration_s, slo)
     return summary
+
+
+def image_totals(records: list[dict[str, Any]]) -> dict[str, int]:
+    """The images the requests sent (failed ones too: they were sent), the
+    PNG bytes, and how many were the pool's again."""
+    return {
+        "sent": sum(r.get("images") or 0 for r in records),
+        "bytes": sum(r.get("image_bytes") or 0 for r in records),
+        "reused": sum(r.get("images_reused") or 0 for r in records),
+        "requests_with_images": sum(1 for r in records if r.get("images")),
+    }
 
 
 def by_class(

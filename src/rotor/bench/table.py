@@ -76,6 +76,12 @@ def notes(lv: dict[str, Any]) -> list[str]:
             f"{x_label(lv)}: sent {lag['p50']:.2f} ms (p50), {lag['p99']:.2f} ms (p99), "
             f"{lag['max']:.2f} ms (max) after the schedule"
         )
+    images = s.get("images")
+    if images:
+        out.append(
+            f"{x_label(lv)}: {images['sent']} images sent ({images['bytes'] / 1e6:,.1f} MB of PNG), "
+            f"{images['reused']} of them reused from the pool"
+        )
     for name, c in (s.get("classes") or {}).items():
         good = c.get("goodput")
         out.append(

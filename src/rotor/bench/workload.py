@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from rotor.bench.images import BenchImage, ImageSpec, with_images
+
 if TYPE_CHECKING:
     from rotor.bench.mix import MixClass
 
@@ -42,10 +44,12 @@ WORDS = (
 
 @dataclass(frozen=True)
 class Turn:
-    """One user message and how many tokens its answer may have."""
+    """One user message (its text, and images with --images-per-request) and
+    how many tokens its answer may have."""
 
     text: str
     max_tokens: int
+    images: tuple[BenchImage, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class WorkloadSpec:
     dataset: Path | None = None
     mix: tuple[MixClass, ...] | None = None  # prompt-length classes, in tokens
     tokens_per_word: float | None = None  # the server's, for lengths in tokens
+    images: ImageSpec | None = None  # images on every user message
 
 
 def sample_len(rng: random.Random, mean: int, std: float) -> int:
@@ -155,7 +160,16 @@ def load_dataset(path: Path, default_max_tokens: int) -> list[Conversation]:
 
 
 def conversations(spec: WorkloadSpec, seed: int | str) -> Iterator[Conversation]:
-    """The workload's conversations in order, without end (a dataset repeats)."""
+    """The workload's conversations in order, without end (a dataset repeats).
+    Images come from a generator of their own, so a workload's text is the
+    same with images and without."""
+    convs = texts(spec, seed)
+    if spec.images is None:
+        return convs
+    return with_images(convs, spec.images, random.Random(f"{seed}:images"))
+
+
+def texts(spec: WorkloadSpec, seed: int | str) -> Iterator[Conversation]:
     if spec.mix is not None:
         from rotor.bench.mix import mixed
 

@@ -21,14 +21,11 @@ import pytest
 from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 
-from rotor.engines.mocker import MockerEngine
 from rotor.protocol import codec
 from rotor.protocol.engine import (
     EngineImage,
     EngineOutput,
     EngineRequest,
-    EngineState,
-    EngineStream,
     pulled,
 )
 from rotor.runtime.nats import messages as wire
@@ -39,6 +36,7 @@ from rotor.runtime.nats.worker import WorkerService
 
 from support.cluster import Nats, nats_server
 from support.mocker import TOK, MakeEngine, request
+from support.seeing import Seeing
 
 MB = 1 << 20
 _names = itertools.count()
@@ -48,25 +46,6 @@ _names = itertools.count()
 def nats() -> Iterator[Nats]:
     with nats_server() as server:
         yield server
-
-
-class Seeing:
-    """An engine (the mocker) that keeps every request it is handed."""
-
-    def __init__(self, engine: MockerEngine) -> None:
-        self.inner = engine
-        self.card = engine.card
-        self.seen: list[EngineRequest] = []
-
-    def generate(self, request: EngineRequest) -> EngineStream:
-        self.seen.append(request)
-        return self.inner.generate(request)
-
-    def state(self) -> EngineState:
-        return self.inner.state()
-
-    def abort(self, request_id: str) -> None:
-        self.inner.abort(request_id)
 
 
 @dataclass

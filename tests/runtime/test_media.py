@@ -235,3 +235,14 @@ async def test_an_image_not_in_the_store_is_unavailable(served: Served) -> None:
     assert kind == wire.ERROR and payload is not None
     assert codec.decode_error(payload).kind == "unavailable"
     assert len(served.engine.seen) == 1  # the engine saw neither
+
+
+async def test_a_store_that_is_gone_is_made_again(served: Served) -> None:
+    """NATS came back empty (its JetStream store lost): the next request's
+    put makes the store again, over the same connections."""
+    big = os.urandom(2 * MB)
+    ends_well(await served.run(with_images(image(big))))
+    await served.nc.jetstream().delete_stream(served.store.stream)
+    ends_well(await served.run(with_images(image(big))))
+    assert [i.data for seen in served.engine.seen for i in seen.images] == [big] * 2
+    assert (await served.stream_state()).messages > 2

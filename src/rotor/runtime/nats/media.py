@@ -54,6 +54,12 @@ DEFAULT_TTL_S = 600.0
 DEFAULT_MAX_BYTES = 1 << 30
 DEFAULT_TIMEOUT_S = 30.0  # one put or get of all a request's images
 HEADROOM = 1024  # bytes of a NATS message left to the protocol (a chunk is the rest)
+# What a put into a store that is not there (any more) raises
+_GONE = (
+    nats.js.errors.NoStreamResponseError,
+    nats.errors.NoRespondersError,
+    nats.js.errors.NotFoundError,
+)
 
 
 def plan(request: EngineRequest, limit: int) -> tuple[bytes, list[EngineImage]]:
@@ -165,8 +171,9 @@ class MediaStore:
         try:
             await self._put(image)
             done.set_result(None)
-        except asyncio.CancelledError:
-            done.cancel()
+        except asyncio.CancelledError:  # (its request's bound): the others' put failed too
+            done.set_exception(missing(name, "its put was cut short"))
+            done.exception()
             raise
         except Exception as e:
             done.set_exception(e)
@@ -189,7 +196,7 @@ class MediaStore:
                 )
                 await store.put(image.content_hash, image.data, meta=meta)
                 return
-            except (nats.js.errors.NoStreamResponseError, nats.errors.NoRespondersError):
+            except _GONE:  # (a failed put's clean-up finds no stream: NotFoundError)
                 self._store = None
                 if attempt == 2:
                     raise

@@ -70,7 +70,9 @@ async def served(nats: Nats, make_engine: MakeEngine) -> AsyncIterator[Served]:
     conns = [await nats_py.connect(nats.url) for _ in range(3)]
     bucket = f"media_{next(_names)}"
     engine = Seeing(await make_engine())
-    worker = WorkerService(conns[0], engine, TOK, media=MediaStore(conns[0], bucket=bucket))
+    # (the worker keeps no image it read, unless a test says so: each request reads the store)
+    kept = MediaStore(conns[0], bucket=bucket, cache_bytes=0)
+    worker = WorkerService(conns[0], engine, TOK, media=kept)
     await worker.start()
     store = MediaStore(conns[1], bucket=bucket)
     plane = RequestPlane(conns[1], media=store)
@@ -246,3 +248,26 @@ async def test_a_store_that_is_gone_is_made_again(served: Served) -> None:
     ends_well(await served.run(with_images(image(big))))
     assert [i.data for seen in served.engine.seen for i in seen.images] == [big] * 2
     assert (await served.stream_state()).messages > 2
+
+
+async def test_a_worker_reads_an_image_once_and_keeps_what_it_may(served: Served) -> None:
+    big, other = os.urandom(2 * MB), os.urandom(2 * MB)
+    served.worker.media.cache_bytes = 8 * MB
+    ends_well(await served.run(with_images(image(big))))
+    store = await served.nc.jetstream().object_store(served.store.bucket)
+    await store.delete(image(big).content_hash)
+    # gone from the store, kept by the worker: served without a read
+    sent = with_images(replace(image(big), data=None))
+    kind, _ = await ask(served, sent, image(big).content_hash)
+    assert kind == wire.OUTPUTS and served.engine.seen[-1].images[0].data == big
+    # a worker keeps no more than its bound: the least recently used goes
+    served.worker.media.cache_bytes = 3 * MB
+    ends_well(await served.run(with_images(image(other))))
+    await store.delete(image(other).content_hash)
+    kind, _ = await ask(
+        served, with_images(replace(image(other), data=None)), image(other).content_hash
+    )
+    assert kind == wire.OUTPUTS
+    kind, payload = await ask(served, sent, image(big).content_hash)
+    assert kind == wire.ERROR and payload is not None
+    assert codec.decode_error(payload).kind == "unavailable"

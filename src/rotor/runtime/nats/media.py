@@ -26,7 +26,9 @@ deleted, NATS came back empty) ends the request "unavailable" (503, retried
 on another worker, which puts it again); so does a store the frontend cannot
 write. The worker reads chunks by direct get, each read bounded: a missing
 chunk is an error at once, never a consumer that waits for ever; and what it
-read must hash to the name it asked for.
+read must hash to the name it asked for. It keeps what it read lately
+(`cache_bytes`, least recently used out first), so an image that many
+requests share is read once: named by its hash, a kept image is never stale.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections import OrderedDict
 from dataclasses import replace
 from datetime import datetime, timezone
 
@@ -53,6 +56,7 @@ MEDIA_FILL = 0.8  # the share of the server's max payload a request with its ima
 DEFAULT_TTL_S = 600.0
 DEFAULT_MAX_BYTES = 1 << 30
 DEFAULT_TIMEOUT_S = 30.0  # one put or get of all a request's images
+DEFAULT_CACHE_BYTES = 256 << 20  # what a worker keeps of the images it read
 HEADROOM = 1024  # bytes of a NATS message left to the protocol (a chunk is the rest)
 # What a put into a store that is not there (any more) raises
 _GONE = (
@@ -122,7 +126,11 @@ class MediaStore:
         max_bytes: int = DEFAULT_MAX_BYTES,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         bucket: str = subjects.MEDIA_STORE,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
+        """`ttl_s`, `max_bytes`: the store's, for the side that makes it (a
+        frontend); `timeout_s`: the bound of one request's puts or reads;
+        `cache_bytes`: the images a worker keeps after reading them."""
         self.nc = nc
         self.ttl_s = ttl_s
         self.max_bytes = max_bytes
@@ -132,6 +140,10 @@ class MediaStore:
         self._js: JetStreamContext = nc.jetstream(timeout=min(timeout_s, 10.0))
         self._store: ObjectStore | None = None
         self._putting: dict[str, asyncio.Future[None]] = {}  # this frontend's puts under way
+        self.cache_bytes = cache_bytes
+        self._kept: OrderedDict[str, bytes] = OrderedDict()  # a worker's images read lately
+        self._kept_bytes = 0
+        self._reading: dict[str, asyncio.Future[bytes]] = {}  # its reads under way
 
     def limit(self) -> int:
         return int(self.nc.max_payload * MEDIA_FILL)
@@ -271,7 +283,39 @@ class MediaStore:
         return replace(request, images=images)
 
     async def fetch(self, name: str) -> bytes:
-        """One image's bytes, chunk by chunk (a direct get each)."""
+        """One image's bytes: from this worker's cache, from a read of it
+        under way, or read from the store (and kept)."""
+        kept = self._kept.get(name)
+        if kept is not None:
+            self._kept.move_to_end(name)
+            return kept
+        under_way = self._reading.get(name)
+        if under_way is not None:
+            return await asyncio.shield(under_way)
+        reading = asyncio.ensure_future(self._read(name))
+        reading.add_done_callback(_seen)  # (its readers may all have given up)
+        self._reading[name] = reading
+        try:
+            data = await asyncio.shield(reading)
+        finally:
+            if self._reading.get(name) is reading:
+                del self._reading[name]
+        self._keep(name, data)
+        return data
+
+    def _keep(self, name: str, data: bytes) -> None:
+        """Kept, the least recently used going past `cache_bytes` (by
+        content hash: what is kept is never stale)."""
+        if len(data) > self.cache_bytes or name in self._kept:
+            return
+        self._kept[name] = data
+        self._kept_bytes += len(data)
+        while self._kept_bytes > self.cache_bytes:
+            _, old = self._kept.popitem(last=False)
+            self._kept_bytes -= len(old)
+
+    async def _read(self, name: str) -> bytes:
+        """One image's bytes from the store, chunk by chunk (a direct get each)."""
         try:
             store = await self._open(create=False)
         except nats.js.errors.BucketNotFoundError:
@@ -295,6 +339,11 @@ class MediaStore:
         if len(data) != (info.size or 0) or await asyncio.to_thread(_sha256, data) != name:
             raise missing(name, "what is stored under its hash is not it")
         return data
+
+
+def _seen(done: asyncio.Future[bytes]) -> None:
+    if not done.cancelled():
+        done.exception()
 
 
 def _sha256(data: bytes) -> str:

@@ -22,9 +22,10 @@ default refuses new ones: a full cache must not refuse requests). An object
 is "there" only if its chunks are all there and it was put less than half a
 TTL ago (older, it is put again, so it cannot expire between this check and
 the worker's read). An image the worker cannot find whole (expired, evicted,
-deleted, NATS came back empty) ends the request "unavailable" (503, retried
-on another worker, which puts it again); so does a store the frontend cannot
-write. The worker reads chunks by direct get, each read bounded: a missing
+deleted, NATS came back empty, or replaced under it by another frontend's
+put of the same image) ends the request "unavailable" (503; a pool moves it
+to another worker, and the frontend puts it again); so does a store the
+frontend cannot write. One frontend puts an image once at a time. The worker reads chunks by direct get, each read bounded: a missing
 chunk is an error at once, never a consumer that waits for ever; and what it
 read must hash to the name it asked for. It keeps what it read lately
 (`cache_bytes`, least recently used out first), so an image that many
@@ -35,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
 from collections import OrderedDict
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -49,8 +49,6 @@ from nats.js.object_store import ObjectStore
 from rotor.protocol import codec
 from rotor.protocol.engine import EngineError, EngineImage, EngineRequest
 from rotor.runtime.nats import subjects
-
-log = logging.getLogger("rotor.media")
 
 MEDIA_FILL = 0.8  # the share of the server's max payload a request with its images inline may fill
 DEFAULT_TTL_S = 600.0
@@ -70,18 +68,17 @@ def plan(request: EngineRequest, limit: int) -> tuple[bytes, list[EngineImage]]:
     """The request's message, and the images (one per hash) that go beside it:
     none when the whole request fits `limit` bytes; else the largest, until
     what stays inline fits (all of them, when even that is not enough)."""
-    whole = codec.encode_request(request)
-    if len(whole) <= limit:
-        return whole, []
     cost: dict[str, int] = {}  # inline bytes per hash (the same image twice costs twice)
     first: dict[str, EngineImage] = {}
     for image in request.images:
         if image.data is not None:
             cost[image.content_hash] = cost.get(image.content_hash, 0) + len(image.data)
             first.setdefault(image.content_hash, image)
-    if not cost:
-        return whole, []
-    room = limit - (len(whole) - sum(cost.values()))
+    if sum(cost.values()) <= limit:  # it may fit whole (a 12 MB image is not encoded to see)
+        whole = codec.encode_request(request)
+        if len(whole) <= limit or not cost:
+            return whole, []
+    room = limit - len(codec.encode_request(_without(request, set(cost))))
     inline: set[str] = set()
     for name in sorted(cost, key=cost.__getitem__):
         if cost[name] > room:
@@ -89,12 +86,16 @@ def plan(request: EngineRequest, limit: int) -> tuple[bytes, list[EngineImage]]:
         inline.add(name)
         room -= cost[name]
     out = [first[name] for name in cost if name not in inline]
-    moved = {image.content_hash for image in out}
+    return codec.encode_request(_without(request, {i.content_hash for i in out})), out
+
+
+def _without(request: EngineRequest, names: set[str]) -> EngineRequest:
+    """The request with the bytes of these images left out."""
     images = [
-        replace(image, data=None) if image.content_hash in moved else image
+        replace(image, data=None) if image.content_hash in names else image
         for image in request.images
     ]
-    return codec.encode_request(replace(request, images=images)), out
+    return replace(request, images=images)
 
 
 def header_value(images: list[EngineImage]) -> str:

@@ -27,6 +27,10 @@ keeps nothing for a subscriber that is not there), so when it comes back
 received, and a pool moves it on at once: one that went on would show the
 gap at its next message, but one whose end was lost would hear nothing
 until its silence limit.
+
+A request too large for one NATS message with its images inline sends some
+of them beside it, in JetStream's object store (runtime/nats/media.py); each
+publish (a resend, a migration's) stores again what is no longer there.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from rotor.protocol import codec
 from rotor.protocol.engine import EngineError, EngineRequest
 from rotor.protocol.scores import ScorePair
 from rotor.runtime.nats import messages, subjects
+from rotor.runtime.nats.media import MediaStore
 from rotor.runtime.nats.subscriptions import Subscriptions
 from rotor.runtime.stream import OutputStream
 
@@ -109,13 +114,16 @@ class RequestPlane:
         on_gone: Callable[[str], None] | None = None,
         reconnect_grace: float = RECONNECT_GRACE_S,
         resend_after: float = RESEND_S,
+        media: MediaStore | None = None,
     ) -> None:
         """`on_gone(worker_id)`: a request found that nobody serves the
         worker's subjects any more (NATS's "no responders"), other than
         while NATS comes back (`reconnect_grace` seconds after this
         connection reconnected: such a request is sent again after
-        `resend_after` seconds)."""
+        `resend_after` seconds). `media`: where images too large for a
+        request's message go (None: the store `rotor_media`, its defaults)."""
         self.nc = nc
+        self.media = media or MediaStore(nc)
         self.frontend_id = frontend_id or uuid.uuid4().hex[:12]
         self.on_gone = on_gone
         self.reconnect_grace = reconnect_grace
@@ -250,11 +258,12 @@ class RequestPlane:
 
         async def publish() -> None:
             sent.epoch = self._epoch()
+            data, beside = await self.media.offload(request)  # (images too large go first)
             await self.nc.publish(
                 subjects.generate(worker_id),
-                codec.encode_request(request),
+                data,
                 reply=subjects.response(self.frontend_id, rid),
-                headers=headers,
+                headers=headers if beside is None else {**headers, subjects.MEDIA_HEADER: beside},
             )
 
         sent = _Sent(worker_id, publish)

@@ -22,6 +22,9 @@ bucket name, so both sides always agree.
   (runtime/nats/frontend_stats.py).
 - KV bucket `rotor_workers`     the leases, for a frontend that starts later.
 - object store `rotor_cards`    model cards (with tokenizers) by content hash.
+- object store `rotor_media`    a request's images too large for its message, by
+  content hash, for a while (runtime/nats/media.py); the request's `rotor-media`
+  header names those it carries with `data=None`.
 - KV bucket `rotor_planner`     `rotor planner --connector virtual`: each pool's decision
   and an external system's acknowledgement of it (planner/connectors/virtual.py).
 - KV bucket `rotor_responses`   stored Responses-API responses, shared by every frontend
@@ -32,6 +35,10 @@ from __future__ import annotations
 
 WORKERS_BUCKET = "rotor_workers"
 CARDS_STORE = "rotor_cards"
+MEDIA_STORE = "rotor_media"
+# The header of a generate request whose images (some) travel in MEDIA_STORE:
+# their content hashes, comma-separated.
+MEDIA_HEADER = "rotor-media"
 LEASE_PREFIX = "rotor.lease."
 KV_PREFIX = "rotor.kv."
 STATS_PREFIX = "rotor.stats."

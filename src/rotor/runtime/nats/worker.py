@@ -19,6 +19,10 @@ the worker's (`rotor.worker.<id>.unread.<frontend>`), where NATS answers "no
 responders" once nobody reads the frontend's subject; the worker then stops
 every request of that frontend. (A frontend only cut off from NATS a moment
 moves those requests anyway when it is back: runtime/nats/request_plane.py.)
+
+A request whose images travel beside it (its `rotor-media` header) gets
+them from the media store (runtime/nats/media.py) on its own task, before
+its engine sees it; one that is not there ends the request "unavailable".
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ from rotor.runtime.nats import messages as wire
 from rotor.runtime.nats import subjects
 from rotor.runtime.nats.batcher import StepBatcher
 from rotor.runtime.nats.kv_delay import DelayedKVEvents
+from rotor.runtime.nats.media import MediaStore
 from rotor.runtime.nats.subscriptions import Subscriptions
 from rotor.runtime.relay import Relay
 from rotor.tracing import NO_SPAN, Span
@@ -108,11 +113,14 @@ class WorkerService:
         role: Role = "agg",
         canary: Canary | None = None,
         kv_events_delay: float = 0.0,
+        media: MediaStore | None = None,
     ) -> None:
         """`canary`: the watch over the engine's health (None: none).
         `kv_events_delay`: seconds each step's KV events are held back
-        (`--kv-events-delay-ms`, a test switch; 0: none)."""
+        (`--kv-events-delay-ms`, a test switch; 0: none). `media`: where
+        requests' images too large for their message are (None: `rotor_media`)."""
         self.nc = nc
+        self.media = media or MediaStore(nc)
         self.engine = engine
         self.identity = identity or WorkerIdentity.new()
         self.card_bytes = codec.encode_card(engine.card, tokenizer)
@@ -378,7 +386,8 @@ class WorkerService:
         # A frontend that takes its streams in batches names where (subjects.steps).
         steps = msg.headers.get(subjects.STEPS_HEADER) if msg.headers else None
         reply = _Reply(self.nc, self._batches, rid, msg.reply, steps)
-        task = asyncio.create_task(self._serve(request, reply, span), name=f"serve-{rid}")
+        beside = msg.headers.get(subjects.MEDIA_HEADER) if msg.headers else None
+        task = asyncio.create_task(self._serve(request, reply, span, beside), name=f"serve-{rid}")
         self._tasks[rid] = task
         self._serving[rid] = _Serving(task, reply)
         if steps is not None:
@@ -397,12 +406,19 @@ class WorkerService:
 
         task.add_done_callback(over)
 
-    async def _serve(self, request: EngineRequest, out_to: _Reply, span: Span = NO_SPAN) -> None:
+    async def _serve(
+        self,
+        request: EngineRequest,
+        out_to: _Reply,
+        span: Span = NO_SPAN,
+        beside: str | None = None,
+    ) -> None:
         """The request's outputs, numbered, to its frontend: into that
         frontend's batches (`out_to.steps`), each put by the engine in its
         own turn (`Relay`: no task is woken per token here either), or one
         message each to its reply subject (a frontend that takes no
-        batches)."""
+        batches). `beside`: its `rotor-media` header, the images to read
+        from the media store first."""
         tracing.use(span)  # this task's (and its children's) span: a KV fetch's parent
         steps = out_to.steps
 
@@ -414,8 +430,16 @@ class WorkerService:
                     await out_to.send(wire.HEARTBEAT)
 
         beat = asyncio.create_task(heartbeat())
-        stream = follow(span, self.engine.generate(request))  # (itself when tracing is off)
+        stream: EngineStream | None = None
         try:
+            if beside:
+                try:
+                    request = await self.media.filled(request, beside)
+                except EngineError as e:
+                    span.fail(e.message, e.cause)
+                    await out_to.send(wire.ERROR, codec.encode_error(e))
+                    return
+            stream = follow(span, self.engine.generate(request))  # (itself when tracing is off)
             if steps is not None:
                 relay = Relay(out_to.add_output, out_to.add_end)  # the end in the same batch
                 serving = self._serving.get(request.request_id)
@@ -429,7 +453,8 @@ class WorkerService:
             span.set({"rotor.aborted": True})
             raise
         finally:
-            stream.stop()  # (over already, or aborted: it stops what still runs)
+            if stream is not None:
+                stream.stop()  # (over already, or aborted: it stops what still runs)
             beat.cancel()
             await asyncio.gather(beat, return_exceptions=True)
             span.end()

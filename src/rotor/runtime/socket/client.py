@@ -87,8 +87,15 @@ class SocketEngine(asyncio.Protocol):
                 raise EngineError(GONE, "unavailable", cause="worker_gone")
             if rid in self._streams:
                 raise EngineError(f"request_id {rid!r} is already running", "internal")
+            frame = frames.frame(frames.GENERATE, rid, encode_request(request))
+            if len(frame) - 4 > frames.MAX_FRAME:  # the engine process would drop the connection
+                raise EngineError(
+                    f"the request is {len(frame)} bytes with its images, more than the "
+                    f"{frames.MAX_FRAME}-byte frame the engine process takes",
+                    "refused",
+                )
             self._streams[rid] = stream
-            self.transport.write(frames.frame(frames.GENERATE, rid, encode_request(request)))
+            self.transport.write(frame)
 
         def ended() -> None:
             if self._streams.get(rid) is stream:

@@ -26,7 +26,10 @@ from rotor.protocol.engine import EngineState
 GENERATE, ABORT, STATE, OUTPUTS, ERROR, DONE = b"G", b"A", b"S", b"O", b"E", b"D"
 EMBED, VECTORS, SCORE, SCORES = b"M", b"V", b"C", b"R"
 _KINDS = frozenset((GENERATE, ABORT, STATE, OUTPUTS, ERROR, DONE, EMBED, VECTORS, SCORE, SCORES))
-MAX_FRAME = 64 * 1024 * 1024  # a frame this large is a broken peer, not a message
+# A frame larger is a broken peer, not a message: the connection is dropped.
+# A request's images travel in its GENERATE frame (a 12 MB image is one
+# frame); the client refuses a request larger than this rather than send it.
+MAX_FRAME = 64 * 1024 * 1024
 _HEAD = 1 + 4 + 1  # kind, seq, id length
 _STATE_FIELDS = tuple(f.name for f in dataclasses.fields(EngineState))
 

@@ -6,10 +6,10 @@ each, `--router kv` against `round_robin`.
 
 DIR is a vision-language model's directory (its tokenizer, chat template and
 processor files: the mocker needs no weights), e.g. a Qwen2-VL one or the
-tiny one tests/support/vlm.py builds. Every request has the same text; what
-differs is the image: with probability `--reuse` one already sent (picked at
-random among them), else a new one (random pixels, so their content hashes
-differ). Block hashes that ignored the image would make every request after
+tiny one the tests build (the support module `vlm`). Every request has the
+same text; what differs is the image: with probability `--reuse` one already
+sent (picked at random among them), else a new one (random pixels, so their
+content hashes differ). Block hashes that ignored the image would make every request after
 the first a full hit; with the image in the hash only a repeat can hit.
 
 Reported per router: the prompt-cache hit ratio (cached / prompt tokens, from

@@ -5,7 +5,8 @@ mocker's cache does, so a repeated image goes to the worker whose events hold
 it and its overlap is what that worker then reports cached, while another
 image behind the same text overlaps by the text-only blocks alone (with
 events, and without them: approx mode); a prefill worker gets the images'
-bytes, its decode worker their hashes only, and fetches their blocks."""
+bytes, its decode worker their hashes only, and fetches their blocks; a
+decode worker that fails is replaced by one sent the bytes again."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from rotor.engines.mocker import MockerConfig, MockerEngine
 from rotor.media.decode import content_hash
 from rotor.model.card import ModelCard
 from rotor.protocol.engine import (
+    KV_TRANSFER,
     PREFILL_ONLY,
     EngineImage,
     EngineOutput,
@@ -35,7 +37,10 @@ from rotor.router.kv_cost import KVCost
 from rotor.router.modes import LocalLoad, RoundRobin
 from rotor.router.pool import Pool
 
+from support.link import FakeLink
 from support.mocker import CARD, TOK, collect, ids_of, request
+from support.sinks import Recorder
+from support.wait import wait_for_async
 from support.workers import lease
 
 BS = 8
@@ -177,3 +182,34 @@ async def test_the_prefill_worker_gets_the_bytes_and_the_decode_worker_the_kv(
     assert answer.startswith("I see [") and answer.endswith("in the picture, and nothing else")
     assert '"bytes":0' in answer  # (the decode engine's script: no bytes came to it)
     assert pool.stats.disagg[("remote", "always")] == 1
+
+
+async def test_a_decode_worker_that_fails_is_replaced_by_one_sent_the_bytes() -> None:
+    """Migrated after the handover, the request computes its prompt again on
+    another worker: that one is sent the images' bytes."""
+    link = FakeLink()
+    pool = Pool(
+        ModelCard("m"),
+        link,
+        RoundRobin(),
+        prefill_router=RoundRobin(),
+        disagg=DisaggPolicy("always"),
+    )
+    for wid, role in (("p", "prefill"), ("d1", "decode"), ("d2", "decode")):
+        pool.upsert(Lease(wid, "m", "card", "compat", "host:1", role=role))  # type: ignore[arg-type]
+    image = EngineImage(content_hash(RED), 1, 4, PAD, RED)
+    source = pool.generate(EngineRequest("r", "m", [1, *[PAD] * 4, 2], images=[image]))
+    sink: Recorder[EngineOutput] = Recorder()
+    source.subscribe(sink)
+    await wait_for_async("the prefill asked", lambda: len(link.asked) == 1, 10, pause=0)
+    assert link.asked[0].request.images == [image]
+    transfer = {"engine": "mocker", "transfer_id": "t1", "block_hashes": [1]}
+    link.asked[0].output(7, finish="length", kv_transfer=transfer)
+    link.asked[0].done()
+    await wait_for_async("the decode asked", lambda: len(link.asked) == 2, 10, pause=0)
+    assert [i.data for i in link.asked[1].request.images] == [None]
+    link.asked[1].gone()
+    await wait_for_async("the migration asked", lambda: len(link.asked) == 3, 10, pause=0)
+    again = link.asked[2].request
+    assert KV_TRANSFER not in again.annotations and again.images == [image]
+    source.stop()

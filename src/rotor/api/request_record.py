@@ -20,7 +20,7 @@ import orjson
 
 from rotor.api.access_state import Access
 from rotor.pipeline.preprocess import Prepared
-from rotor.protocol.kv import block_hashes, chain_root
+from rotor.protocol.kv import Placed, block_hashes, chain_root
 
 # The routes that generate: every API's own (tokenize, probes and pages are not logged).
 GENERATING = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses"})
@@ -36,7 +36,7 @@ _FAILED = "error"  # a choice that ended in a failure
 class Record:
     """A finished request, its costly parts not computed yet."""
 
-    __slots__ = ("fields", "gaps", "token_ids", "block_size", "root")
+    __slots__ = ("fields", "gaps", "token_ids", "block_size", "root", "images")
 
     def __init__(
         self,
@@ -45,12 +45,14 @@ class Record:
         token_ids: Sequence[int] | None,
         block_size: int,
         root: int | None = None,
+        images: Sequence[Placed] = (),
     ) -> None:
         self.fields = fields
         self.gaps = gaps
         self.token_ids = token_ids  # set only when the log records hashes
         self.block_size = block_size
         self.root = root  # the chain's root: its adapter's and cache_salt's (protocol/kv.py)
+        self.images = images  # the prompt's: their blocks hash their content (protocol/kv.py)
 
     def encode(self) -> bytes:
         """The record as one JSON line (no newline); called on the writer's thread."""
@@ -62,7 +64,9 @@ class Record:
             out["itl_max_s"] = _seconds(ordered[-1])
         if self.token_ids is not None:
             out["block_size"] = self.block_size
-            out["block_hashes"] = block_hashes(self.token_ids, self.block_size, self.root)
+            out["block_hashes"] = block_hashes(
+                self.token_ids, self.block_size, self.root, self.images
+            )
         return orjson.dumps(out)
 
 
@@ -115,14 +119,15 @@ def record(
     overlap = resp.headers.get("x-rotor-kv-overlap")
     if overlap is not None and overlap.isdigit():
         fields["kv_overlap_blocks"] = int(overlap)
-    token_ids, root = None, None
+    token_ids, root, images = None, None, None
     if hashes and resp.prepared:
         first = resp.prepared[0].requests[0]
         token_ids, root = first.token_ids, chain_root(first.lora, first.cache_salt)
+        images = first.images
     block_size = resp.served.card.capabilities.kv_block_size
     gaps = timing.gaps if timing is not None else None
     size = block_size if block_size > 0 else DEFAULT_BLOCK_SIZE
-    return Record(fields, gaps, token_ids, size, root)
+    return Record(fields, gaps, token_ids, size, root, images or ())
 
 
 def _finish_reasons(prepared: Sequence[Prepared]) -> list[str]:

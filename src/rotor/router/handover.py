@@ -7,7 +7,8 @@ stages: its decode worker first (the pool's router, over the agg and decode
 workers), then — when the disaggregation policy says so (router/disagg.py) —
 a prefill worker (the pool's `prefill_router`), which computes the prompt
 and answers with the first token and where its KV blocks are; the decode
-worker fetches them and goes on. A prefill that cannot happen (no prefill
+worker fetches them and goes on. The prompt's images go to the prefill
+worker; the decode worker gets their hashes and spans, not their bytes. A prefill that cannot happen (no prefill
 worker, a refusal, a failure, a death) is done by the decode worker itself,
 counted, unless the policy enforces disaggregation (then it is a 503).
 """
@@ -174,11 +175,18 @@ def decode_request(
     request: EngineRequest, progress: migration.Progress, handover: Handover, enforce: bool
 ) -> EngineRequest:
     """The request as its decode worker continues it: the first token is
-    part of its prompt, and it fetches the prompt's blocks."""
+    part of its prompt, and it fetches the prompt's blocks. Its images go
+    without their bytes (the KV of their tokens is fetched, not computed
+    again), keeping their hashes and spans, so the blocks hash alike."""
     transfer = {**handover.transfer, "worker": handover.worker}
     if enforce:
         transfer["enforce"] = True
-    return migration.resumed(request, progress, f"{request.request_id}-d", {KV_TRANSFER: transfer})
+    decode = migration.resumed(
+        request, progress, f"{request.request_id}-d", {KV_TRANSFER: transfer}
+    )
+    if decode.images:
+        decode.images = [replace(image, data=None) for image in decode.images]
+    return decode
 
 
 def ends_the_answer(request: EngineRequest, first: EngineOutput) -> bool:

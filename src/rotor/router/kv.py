@@ -2,7 +2,8 @@
 holds the longest prefix of its prompt, weighed against load.
 
 The prompt's blocks are hashed once per decision (protocol/kv's specified
-hash, at the engine's block size); `KVIndex` says how many leading blocks each
+hash, at the engine's block size, a block holding an image's tokens with
+that image's content hash, as the engines hash it); `KVIndex` says how many leading blocks each
 worker holds and where (from its events: device, host, disk; and predicted,
 below), or `ApproxKVIndex` what this frontend routed where recently
 (`--no-kv-events`); `KVCost` decides, weighing each medium's blocks, from the
@@ -98,9 +99,8 @@ class KVRouter:
         return self.index.matches(hashes)
 
     def choose(self, workers: list[Lease], request: EngineRequest, load: LocalLoad) -> Pick:
-        hashes = block_hashes(
-            request.token_ids, self.block_size, chain_root(request.lora, request.cache_salt)
-        )
+        root = chain_root(request.lora, request.cache_salt)
+        hashes = block_hashes(request.token_ids, self.block_size, root, request.images)
         loads: dict[WorkerId, WorkerLoad] = {w.worker_id: self._load(w, load) for w in workers}
         ranking = self.cost.choose(len(hashes), self.matches(hashes), loads)
         worker = str(ranking.worker)

@@ -1,7 +1,8 @@
 """A mocker request's admission: its checks, and the sequences it runs as.
 
-A request is checked (its prompt, `n`, its `mock` script or the seeded
-output's limits), its script's texts tokenized (a long one off the event
+A request is checked (its prompt, its images, `n`, its `mock` script or the
+seeded output's limits), its script's texts tokenized (`{images}` in them
+first replaced by the images the request carried) (a long one off the event
 loop, in the script pool), and each choice made a sequence with its token
 source (the script's ids, a constrained answer, or seeded random tokens) and
 its logprob maker, queued in the scheduler for the step loop. A request
@@ -12,6 +13,7 @@ aborts that come for it are kept and applied once it is admitted.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 from collections.abc import Callable
@@ -51,6 +53,8 @@ OFF_LOOP_SCRIPT_CHARS = 4096
 SCRIPT_WORKERS = 1
 # The most alternatives per prompt token it gives (the frontend's cap too)
 MAX_PROMPT_LOGPROBS = 20
+# In a script's text: replaced by the images the request carried (`images_seen`).
+IMAGES = "{images}"
 
 
 class Admission:
@@ -140,6 +144,8 @@ class Admission:
                 "refused",
                 "prompt_logprobs",
             )
+        if request.images:
+            self._check_images(request)
         if len(request.token_ids) >= self.max_seq_len:
             # The frontend's context check (against this engine's card) comes
             # first; this one keeps a direct caller from queueing a sequence that
@@ -167,6 +173,32 @@ class Admission:
             )
         return script
 
+    def _check_images(self, request: EngineRequest) -> None:
+        """Images only for a vision model's card, each span inside the prompt,
+        in prompt order and apart (the frontend makes them so)."""
+        if not self.card.capabilities.images:
+            raise EngineError(
+                f"the model {self.card.name!r} takes no images (its card has no vision)",
+                "refused",
+                "messages",
+            )
+        at = 0
+        for i, image in enumerate(request.images):
+            if image.offset < at or image.length < 1:
+                raise EngineError(
+                    f"images[{i}]: its span [{image.offset}, {image.offset + image.length}) "
+                    "is empty, or not after the previous image's",
+                    "refused",
+                    "messages",
+                )
+            at = image.offset + image.length
+        if at > len(request.token_ids):
+            raise EngineError(
+                f"images: a span ends at token {at}, past the prompt's {len(request.token_ids)}",
+                "refused",
+                "messages",
+            )
+
     def check_admissible(self, rid: str) -> None:
         """The engine runs (its script pool with it), and `rid` is new."""
         if self._script_pool is None:
@@ -186,6 +218,9 @@ class Admission:
         script's are made in the script pool, off the loop, and the engine
         may have been stopped by the time they come."""
         texts = _texts(script)
+        if any(IMAGES in text for text in texts):
+            seen = images_seen(request)
+            texts = tuple(text.replace(IMAGES, seen) for text in texts)
         encode, keep = self.tokenizer.encode, self._playable(request)
 
         def ids_of(text: str) -> list[int]:
@@ -252,7 +287,13 @@ class Admission:
             source = self._source(request, index, key, parsed, script_ids, eos_id)
             seqs.append(
                 Sequence(
-                    request.request_id, index, request.token_ids, source, root, request.priority
+                    request.request_id,
+                    index,
+                    request.token_ids,
+                    source,
+                    root,
+                    request.priority,
+                    request.images,
                 )
             )
             maker = None
@@ -310,6 +351,21 @@ class Admission:
         if request.sampling.seed is not None:
             source.skip(max(int(request.annotations.get(RESUME_FROM, 0)), 0))
         return source
+
+
+def images_seen(request: EngineRequest) -> str:
+    """What a script's `{images}` becomes: the request's images as the
+    engine saw them, in prompt order, as compact JSON (tests read it)."""
+    seen = [
+        {
+            "hash": image.content_hash,
+            "offset": image.offset,
+            "tokens": image.length,
+            "bytes": len(image.data) if image.data is not None else 0,
+        }
+        for image in request.images
+    ]
+    return json.dumps(seen, separators=(",", ":"))
 
 
 def _texts(script: MockScript) -> tuple[str, ...]:

@@ -64,6 +64,9 @@ class MockerEngine:
             scores_pairs=config.scores_pairs,
             shortens_embeddings=True,
             priority_scheduling=config.scheduling_policy == "priority",
+            # a vision-language model's card: the prompt's images are taken,
+            # their tokens (already in the prompt) costed and cached as any
+            images=card.vision is not None,
         )
         # The card tells the frontend how long a sequence may get, so its context
         # check (prompt + max_tokens) also keeps every request within the KV cache.

@@ -22,6 +22,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,7 @@ from rotor.engines.mocker.config import MockerConfig
 from rotor.engines.mocker.kv_cache import KVCache
 from rotor.engines.mocker.sequence import Sequence
 from rotor.protocol.engine import KV_TRANSFER, EngineError, EngineOutput, EngineRequest
-from rotor.protocol.kv import block_hashes, chain_root
+from rotor.protocol.kv import Placed, block_hashes, chain_root
 
 # The engine's log, named as before it was split up (its lines and filters keep it).
 logger = logging.getLogger("rotor.engines.mocker.engine")
@@ -137,7 +138,7 @@ class Fetcher:
         kv = self.kv
         offered = [int(h) for h in transfer.get("block_hashes") or ()]
         root = chain_root(request.lora, request.cache_salt)
-        wanted = missing(kv, request.token_ids, offered, root)
+        wanted = missing(kv, request.token_ids, offered, root, request.images)
         if wanted is None:
             self._release(transfer)
             self._failed(request, "the offered blocks are not this prompt's")
@@ -243,13 +244,18 @@ class Fetcher:
 
 
 def missing(
-    kv: KVCache, prompt: list[int], offered: list[int], root: int | None = None
+    kv: KVCache,
+    prompt: list[int],
+    offered: list[int],
+    root: int | None = None,
+    images: Seq[Placed] = (),
 ) -> tuple[int, list[int]] | None:
     """Which of a prefill's `offered` block hashes this cache lacks: (the index
     of the first one lacking, those from there on). None when the offer is not
-    this prompt's blocks (another block size, another prompt). A block on a
-    medium below the device is not lacking: admission brings it up."""
-    own = block_hashes(prompt[: len(offered) * kv.block_size], kv.block_size, root)
+    this prompt's blocks (another block size, another prompt, other images:
+    the decode request's images keep their hashes, not their bytes). A block
+    on a medium below the device is not lacking: admission brings it up."""
+    own = block_hashes(prompt[: len(offered) * kv.block_size], kv.block_size, root, images)
     if own != offered:
         return None
     holds = kv.holds

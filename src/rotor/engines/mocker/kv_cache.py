@@ -2,7 +2,9 @@
 
 Sequences hold blocks of `block_size` tokens. A full block is named by its
 chained hash (`rotor.protocol.kv`: the parent block's hash and its token ids),
-so equal prefixes have equal chains. Blocks are registered under their hash as
+so equal prefixes have equal chains; a block holding an image's tokens hashes
+the image's content hash too, so a different image behind the same text
+misses from its first image block on. Blocks are registered under their hash as
 soon as the step that fills them is scheduled; when their last user lets go,
 hashed blocks stay in an LRU of free cached blocks, ready to be matched by a
 later prompt, and are the last to be handed out (plain free blocks go first,
@@ -125,7 +127,8 @@ class KVCache:
         if len(hashes) <= i:
             bs, j = self.block_size, len(hashes)
             parent = hashes[j - 1] if j else seq.root
-            hashes.extend(block_hashes(seq.token_ids[j * bs : (i + 1) * bs], bs, parent))
+            tokens = seq.token_ids[j * bs : (i + 1) * bs]
+            hashes.extend(block_hashes(tokens, bs, parent, seq.images, j * bs))
         return hashes[i]
 
     def match(self, seq: Sequence) -> list[int]:

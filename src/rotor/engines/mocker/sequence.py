@@ -7,10 +7,12 @@ scheduler and KV cache treat scripted and sampled output alike.
 
 from __future__ import annotations
 
+from collections.abc import Sequence as Seq
 from enum import Enum, auto
 from typing import Protocol
 
 from rotor.protocol.engine import EngineOutput
+from rotor.protocol.kv import Placed
 
 
 class SequenceStatus(Enum):
@@ -44,6 +46,7 @@ class Sequence:
         "num_hashed_blocks",
         "block_hashes",
         "root",
+        "images",
         "cached_tokens",
         "priority",
         "arrival",
@@ -57,6 +60,7 @@ class Sequence:
         source: TokenSource,
         root: int | None = None,
         priority: int = 0,
+        images: Seq[Placed] = (),
     ) -> None:
         self.request_id = request_id
         self.index = index
@@ -70,6 +74,9 @@ class Sequence:
         self.num_hashed_blocks = 0  # leading blocks registered in the prefix cache
         self.block_hashes: list[int] = []  # memo of full-block hashes; tokens never change
         self.root = root  # its first block's parent: a LoRA adapter's root (protocol/kv.py)
+        # the prompt's images (EngineImage), in prompt order: the blocks holding
+        # their tokens hash their content hashes too (protocol/kv.block_hashes)
+        self.images = images
         self.cached_tokens: int | None = None  # prompt tokens served from cache, first admission
         self.priority = priority  # the request's: lower first (--scheduling-policy priority)
         self.arrival = 0  # the scheduler's count when first queued: ties in priority by it

@@ -1,7 +1,8 @@
 """A Hugging Face style model directory → (ModelCard, Tokenizer).
 
-The frontend needs only the text side of a model: the tokenizer, the chat
-templates, the EOS ids, the context length and the sampling defaults. They are
+The frontend needs the prompt side of a model: the tokenizer, the chat
+templates, the EOS ids, the context length, the sampling defaults and, for a
+vision-language model, how its images become tokens (model/vision.py). They are
 spread over up to six files, each optional but `tokenizer.json`; every way one
 of them can be wrong becomes a `ModelLoadError` that names the file, so a user
 with a broken directory learns which file to fix before the server starts.
@@ -18,6 +19,7 @@ import tokenizers
 
 from rotor.model.card import ModelCard
 from rotor.model.tokenizer import Tokenizer
+from rotor.model.vision import VisionConfigError, read_vision
 
 DEFAULT_CONTEXT_LENGTH = 4096
 
@@ -93,6 +95,7 @@ def load_model(
         unk_token=unk_token,
         pad_token=pad_token,
         token_type_ids=_gives_token_types(tokenizer_config),
+        vision=_vision(root, config),
     )
     apply_overrides(card, max_model_len, chat_template_file, context_source)
     return card, tokenizer
@@ -290,6 +293,15 @@ def _named_templates(value: Any, file: Path) -> dict[str, str]:
     raise ModelLoadError(
         f"{file}: chat_template must be a string or a list of named templates, got {_kind(value)}"
     )
+
+
+def _vision(root: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The image processing of a vision-language model (model/vision.py); None
+    for a text-only model."""
+    try:
+        return read_vision(root, config)
+    except VisionConfigError as e:
+        raise ModelLoadError(str(e)) from e
 
 
 def _gives_token_types(tokenizer_config: dict[str, Any]) -> bool:

@@ -119,15 +119,14 @@ def record(
     overlap = resp.headers.get("x-rotor-kv-overlap")
     if overlap is not None and overlap.isdigit():
         fields["kv_overlap_blocks"] = int(overlap)
-    token_ids, root, images = None, None, None
+    token_ids, root = None, None
     if hashes and resp.prepared:
         first = resp.prepared[0].requests[0]
         token_ids, root = first.token_ids, chain_root(first.lora, first.cache_salt)
-        images = first.images
     block_size = resp.served.card.capabilities.kv_block_size
     gaps = timing.gaps if timing is not None else None
     size = block_size if block_size > 0 else DEFAULT_BLOCK_SIZE
-    return Record(fields, gaps, token_ids, size, root, images or ())
+    return Record(fields, gaps, token_ids, size, root, images)
 
 
 def _finish_reasons(prepared: Sequence[Prepared]) -> list[str]:

@@ -25,8 +25,10 @@ Families (by config.json `architectures`):
   rows and columns follow the image processor's `get_number_of_image_patches`,
   which is what vLLM's replacement uses (transformers' own processor splits
   the pixels with a slightly different rounding: they can disagree by a row or
-  a column when a side is within a pixel or so of a tile multiple; vLLM's
-  answer is the one that reaches the model, so it is the one rotor gives).
+  a column when `size.longest_edge` is not a multiple of the tile size, never
+  in the real models' settings; vLLM's answer is the one that reaches the
+  model, so it is the one rotor gives; tests/model/test_vision_vllm.py checks
+  it against vLLM's own processor).
 - `llava`: LLaVA (1.5) with a CLIP or SigLIP vision tower: a fixed count from
   vision_config's image_size / patch_size (CLIP adds its class token) and
   `vision_feature_select_strategy` ("default" drops one, "full" keeps all).
@@ -140,7 +142,15 @@ def read_vision(root: Path, config: dict[str, Any]) -> dict[str, Any] | None:
 class Vision:
     """One model's image processing as rotor counts it (see the module doc)."""
 
-    __slots__ = ("family", "placeholder", "placeholder_id", "unsupported", "_params", "_tok", "_cache")
+    __slots__ = (
+        "family",
+        "placeholder",
+        "placeholder_id",
+        "unsupported",
+        "_params",
+        "_tok",
+        "_cache",
+    )
 
     def __init__(
         self,

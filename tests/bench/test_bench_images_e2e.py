@@ -30,7 +30,7 @@ IMAGES = ["--images-per-request", "1", "--image-size", "224x224"]
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     model = tmp_path_factory.mktemp("vlm") / "qwen2-vl"
-    write_qwen2_vl_dir(model)
+    write_qwen2_vl_dir(model, max_pixels=224 * 224)  # 224 × 224: 64 image tokens
     with rotor_server("out=mocker", "--speedup-ratio", "0", "--model-path", str(model)) as srv:
         yield srv
 

@@ -19,6 +19,7 @@ from rotor.model.loader import ModelLoadError, load_model
 from rotor.model.template import ChatTemplate
 from rotor.model.tokenizer import Tokenizer
 from rotor.model.vision import Vision, read_vision
+from rotor.protocol.codec import decode_card, encode_card
 
 from support.models import chatml_model
 from support.vlm import (
@@ -322,3 +323,19 @@ def test_gemma3_text_shape(tmp_path: Path) -> None:
     text = tok.decode(vision.expand(640, 480), skip_special_tokens=False)
     assert text == "\n\n<start_of_image>" + "<image_soft_token>" * 3 + "<end_of_image>\n\n"
     assert vision.placeholder == "<start_of_image>" and vision.family == "gemma3"
+
+
+def test_vision_crosses_the_wire_in_the_card(tmp_path: Path) -> None:
+    """A worker publishes the card (protocol/codec); the frontend's Vision from
+    the decoded card and tokenizer counts as the worker's would."""
+    for root in (
+        write_qwen2_vl_dir(tmp_path / "qwen"),
+        write_idefics3_dir(tmp_path / "idefics3", splitting=True, longest_edge=112, tile=56),
+    ):
+        card, tok, vision = load_vision(root)
+        wire_card, wire_tok = decode_card(encode_card(card, tok))
+        assert wire_card.vision == card.vision
+        remote = Vision.of(wire_card, wire_tok)
+        assert remote is not None
+        for width, height in [(56, 56), (300, 100), (90, 200)]:
+            assert remote.expand(width, height) == vision.expand(width, height)

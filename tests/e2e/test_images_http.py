@@ -300,8 +300,18 @@ def test_responses_input_image(server: Server) -> None:
         ("/missing", "HTTP 404"),
         ("/moved", "redirect"),
         ("ftp://example.com/a.png", "scheme"),
+        (data_url(png(1, 300, (9, 9, 9))), "the model cannot take this image"),
     ],
-    ids=["not-an-image", "truncated", "too-large", "timeout", "http-404", "redirect", "scheme"],
+    ids=[
+        "not-an-image",
+        "truncated",
+        "too-large",
+        "timeout",
+        "http-404",
+        "redirect",
+        "scheme",
+        "aspect-ratio",
+    ],
 )
 def test_an_image_that_cannot_be_used_is_a_400_naming_the_part(
     server: Server, images_url: str, url: str, why: str

@@ -78,7 +78,9 @@ class ImageLoader:
                 f"prompt (--limit-mm-per-prompt)",
                 "messages",
             )
-        tasks = [asyncio.ensure_future(self._one(w, url)) for w, url in parts]
+        vision = model.vision
+        assert vision is not None  # _refusal said so
+        tasks = [asyncio.ensure_future(self._one(w, url, vision)) for w, url in parts]
         try:
             return list(await asyncio.gather(*tasks))
         except MediaError as e:
@@ -88,10 +90,16 @@ class ImageLoader:
             for task in tasks:  # the first failure ends the others' work
                 task.cancel()
 
-    async def _one(self, where: str, url: str) -> DecodedImage:
+    async def _one(self, where: str, url: str, vision: Vision) -> DecodedImage:
         started = time.perf_counter()
         data = await self.source.load(url, where)
         image = await self.decoder.decode(data, where)
+        try:  # a size the model's processor refuses (no area, too narrow) is this part's 400
+            vision.expand(image.width, image.height)
+        except ValueError as e:
+            raise MediaError(
+                where, "not_an_image", f"the model cannot take this image: {e}"
+            ) from None
         kind = _source_kind(url)
         self.counts.loaded[kind] += 1
         self.counts.bytes[kind] += len(data)

@@ -14,20 +14,29 @@ import binascii
 
 from rotor.media.errors import MediaError
 
+# A data URL's header (`data:image/png;base64`) is short; its payload is read in
+# pieces of this many characters (a multiple of 4), so decoding megabytes never
+# holds the GIL in one C call for long (the event loop waits on it otherwise)
+MAX_HEADER = 256
+PIECE = 1 << 18
 
-def decoded_length(encoded: str) -> int:
-    """How many bytes the base64 text `encoded` decodes to, padded or not
-    (each 4 characters are 3 bytes; each `=` of padding one byte fewer)."""
-    padding = len(encoded) - len(encoded.rstrip("="))
-    return (len(encoded) - min(padding, 2)) * 3 // 4
+
+def decoded_length(encoded: str, start: int = 0) -> int:
+    """How many bytes the base64 text `encoded[start:]` decodes to, padded or
+    not (each 4 characters are 3 bytes; each `=` of padding one byte fewer);
+    reads its end only, never copies it."""
+    tail = encoded[max(start, len(encoded) - 2) :]
+    padding = len(tail) - len(tail.rstrip("="))
+    return (len(encoded) - start - padding) * 3 // 4
 
 
 def read_data_url(url: str, max_bytes: int, where: str) -> bytes:
     """The bytes of a base64 image data URL, or MediaError (not a data URL of an
     image, over `max_bytes`, bad base64)."""
-    header, comma, payload = url.partition(",")
+    comma = url.find(",", 0, MAX_HEADER)
+    header = url[:comma] if comma >= 0 else url[:MAX_HEADER]
     scheme, _, spec = header.partition(":")
-    if scheme.strip().lower() != "data" or not comma:
+    if scheme.strip().lower() != "data" or comma < 0:
         raise MediaError(
             where, "bad_url", "a data: URL is data:image/…;base64, and its data after the comma"
         )
@@ -44,7 +53,8 @@ def read_data_url(url: str, max_bytes: int, where: str) -> bytes:
             f"the data: URL's media type is {media_type or 'missing'}, not an image "
             "(image/png, image/jpeg, …)",
         )
-    size = decoded_length(payload)
+    start = comma + 1
+    size = decoded_length(url, start)
     if size > max_bytes:
         raise MediaError(
             where,
@@ -52,9 +62,16 @@ def read_data_url(url: str, max_bytes: int, where: str) -> bytes:
             f"the data: URL's image is {size} bytes, over the {max_bytes}-byte cap "
             "(--max-media-bytes)",
         )
+    end = len(url)
+    pieces = []
     try:
-        return base64.b64decode(payload + "=" * (-len(payload) % 4), validate=True)
+        for at in range(start, end, PIECE):
+            piece = url[at : at + PIECE]
+            if at + PIECE >= end:  # the last piece: its missing padding restored
+                piece += "=" * (-(end - start) % 4)
+            pieces.append(base64.b64decode(piece, validate=True))
     except (binascii.Error, ValueError) as e:
         raise MediaError(
             where, "bad_url", f"the data: URL's data is not valid base64 ({e})"
         ) from None
+    return b"".join(pieces)

@@ -124,5 +124,5 @@ def _refusal(model: ServedModel) -> str | None:
 
 
 def _source_kind(url: str) -> str:
-    scheme = url.partition(":")[0].strip().lower()
+    scheme = url[:16].partition(":")[0].strip().lower()  # no copy of a data: URL
     return "http" if scheme == "https" else scheme

@@ -1,7 +1,10 @@
 """An engine that keeps every request it is handed (the mocker behind it
-answers): what a transport delivered, for the runtime's tests."""
+answers, as if the prompt were text: its card takes no images): what a
+transport delivered, for the runtime's tests."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from rotor.engines.mocker import MockerEngine
 from rotor.protocol.engine import EngineRequest, EngineState, EngineStream
@@ -15,7 +18,7 @@ class Seeing:
 
     def generate(self, request: EngineRequest) -> EngineStream:
         self.seen.append(request)
-        return self.inner.generate(request)
+        return self.inner.generate(replace(request, images=[]))
 
     def state(self) -> EngineState:
         return self.inner.state()

@@ -10,8 +10,9 @@ one image becomes `<fake_token_around_image><global-img><image>×4
 (preprocessor_config.json, processor_config.json) are written as
 transformers writes them, with image splitting off, and the chat template
 renders an image part as `<image>` the way Idefics3's does. Weights are
-random but seeded, and the output rows of special and added tokens are zero,
-so greedy answers run to max_tokens.
+random but seeded, and the output rows of special tokens and of byte tokens
+that are part of a character are zero, so greedy answers run to max_tokens
+in whole characters (whose text every server names alike).
 
 Built with `transformers` and `tokenizers` alone; no hub, no network.
 `vlm_model(dir)` builds once per directory (a marker file says it is whole).
@@ -160,7 +161,10 @@ def _write_weights(model_dir: Path, seed: int) -> None:
         model.get_input_embeddings().weight.normal_(0.0, 1.0)
         head = model.lm_head.weight
         head.normal_(0.0, 0.3)
-        head[[tok.token_to_id(t) for t in SPECIAL]] = 0.0  # greedy never picks a special one
+        # greedy never picks a special token, nor one that is part of a character
+        # (a byte of one: servers may name such a token's text differently)
+        partial = [i for i in range(vocab) if "\ufffd" in tok.decode([i])]
+        head[[tok.token_to_id(t) for t in SPECIAL] + partial] = 0.0
         # attention loud enough that the answer depends on the whole prompt, and
         # an image's tokens as loud as text's, so that it depends on the image
         for name, weight in model.named_parameters():

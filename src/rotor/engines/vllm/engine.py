@@ -254,6 +254,12 @@ class VLLMEngine:
                 "refused",
                 "messages",
             )
+        # (images decoded before a KV hand-over is set up: a bad one is refused first)
+        prompt = (
+            TokensPrompt(**await image_prompt(request))
+            if request.images
+            else TokensPrompt(prompt_token_ids=list(request.token_ids))
+        )
         handover = self.disagg.request(request)
         if handover.failed is not None:
             self.kv_fetch_failures += 1
@@ -268,11 +274,6 @@ class VLLMEngine:
         want_logprobs = request.output.logprobs
         top = request.output.top_logprobs
         prompt_top = request.output.prompt_logprobs  # (its first output carries them)
-        prompt = (
-            TokensPrompt(**await image_prompt(request))
-            if request.images
-            else TokensPrompt(prompt_token_ids=list(request.token_ids))
-        )
         # its adapter (if any) stays in vLLM until it ends
         with self.loras.using(request.lora) as lora:
             self._running.add(rid)

@@ -26,3 +26,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("vllm"))
             # the first test of a module also waits for the engine to start
             item.add_marker(pytest.mark.timeout(900))
+
+
+@pytest.fixture(scope="session")
+def vlm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random Idefics3 (support/vllm_vlm.py), built once per session."""
+    from support.vllm_vlm import vlm_model
+
+    return vlm_model(tmp_path_factory.getbasetemp() / "vlm")

@@ -14,7 +14,14 @@ import pytest
 from rotor.config import ModelConfig
 from rotor.engines.registry import engine_spec
 from rotor.engines.vllm.kv_relay import KVRelay
-from rotor.protocol.engine import EngineOutput, EngineRequest, StopParams, pulled
+from rotor.protocol.engine import (
+    EngineError,
+    EngineImage,
+    EngineOutput,
+    EngineRequest,
+    StopParams,
+    pulled,
+)
 from rotor.protocol.kv import (
     AllCleared,
     BlocksRemoved,
@@ -87,6 +94,15 @@ async def test_relayed_blocks_are_what_a_repeated_prompt_finds_cached(
         await _until_held(events, set(expected))
         stored = _replay(events)
         assert all(isinstance(e, BlocksStored) and e.block_size == BLOCK for e in events)
+
+        # a text-only model: a prompt with an image is refused, naming the messages
+        assert not engine.card.capabilities.images
+        image = EngineImage("d" * 64, 0, 4, 7, b"\x89PNG")
+        request = EngineRequest("kv-image", "tiny", prompt, images=[image])
+        with pytest.raises(EngineError) as caught:
+            [out async for out in pulled(engine.generate(request))]
+        assert caught.value.kind == "refused" and caught.value.param == "messages"
+        assert "text only" in caught.value.message
 
         second = await _run(engine, "kv-2", prompt)
         cached = second[0].cached_tokens

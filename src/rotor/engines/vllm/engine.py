@@ -11,6 +11,9 @@ events come back through `kv_events(listener)`, as the mocker's do. With
 `-- --runner pooling` it serves an embedding model instead (`embed`,
 pooling.py), or with a one-label classifier a cross-encoder (`score`). With `--lora NAME=DIR` (or `-- --enable-lora`) vLLM serves LoRA
 adapters, loaded and unloaded while it runs (the `Adapters` protocol, lora.py).
+A vision-language model takes a prompt's images (images.py): vLLM gets the
+prompt with one placeholder per image, the decoded images, and their content
+hashes as its `multi_modal_uuids`.
 
 The AsyncLLM is created in `start()` (engine processes are spawned there,
 40-75 s on a small CPU machine) and shut down in `stop()`.
@@ -30,6 +33,7 @@ from typing import Any
 from rotor.engines.vllm.args import engine_args
 from rotor.engines.vllm.disagg import Mode, Relay
 from rotor.engines.vllm.holds import StoredHolds
+from rotor.engines.vllm.images import image_prompt
 from rotor.engines.vllm.kv_relay import KVRelay, listen, relay_events
 from rotor.engines.vllm.lora import VLLMLoras, size_lora
 from rotor.engines.vllm.pooling import check_pooling, embed, pooling_of, score
@@ -139,6 +143,8 @@ class VLLMEngine:
             shortens_embeddings=pool is not None and pool.matryoshka,
             scores_pairs=pool is not None and pool.scores_pairs,
             priority_scheduling=self.args.scheduling_policy == "priority",
+            # a VLM's card says so; once started, vLLM's model config does (start())
+            images=pool is None and card.vision is not None,
         )
         self.card = dataclasses.replace(card, capabilities=caps)
         # a prefill / decode worker's KV connector (docs/vllm.md#disaggregated-serving)
@@ -193,8 +199,13 @@ class VLLMEngine:
         self.loras.llm = self.llm
         cache = self.llm.vllm_config.cache_config
         self.relay.block_size = cache.block_size
-        # The card says at which block size its KV events name blocks (the kv router hashes so).
-        caps = dataclasses.replace(self.card.capabilities, kv_block_size=cache.block_size)
+        # The card says at which block size its KV events name blocks (the kv router
+        # hashes so), and whether vLLM serves the model's images.
+        caps = dataclasses.replace(
+            self.card.capabilities,
+            kv_block_size=cache.block_size,
+            images=self.pooling is None and self.llm.model_config.is_multimodal_model,
+        )
         self.card = dataclasses.replace(self.card, capabilities=caps)
         self._kv_blocks_total = cache.num_gpu_blocks or 0
         self._relay_task = asyncio.create_task(relay_events(sock, self.relay), name="vllm-kv")
@@ -236,6 +247,19 @@ class VLLMEngine:
             raise EngineError(f"request_id {rid!r} is already running", "internal")
         if not request.token_ids:
             raise EngineError("token_ids: the prompt is empty", "refused", "prompt")
+        if request.images and not self.card.capabilities.images:
+            raise EngineError(
+                f"messages: the model {self.card.name!r} takes text only in vLLM, "
+                f"and the prompt has {len(request.images)} image(s)",
+                "refused",
+                "messages",
+            )
+        # (images decoded before a KV hand-over is set up: a bad one is refused first)
+        prompt = (
+            TokensPrompt(**await image_prompt(request))
+            if request.images
+            else TokensPrompt(prompt_token_ids=list(request.token_ids))
+        )
         handover = self.disagg.request(request)
         if handover.failed is not None:
             self.kv_fetch_failures += 1
@@ -253,7 +277,6 @@ class VLLMEngine:
         # its adapter (if any) stays in vLLM until it ends
         with self.loras.using(request.lora) as lora:
             self._running.add(rid)
-            prompt = TokensPrompt(prompt_token_ids=list(request.token_ids))
             if request.cache_salt is not None:  # vLLM salts its first block's hash
                 prompt["cache_salt"] = request.cache_salt
             stream = llm.generate(prompt, params, rid, lora_request=lora, priority=request.priority)

@@ -38,6 +38,14 @@ A first block stored for a request with a `cache_salt` carries the salt
 among its extra keys (vLLM hashes it into that block), and chains from the
 salted root (`chain_root`), so the router's hashes and the relay's agree.
 
+A block that holds an image's tokens carries, among its extra keys, one
+(identifier, offset) pair per image it overlaps: the image's identifier
+(rotor sends the content hash as its `multi_modal_uuids`; vLLM prefixes it
+with `ADAPTER:` when it runs a LoRA adapter on the vision tower, stripped
+here) and where the image starts relative to the block. rotor hashes such a
+block with the same pairs (`image_key`), so its name is the one the router
+and the mocker give it (protocol/kv.py).
+
 vLLM may hold two physical blocks with one hash (it stores both, then
 removes both), and a chunk of the offloading connector may announce a hash
 again; rotor's findable set has the hash once per medium, so a hash is
@@ -61,7 +69,9 @@ from rotor.protocol.kv import (
     KVEvent,
     KVSnapshot,
     Medium,
+    block_hash,
     chain_root,
+    image_key,
 )
 from rotor.protocol.kv import block_hashes as rotor_hashes
 
@@ -176,7 +186,14 @@ class KVRelay:
             except LookupError:
                 logger.warning("KV relay: a stored block's LoRA adapter is unknown; dropped")
                 return
-        ours = rotor_hashes(event.token_ids, size, chain)
+        images = _image_keys(event, len(event.block_hashes))
+        if images is None:
+            ours = rotor_hashes(event.token_ids, size, chain)
+        else:
+            ours = []
+            for i, extra in enumerate(images):
+                chain = block_hash(chain, event.token_ids[i * size : (i + 1) * size], extra)
+                ours.append(chain)
         pairs: list[tuple[Any, _Name]] = []
         for vllm_hash, rotor_hash in zip(event.block_hashes, ours, strict=False):
             pairs.append((vllm_hash, _Name(rotor_hash, parent)))
@@ -318,6 +335,36 @@ async def relay_events(sock: Any, relay: KVRelay) -> None:
     finally:
         with contextlib.suppress(Exception):
             sock.close(linger=0)
+
+
+def _image_keys(event: Any, blocks: int) -> list[bytes] | None:
+    """Each block's images as rotor hashes them (`image_key`s joined, b"" for a
+    block without one), from the (identifier, offset) pairs among its extra
+    keys; None when no block holds an image's tokens."""
+    keys = getattr(event, "extra_keys", None)
+    if not keys:
+        return None
+    lora = getattr(event, "lora_name", None)
+    prefix = f"{lora}:" if isinstance(lora, str) and lora else None
+    out: list[bytes] = []
+    found = False
+    for i in range(blocks):
+        block = keys[i] if i < len(keys) else None
+        extra = b""
+        for key in block or ():
+            if (
+                isinstance(key, list | tuple)
+                and len(key) == 2
+                and isinstance(key[0], str)
+                and isinstance(key[1], int)
+            ):
+                identifier = key[0]
+                if prefix is not None and identifier.startswith(prefix):
+                    identifier = identifier[len(prefix) :]
+                extra += image_key(identifier, key[1])
+                found = True
+        out.append(extra)
+    return out if found else None
 
 
 def _salt(event: Any) -> str | None:

@@ -1,6 +1,6 @@
 """rotor.model.vision and the loader: what a model directory's processor files
 become (`card.vision`), how a chat template renders image parts, and every way
-a directory can be wrong. tests/model/test_vision_transformers.py checks the
+a directory can be wrong. tests/vllm/test_vision_transformers.py checks the
 counts themselves against transformers' processors.
 
 Each test writes a real directory (tests/support/vlm.py) and loads it.

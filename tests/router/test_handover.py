@@ -12,6 +12,7 @@ from rotor.protocol.engine import (
     KV_TRANSFER,
     RESUME_FROM,
     EngineError,
+    EngineImage,
     EngineOutput,
     EngineRequest,
     EngineState,
@@ -96,3 +97,20 @@ def test_the_decode_request_continues_after_the_first_token(enforce: bool) -> No
     assert transfer["worker"] == "p" and transfer["transfer_id"] == "t1"
     assert transfer.get("enforce", False) is enforce
     assert handed.transfer_id == "t1"
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_decode_request_carries_image_bytes_only_when_its_engine_needs_them(
+    keep: bool,
+) -> None:
+    image = EngineImage("ab" * 32, 1, 2, 9, b"png-bytes")
+    request = EngineRequest("r", "m", [1, 9, 9, 3], images=[image])
+    progress = migration.Progress()
+    first = EngineOutput(token_ids=[7])
+    progress.add(first)
+    handed = handover.Handover(first, "p", {"transfer_id": "t1", "block_hashes": [5]}, 0.0)
+    decode = handover.decode_request(request, progress, handed, False, keep_images=keep)
+    (sent,) = decode.images
+    assert (sent.content_hash, sent.offset, sent.length, sent.placeholder) == ("ab" * 32, 1, 2, 9)
+    assert sent.data == (b"png-bytes" if keep else None)
+    assert request.images[0].data == b"png-bytes"  # a migration resends the original

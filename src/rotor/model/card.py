@@ -46,6 +46,10 @@ class Capabilities:
     # their content hashes in its prefix cache; without it an image part is a
     # 400 naming the part
     images: bool = False
+    # a decode worker of this engine needs the images' bytes too, though it
+    # fetches their KV: it expands their placeholders itself (vLLM). Without
+    # it a decode request carries their hashes and spans alone.
+    images_at_decode: bool = False
 
 
 @dataclass(slots=True)

@@ -27,7 +27,7 @@ Families (by config.json `architectures`):
   the pixels with a slightly different rounding: they can disagree by a row or
   a column when `size.longest_edge` is not a multiple of the tile size, never
   in the real models' settings; vLLM's answer is the one that reaches the
-  model, so it is the one rotor gives; tests/model/test_vision_vllm.py checks
+  model, so it is the one rotor gives; tests/vllm/test_vision_vllm.py checks
   it against vLLM's own processor).
 - `llava`: LLaVA (1.5) with a CLIP or SigLIP vision tower: a fixed count from
   vision_config's image_size / patch_size (CLIP adds its class token) and

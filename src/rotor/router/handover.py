@@ -172,19 +172,25 @@ def _failed(pool: Pool, request: EngineRequest, why: str) -> None:
 
 
 def decode_request(
-    request: EngineRequest, progress: migration.Progress, handover: Handover, enforce: bool
+    request: EngineRequest,
+    progress: migration.Progress,
+    handover: Handover,
+    enforce: bool,
+    keep_images: bool = False,
 ) -> EngineRequest:
     """The request as its decode worker continues it: the first token is
     part of its prompt, and it fetches the prompt's blocks. Its images go
     without their bytes (the KV of their tokens is fetched, not computed
-    again), keeping their hashes and spans, so the blocks hash alike."""
+    again), keeping their hashes and spans, so the blocks hash alike —
+    unless `keep_images`: an engine that expands placeholders itself (vLLM,
+    Capabilities.images_at_decode) needs them to build the prompt."""
     transfer = {**handover.transfer, "worker": handover.worker}
     if enforce:
         transfer["enforce"] = True
     decode = migration.resumed(
         request, progress, f"{request.request_id}-d", {KV_TRANSFER: transfer}
     )
-    if decode.images:
+    if decode.images and not keep_images:
         decode.images = [replace(image, data=None) for image in decode.images]
     return decode
 

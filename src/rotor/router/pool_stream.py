@@ -189,7 +189,13 @@ class PoolStream:
                     return
             else:
                 self._held = handed.first
-            request = handover.decode_request(request, self._progress, handed, pool.disagg.enforce)
+            request = handover.decode_request(
+                request,
+                self._progress,
+                handed,
+                pool.disagg.enforce,
+                pool.card.capabilities.images_at_decode,
+            )
         self._open(request, pick)
 
     def _open(self, request: EngineRequest, pick: Pick) -> None:

@@ -145,6 +145,7 @@ class VLLMEngine:
             priority_scheduling=self.args.scheduling_policy == "priority",
             # a VLM's card says so; once started, vLLM's model config does (start())
             images=pool is None and card.vision is not None,
+            images_at_decode=True,  # vLLM expands placeholders itself, a decode's too
         )
         self.card = dataclasses.replace(card, capabilities=caps)
         # a prefill / decode worker's KV connector (docs/vllm.md#disaggregated-serving)

@@ -8,8 +8,8 @@ DIR is a vision-language model's directory (its tokenizer, chat template and
 processor files: the mocker needs no weights), e.g. a Qwen2-VL one or the
 tiny one the tests build (the support module `vlm`). Every request has the
 same text; what differs is the image: with probability `--reuse` one already
-sent (picked at random among them), else a new one (random pixels, so their
-content hashes differ). Block hashes that ignored the image would make every request after
+sent (picked at random among them), else a new one (8 x 8 random colours
+scaled up: a few KB, and their content hashes differ). Block hashes that ignored the image would make every request after
 the first a full hit; with the image in the hash only a repeat can hit.
 
 Reported per router: the prompt-cache hit ratio (cached / prompt tokens, from
@@ -47,7 +47,10 @@ def workload(requests: int, reuse: float, size: int, seed: int) -> list[tuple[in
         if images and rng.random() < reuse:
             k = rng.randrange(len(images))
         else:
-            picture = Image.frombytes("RGB", (size, size), rng.randbytes(size * size * 3))
+            # 8 x 8 random colours scaled up: a picture of its own, a few KB as
+            # PNG (the figure is the router's, not the transfer of megabytes)
+            grid = Image.frombytes("RGB", (8, 8), rng.randbytes(8 * 8 * 3))
+            picture = grid.resize((size, size), Image.Resampling.NEAREST)
             out = io.BytesIO()
             picture.save(out, "PNG")
             images.append(out.getvalue())

@@ -37,8 +37,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import OrderedDict
+from collections.abc import Awaitable
 from dataclasses import replace
 from datetime import datetime, timezone
+from typing import TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -49,6 +51,8 @@ from nats.js.object_store import ObjectStore
 from rotor.protocol import codec
 from rotor.protocol.engine import EngineError, EngineImage, EngineRequest
 from rotor.runtime.nats import subjects
+
+T = TypeVar("T")
 
 MEDIA_FILL = 0.8  # the share of the server's max payload a request with its images inline may fill
 DEFAULT_TTL_S = 600.0
@@ -157,20 +161,26 @@ class MediaStore:
         data, beside = plan(request, self.limit())
         if not beside:
             return data, None
+        await self._on_nats(
+            asyncio.gather(*(self._put_once(image) for image in beside)), "store them in"
+        )
+        return data, header_value(beside)
+
+    async def _on_nats(self, work: Awaitable[T], doing: str) -> T:
+        """`work` within the timeout; a timeout or a NATS failure is an
+        "unavailable" EngineError saying what it was `doing` (the store is
+        looked up again next time: NATS may have come back without it)."""
         try:
-            await asyncio.wait_for(
-                asyncio.gather(*(self._put_once(image) for image in beside)), self.timeout_s
-            )
+            return await asyncio.wait_for(work, self.timeout_s)
         except EngineError:
             raise
         except (asyncio.TimeoutError, TimeoutError, nats.errors.Error, OSError) as e:
             self._store = None
             why = str(e) or type(e).__name__
             raise EngineError(
-                f"could not store the request's images in {self.bucket!r} on NATS: {why}",
+                f"could not {doing} {self.bucket!r} on NATS (the request's images): {why}",
                 "unavailable",
             ) from None
-        return data, header_value(beside)
 
     async def _put_once(self, image: EngineImage) -> None:
         """The image stored (one put at a time per hash from this frontend:
@@ -261,19 +271,9 @@ class MediaStore:
         ]
         if not names:
             return request
-        try:
-            found = await asyncio.wait_for(
-                asyncio.gather(*(self.fetch(name) for name in names)), self.timeout_s
-            )
-        except EngineError:
-            raise
-        except (asyncio.TimeoutError, TimeoutError, nats.errors.Error, OSError) as e:
-            self._store = None
-            why = str(e) or type(e).__name__
-            raise EngineError(
-                f"could not read the request's images from {self.bucket!r} on NATS: {why}",
-                "unavailable",
-            ) from None
+        found = await self._on_nats(
+            asyncio.gather(*(self.fetch(name) for name in names)), "read them from"
+        )
         data = dict(zip(names, found, strict=True))
         images = [
             replace(image, data=data[image.content_hash])

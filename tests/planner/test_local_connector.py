@@ -181,7 +181,9 @@ async def test_a_drained_worker_finishes_every_stream_it_holds(nats: Nats) -> No
             lambda: logs(connector),
         )  # fmt: skip
         client = AsyncOpenAI(base_url=frontend.url + "/v1", api_key="x", max_retries=0)
-        streams = [asyncio.create_task(_stream(client, i, 400)) for i in range(6)]
+        # 6 s each at the mocker's pace: still streaming when a loaded machine's
+        # leases say both workers run them (2 s answers ended first once in CI)
+        streams = [asyncio.create_task(_stream(client, i, 1200)) for i in range(6)]
         ours: dict[int, Lease] = {}
         for _ in range(500):  # until both workers report streams running
             ours = {pid_of(lease): lease for lease in await leases(nats.url)}
@@ -193,7 +195,7 @@ async def test_a_drained_worker_finishes_every_stream_it_holds(nats: Nats) -> No
         assert not any(task.done() for task in streams)
         await connector.scale("agg", 1, [WorkerLoad(busy.worker_id, "agg", busy.address)])
         assert [w.draining for w in connector.workers("agg")].count(True) == 1
-        assert await asyncio.gather(*streams) == [("length", 400)] * 6
+        assert await asyncio.gather(*streams) == [("length", 1200)] * 6
         await wait_for_async(
             "the drained worker to exit",
             lambda: pid_of(busy) not in {w.pid for w in connector.workers("agg")},

@@ -24,7 +24,6 @@ KEY = "lora-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 MODEL = "mock-model"
 # one server (fleet) for the module, its tests in order
-pytestmark = pytest.mark.xdist_group("test_lora")
 
 
 @pytest.fixture(scope="module")

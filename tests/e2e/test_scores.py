@@ -182,7 +182,8 @@ def test_a_cross_encoder_says_what_it_is_and_refuses_the_rest(server: Server) ->
     embed = post(server.v1, "/embeddings", input="hi")
     assert embed.status_code == 400 and embed.json()["error"]["param"] == "model"
     assert "cannot embed" in embed.json()["error"]["message"]
-    post(server.v1, "/score", queries=QUERY, documents=DOCS)
+    assert post(server.v1, "/rerank", query=QUERY, documents=DOCS).status_code == 200
+    assert post(server.v1, "/score", queries=QUERY, documents=DOCS).status_code == 200
     assert server.metric("rotor_requests_total", 'endpoint="rerank"') > 0
     assert server.metric("rotor_requests_total", 'endpoint="score"') > 0
 

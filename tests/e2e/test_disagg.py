@@ -266,7 +266,7 @@ def test_an_unfetched_hold_expires_and_its_decode_computes_the_prompt(nats: Nats
     try:
         with request_plane(nats) as plane:
             job = EngineRequest(
-                "hold-1-p", model, prompt, stop=StopParams(max_tokens=1),
+                "hold-1-p", model, prompt, stop=StopParams(max_tokens=1, ignore_eos=True),
                 annotations={PREFILL_ONLY: True},
             )  # fmt: skip
             outputs = plane.collect(prefill.id, job)
@@ -283,7 +283,7 @@ def test_an_unfetched_hold_expires_and_its_decode_computes_the_prompt(nats: Nats
             # says why before any output
             resumed = prompt + outputs[0].token_ids
             enforced = EngineRequest(
-                "hold-1-d", model, resumed, stop=StopParams(max_tokens=5),
+                "hold-1-d", model, resumed, stop=StopParams(max_tokens=5, ignore_eos=True),
                 annotations={KV_TRANSFER: {**transfer, "worker": prefill.id, "enforce": True}},
             )  # fmt: skip
             with pytest.raises(EngineError) as e:
@@ -292,7 +292,7 @@ def test_an_unfetched_hold_expires_and_its_decode_computes_the_prompt(nats: Nats
             assert decode.metric("rotor_engine_kv_fetch_failures_total") == 1
             # ... and otherwise computes the prompt itself
             late = EngineRequest(
-                "hold-2-d", model, resumed, stop=StopParams(max_tokens=5),
+                "hold-2-d", model, resumed, stop=StopParams(max_tokens=5, ignore_eos=True),
                 annotations={KV_TRANSFER: {**transfer, "worker": prefill.id}},
             )  # fmt: skip
             answer = plane.collect(decode.id, late)

@@ -215,8 +215,11 @@ def test_a_priority_to_workers_that_schedule_fcfs_is_a_400_naming_the_flag(
         )
     assert e.value.body["param"] == "priority"
     assert "--scheduling-policy priority" in e.value.body["message"]
-    ok = client.chat.completions.create(
-        model="mock-model", messages=ASK, max_tokens=2, extra_body={"priority": 0}
+    ok = client.chat.completions.create(  # ignore_eos: the mocker's EOS is random
+        model="mock-model",
+        messages=ASK,
+        max_tokens=2,
+        extra_body={"priority": 0, "ignore_eos": True},
     )
     assert ok.choices[0].finish_reason == "length"
 

@@ -158,11 +158,14 @@ DELAY_MS = 4000  # the workers' KV events reach the frontends this late
 @pytest.fixture(scope="module")
 def late_events() -> Iterator[tuple[Frontend, Frontend, dict[str, Worker]]]:
     """Two mocker workers (10 ms a decode step) whose KV events are held back
-    DELAY_MS, a frontend predicting, and one with `--router-predicted-ttl 0`."""
+    DELAY_MS, a frontend predicting (for 60 s), and one with `--router-predicted-ttl 0`."""
     with nats_server() as nats:
         late = ("out=mocker", "--speedup-ratio", "1", "--kv-events-delay-ms", str(DELAY_MS))
         workers = {w.id: w for w in (start_worker(nats, *late) for _ in range(2))}
-        predicting = start_frontend(nats, "--router", "kv")
+        # 60 s, not the default 5: the prediction must outlive the events' delay
+        # however late the first prefill runs on a loaded machine (it counts from
+        # the routing, the delay from the stored blocks)
+        predicting = start_frontend(nats, "--router", "kv", "--router-predicted-ttl", "60")
         blind = start_frontend(nats, "--router", "kv", "--router-predicted-ttl", "0")
         try:
             for frontend in (predicting, blind):

@@ -32,8 +32,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> ModuleScheduling:
-    return ModuleScheduling(config, log)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> ModuleScheduling | None:
+    """pyproject's `--dist loadscope`, as support/scheduling.py groups it; another
+    `--dist` given on the command line is pytest-xdist's own."""
+    return ModuleScheduling(config, log) if config.getvalue("dist") == "loadscope" else None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
